@@ -1,0 +1,131 @@
+package api
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Transport names how the host reaches the guest agent.
+type Transport string
+
+// Transports a backend can offer.
+const (
+	TransportVsock  Transport = "vsock"  // AF_VSOCK with a virtio-vsock device (vz, vhost-vsock)
+	TransportSerial Transport = "serial" // stream multiplexer on the SerialPortName virtio-serial port
+	TransportHVSock Transport = "hvsock" // AF_VSOCK over Hyper-V sockets (HCS)
+)
+
+// ShareFS names how the workspace is shared into the guest.
+type ShareFS string
+
+// Share mechanisms a backend can offer.
+const (
+	ShareNone     ShareFS = ""
+	ShareVirtiofs ShareFS = "virtiofs" // virtio-fs tagged WorkspaceTag
+	Share9P       ShareFS = "9p"       // 9p over virtio, tagged WorkspaceTag
+	Share9PVsock  ShareFS = "9p-vsock" // 9p with trans=fd over a vsock port (HCS Plan9)
+)
+
+// Kernel command line keys. Values never contain spaces.
+const (
+	keyTransport = "airlock.transport"
+	keyShare     = "airlock.share"
+	keyShareRO   = "airlock.share_ro"
+	keySharePort = "airlock.share_port"
+	keyUID       = "airlock.uid"
+	keyGID       = "airlock.gid"
+	keyDebug     = "airlock.debug"
+)
+
+// BootConfig is what the host tells the guest through the kernel command
+// line. Backends fill Transport and Share; the caller fills the rest.
+type BootConfig struct {
+	Transport     Transport
+	Share         ShareFS
+	ShareReadOnly bool
+	// SharePort is the vsock port of a 9p-vsock share.
+	SharePort uint32
+	// UID and GID of the unprivileged task user; zero means the defaults.
+	UID, GID uint32
+	Debug    bool
+}
+
+// Args returns the kernel command line arguments for c, in a stable order.
+func (c BootConfig) Args() []string {
+	var a []string
+	if c.Transport != "" {
+		a = append(a, keyTransport+"="+string(c.Transport))
+	}
+	if c.Share != ShareNone {
+		a = append(a, keyShare+"="+string(c.Share))
+		if c.ShareReadOnly {
+			a = append(a, keyShareRO+"=1")
+		}
+		if c.SharePort != 0 {
+			a = append(a, keySharePort+"="+strconv.FormatUint(uint64(c.SharePort), 10))
+		}
+	}
+	if c.UID != 0 {
+		a = append(a, keyUID+"="+strconv.FormatUint(uint64(c.UID), 10))
+	}
+	if c.GID != 0 {
+		a = append(a, keyGID+"="+strconv.FormatUint(uint64(c.GID), 10))
+	}
+	if c.Debug {
+		a = append(a, keyDebug+"=1")
+	}
+	return a
+}
+
+// ParseCmdline reads a BootConfig from a kernel command line
+// (/proc/cmdline). Unknown words are ignored; a malformed airlock.* value is
+// an error. Missing UID/GID become DefaultUID/DefaultGID.
+func ParseCmdline(cmdline string) (BootConfig, error) {
+	c := BootConfig{UID: DefaultUID, GID: DefaultGID}
+	for _, w := range strings.Fields(cmdline) {
+		k, v, ok := strings.Cut(w, "=")
+		if !ok || !strings.HasPrefix(k, "airlock.") {
+			continue
+		}
+		var err error
+		switch k {
+		case keyTransport:
+			switch t := Transport(v); t {
+			case TransportVsock, TransportSerial, TransportHVSock:
+				c.Transport = t
+			default:
+				err = fmt.Errorf("unknown transport %q", v)
+			}
+		case keyShare:
+			switch s := ShareFS(v); s {
+			case ShareVirtiofs, Share9P, Share9PVsock:
+				c.Share = s
+			default:
+				err = fmt.Errorf("unknown share %q", v)
+			}
+		case keyShareRO:
+			c.ShareReadOnly, err = strconv.ParseBool(v)
+		case keySharePort:
+			c.SharePort, err = parseUint32(v)
+		case keyUID:
+			c.UID, err = parseUint32(v)
+		case keyGID:
+			c.GID, err = parseUint32(v)
+		case keyDebug:
+			c.Debug, err = strconv.ParseBool(v)
+		}
+		if err != nil {
+			return c, fmt.Errorf("kernel command line %s: %w", k, err)
+		}
+	}
+	if c.UID == 0 || c.GID == 0 {
+		return c, fmt.Errorf("kernel command line: the task user cannot be root (uid %d, gid %d)", c.UID, c.GID)
+	}
+	return c, nil
+}
+
+func parseUint32(s string) (uint32, error) {
+	n, err := strconv.ParseUint(s, 10, 32)
+	return uint32(n), err
+}

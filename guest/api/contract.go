@@ -1,0 +1,38 @@
+// Package api is the contract between the host and the guest agent: vsock
+// ports, the kernel command line keys the host uses to configure the guest,
+// device names, and the readiness message. The RPC schema itself lives in
+// agent/v1. This package is plain Go and imports nothing from the host side.
+package api
+
+// Ports on the guest/host transport (vsock, Hyper-V sockets, or the stream
+// multiplexer on a virtio-serial port). The guest listens on PortAgent; the
+// host listens on the others.
+const (
+	// PortReady is dialled by the guest once the agent serves; it writes one
+	// Ready message and closes. The host waits for it instead of polling.
+	PortReady uint32 = 1023
+	// PortAgent serves the gRPC agent (agent/v1).
+	PortAgent uint32 = 1024
+	// PortEgressHTTP carries connections accepted by the guest's HTTP proxy.
+	PortEgressHTTP uint32 = 1025
+	// PortEgressSOCKS carries connections accepted by the guest's SOCKS5 proxy.
+	PortEgressSOCKS uint32 = 1026
+)
+
+// Names of devices and mounts both sides agree on.
+const (
+	// SerialPortName is the virtio-serial port that carries the stream
+	// multiplexer when the hypervisor has no vsock device
+	// (/sys/class/virtio-ports/*/name).
+	SerialPortName = "airlock.mux"
+	// WorkspaceTag is the virtiofs / 9p mount tag of the shared folder.
+	WorkspaceTag = "workspace"
+	// WorkspaceDir is where the shared folder appears in the guest.
+	WorkspaceDir = "/workspace"
+	// DefaultUID and DefaultGID are the unprivileged task user's ids.
+	DefaultUID = 1000
+	DefaultGID = 1000
+	// UserName and UserHome describe the unprivileged task user.
+	UserName = "agent"
+	UserHome = "/home/agent"
+)

@@ -1,0 +1,134 @@
+// Package workspace decides which host folder may be shared with the guest.
+// Only one folder is ever shared; it is canonicalised (symlinks resolved) and
+// refused when it is the file system root, the home folder itself, a folder
+// that contains the home folder, or a system folder.
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// ErrRefused wraps every reason a folder cannot be shared.
+var ErrRefused = errors.New("folder cannot be shared")
+
+// Host describes the machine a folder is validated for. It is a parameter
+// so one table test covers every OS.
+type Host struct {
+	// GOOS is "linux", "darwin" or "windows".
+	GOOS string
+	// Home is the user's canonical home folder.
+	Home string
+	// Resolve canonicalises a path (filepath.Abs + EvalSymlinks on the real machine).
+	Resolve func(string) (string, error)
+	// Stat reports on a canonical path (os.Stat on the real machine).
+	Stat func(string) (fs.FileInfo, error)
+}
+
+// Local returns the Host for the machine this program runs on.
+func Local(goos string) (Host, error) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return Host{}, fmt.Errorf("workspace: find home folder: %w", err)
+	}
+	if h, err := canonical(home); err == nil {
+		home = h
+	}
+	return Host{GOOS: goos, Home: home, Resolve: canonical, Stat: os.Stat}, nil
+}
+
+func canonical(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	return filepath.EvalSymlinks(abs)
+}
+
+// Validate returns the canonical form of dir if it may be shared, or an
+// error that says why not and what to do instead.
+func (h Host) Validate(dir string) (string, error) {
+	if strings.TrimSpace(dir) == "" {
+		return "", fmt.Errorf("%w: no folder given", ErrRefused)
+	}
+	p, err := h.Resolve(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("%w: %s does not exist; create it first or choose another folder", ErrRefused, dir)
+		}
+		return "", fmt.Errorf("%w: %s: %v", ErrRefused, dir, err)
+	}
+	fi, err := h.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %v", ErrRefused, dir, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%w: %s is a file, not a folder; choose the folder that contains it", ErrRefused, p)
+	}
+	if reason := h.refusal(p); reason != "" {
+		return "", fmt.Errorf("%w: %s is %s; choose a project folder inside it instead", ErrRefused, p, reason)
+	}
+	return p, nil
+}
+
+// refusal says why the canonical path p is refused, or "" when it is fine.
+func (h Host) refusal(p string) string {
+	sep := "/"
+	if h.GOOS == "windows" {
+		sep = `\`
+	}
+	norm := func(s string) string {
+		s = strings.TrimRight(s, sep)
+		if h.GOOS == "windows" || h.GOOS == "darwin" {
+			s = strings.ToLower(s) // case-insensitive file systems by default
+		}
+		return s
+	}
+	np := norm(p)
+	if np == "" || (h.GOOS == "windows" && len(np) == 2 && np[1] == ':') {
+		return "the root of the file system"
+	}
+	if h.Home != "" {
+		home := norm(h.Home)
+		if np == home {
+			return "your home folder"
+		}
+		if strings.HasPrefix(home, np+sep) {
+			return "a folder that contains your home folder"
+		}
+	}
+	under := func(base string) bool { b := norm(base); return np == b || strings.HasPrefix(np, b+sep) }
+	for _, s := range systemTrees[h.GOOS] {
+		if under(s) {
+			return "a system folder"
+		}
+	}
+	for _, s := range systemFolders[h.GOOS] {
+		if np == norm(s) {
+			return "a system folder"
+		}
+	}
+	return ""
+}
+
+// systemTrees are refused together with everything inside them.
+var systemTrees = map[string][]string{
+	"linux": {"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+		"/run", "/sbin", "/sys", "/usr", "/snap", "/var/lib", "/var/log", "/var/cache", "/var/run"},
+	"darwin": {"/System", "/bin", "/sbin", "/usr", "/dev", "/etc", "/private/etc", "/Library",
+		"/Applications", "/cores", "/private/var/db", "/private/var/root"},
+	"windows": {`C:\Windows`, `C:\Program Files`, `C:\Program Files (x86)`, `C:\ProgramData`,
+		`C:\$Recycle.Bin`, `C:\System Volume Information`},
+}
+
+// systemFolders are refused themselves; folders inside them are fine
+// (/tmp/project, /Volumes/Disk/project, D:\work).
+var systemFolders = map[string][]string{
+	"linux":   {"/home", "/root", "/tmp", "/var", "/var/tmp", "/opt", "/srv", "/mnt", "/media"},
+	"darwin":  {"/Users", "/Volumes", "/private", "/private/var", "/private/tmp", "/tmp", "/var", "/opt", "/private/var/folders"},
+	"windows": {`C:\Users`},
+}

@@ -1,0 +1,78 @@
+// Package client is the host's side of the guest agent contract: one Client
+// speaks agent/v1 over whatever connection a backend produces (vsock, Hyper-V
+// socket, or a multiplexed virtio-serial stream). Everything the guest sends
+// is treated as untrusted: message sizes are bounded and a misbehaving agent
+// yields errors, never panics.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// MaxMessageSize bounds every message the host accepts from the guest.
+const MaxMessageSize = 4 << 20
+
+// DialFunc opens a new stream to the agent's port.
+type DialFunc func(ctx context.Context) (net.Conn, error)
+
+// Client is a connection to one guest agent. It is safe for concurrent use.
+type Client struct {
+	conn *grpc.ClientConn
+	rpc  agentv1.AgentClient
+}
+
+// New returns a client that reaches the agent through dial. It does not
+// connect until the first call.
+func New(dial DialFunc) (*Client, error) {
+	conn, err := grpc.NewClient("passthrough:///airlock-guest",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return dial(ctx) }),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize)),
+		// The transport is a local stream; reconnect fast if the agent restarts.
+		grpc.WithConnectParams(fastReconnect),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("agent client: %w", err)
+	}
+	return &Client{conn: conn, rpc: agentv1.NewAgentClient(conn)}, nil
+}
+
+// Close releases the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Info reports the guest's state.
+func (c *Client) Info(ctx context.Context) (*agentv1.InfoResponse, error) {
+	r, err := c.rpc.Info(ctx, &agentv1.InfoRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("agent info: %w", err)
+	}
+	return r, nil
+}
+
+// SetTime sets the guest's wall clock.
+func (c *Client) SetTime(ctx context.Context, t time.Time) error {
+	if _, err := c.rpc.SetTime(ctx, &agentv1.SetTimeRequest{UnixNanos: t.UnixNano()}); err != nil {
+		return fmt.Errorf("agent set time: %w", err)
+	}
+	return nil
+}
+
+// Shutdown asks the guest to power off (or reboot). The agent answers before
+// it powers off; the caller then waits for the machine to stop.
+func (c *Client) Shutdown(ctx context.Context, reboot bool) error {
+	if _, err := c.rpc.Shutdown(ctx, &agentv1.ShutdownRequest{Reboot: reboot}); err != nil {
+		return fmt.Errorf("agent shutdown: %w", err)
+	}
+	return nil
+}
+
+// ErrNoExit means the agent ended a task's stream without an exit status.
+var ErrNoExit = errors.New("guest agent ended the task without an exit status")

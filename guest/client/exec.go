@@ -1,0 +1,179 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
+)
+
+// Spec describes one task. Exactly one of Argv and Shell is set.
+type Spec struct {
+	ID      string
+	Argv    []string
+	Shell   string
+	Env     []string
+	Cwd     string
+	Root    bool
+	TTY     bool
+	Rows    uint16
+	Cols    uint16
+	Timeout time.Duration
+}
+
+// Size is a terminal size.
+type Size struct{ Rows, Cols uint16 }
+
+// Stdio connects a task to the caller. Nil readers and writers mean none:
+// no stdin (the task reads /dev/null), output discarded.
+type Stdio struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// Resize, when not nil, delivers terminal size changes for TTY tasks.
+	Resize <-chan Size
+	// Signal, when not nil, delivers signals for the task's process group.
+	Signal <-chan int
+	// Started, when not nil, is called with the task's pid in the guest.
+	Started func(pid int)
+}
+
+// Exit is how a task ended.
+type Exit struct {
+	// Code is the exit status of a task that exited.
+	Code int
+	// Signal is the signal that ended the task, or 0.
+	Signal int
+	// TimedOut is set when the guest ended the task at its deadline.
+	TimedOut bool
+	// Duration is the task's run time measured by the guest.
+	Duration time.Duration
+}
+
+// ShellCode maps an Exit to a shell-style status: the code, or 128+signal.
+func (e Exit) ShellCode() int {
+	if e.Signal != 0 {
+		return 128 + e.Signal
+	}
+	return e.Code
+}
+
+const stdinChunk = 32 << 10
+
+// Exec runs a task and streams its input and output until it exits. When ctx
+// is cancelled the call is abandoned and the guest kills the task's tree.
+func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error) {
+	if (len(spec.Argv) == 0) == (spec.Shell == "") {
+		return Exit{}, errors.New("exec: exactly one of argv and shell is needed")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.rpc.Exec(ctx)
+	if err != nil {
+		return Exit{}, fmt.Errorf("exec: %w", err)
+	}
+	start := &agentv1.ExecStart{
+		Id: spec.ID, Argv: spec.Argv, Shell: spec.Shell, Env: spec.Env, Cwd: spec.Cwd,
+		Root: spec.Root, Tty: spec.TTY, Rows: uint32(spec.Rows), Cols: uint32(spec.Cols),
+		TimeoutMs: spec.Timeout.Milliseconds(), Stdin: stdio.Stdin != nil,
+	}
+	// Sends are serialised: grpc streams allow one sender at a time.
+	var sendMu sync.Mutex
+	send := func(r *agentv1.ExecRequest) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(r)
+	}
+	if err := send(&agentv1.ExecRequest{Msg: &agentv1.ExecRequest_Start{Start: start}}); err != nil {
+		return Exit{}, fmt.Errorf("exec: start: %w", err)
+	}
+	if stdio.Stdin != nil {
+		go pumpStdin(stdio.Stdin, send)
+	}
+	if stdio.Resize != nil || stdio.Signal != nil {
+		go pumpControl(ctx, stdio.Resize, stdio.Signal, send)
+	}
+	out, errOut := orDiscard(stdio.Stdout), orDiscard(stdio.Stderr)
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return Exit{}, ErrNoExit
+			}
+			return Exit{}, fmt.Errorf("exec: %w", err)
+		}
+		switch e := ev.Event.(type) {
+		case *agentv1.ExecEvent_Started:
+			if stdio.Started != nil {
+				stdio.Started(int(e.Started.GetPid()))
+			}
+		case *agentv1.ExecEvent_Stdout:
+			if _, err := out.Write(e.Stdout); err != nil {
+				return Exit{}, fmt.Errorf("exec: write stdout: %w", err)
+			}
+		case *agentv1.ExecEvent_Stderr:
+			if _, err := errOut.Write(e.Stderr); err != nil {
+				return Exit{}, fmt.Errorf("exec: write stderr: %w", err)
+			}
+		case *agentv1.ExecEvent_Exit:
+			x := e.Exit
+			return Exit{
+				Code: int(x.GetCode()), Signal: int(x.GetSignal()), TimedOut: x.GetTimedOut(),
+				Duration: time.Duration(x.GetDurationMs()) * time.Millisecond,
+			}, nil
+		}
+	}
+}
+
+func pumpStdin(r io.Reader, send func(*agentv1.ExecRequest) error) {
+	buf := make([]byte, stdinChunk)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			chunk := append([]byte(nil), buf[:n]...)
+			if send(&agentv1.ExecRequest{Msg: &agentv1.ExecRequest_Stdin{Stdin: chunk}}) != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = send(&agentv1.ExecRequest{Msg: &agentv1.ExecRequest_CloseStdin{CloseStdin: true}})
+			return
+		}
+	}
+}
+
+func pumpControl(ctx context.Context, resize <-chan Size, sig <-chan int, send func(*agentv1.ExecRequest) error) {
+	for {
+		var req *agentv1.ExecRequest
+		select {
+		case <-ctx.Done():
+			return
+		case s, ok := <-resize:
+			if !ok {
+				resize = nil
+				continue
+			}
+			req = &agentv1.ExecRequest{Msg: &agentv1.ExecRequest_Resize{Resize: &agentv1.Resize{Rows: uint32(s.Rows), Cols: uint32(s.Cols)}}}
+		case n, ok := <-sig:
+			if !ok {
+				sig = nil
+				continue
+			}
+			req = &agentv1.ExecRequest{Msg: &agentv1.ExecRequest_Signal{Signal: int32(n)}}
+		}
+		if send(req) != nil {
+			return
+		}
+	}
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}

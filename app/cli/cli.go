@@ -1,0 +1,79 @@
+// Package cli is the `airlock` command line: a thin adapter that parses
+// flags, calls the host core and maps outcomes to exit codes. It holds no
+// policy of its own.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes of Airlock itself; a task's own code passes through unchanged.
+const (
+	ExitAirlockError = 125 // Airlock could not run the task
+	ExitNotRunnable  = 126 // the command exists but cannot be run
+	ExitNotFound     = 127 // the command does not exist
+	ExitTimedOut     = 124 // the task hit its --timeout
+)
+
+// Version is set at build time with -ldflags "-X ...cli.Version=...".
+var Version = "dev"
+
+// Stdio are the streams the CLI talks to.
+type Stdio struct {
+	In       io.Reader
+	Out, Err io.Writer
+}
+
+// exitError carries an exit code out of a command without printing more.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// Main runs the CLI with args and returns the process exit code.
+func Main(args []string, stdio Stdio) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRoot(stdio)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	var ee exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	default:
+		fmt.Fprintf(stdio.Err, "airlock: %s\n", oneLine(err.Error()))
+		return ExitAirlockError
+	}
+}
+
+func newRoot(stdio Stdio) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "airlock",
+		Short:         "Run commands in a disposable Linux VM that sees only one folder",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       Version,
+	}
+	root.SetIn(stdio.In)
+	root.SetOut(stdio.Out)
+	root.SetErr(stdio.Err)
+	root.AddCommand(newRunCmd(stdio))
+	return root
+}
+
+// oneLine keeps an error to one line: the first line, with the rest's
+// line breaks folded, so scripts can read it.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+}

@@ -1,0 +1,259 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/sandbox"
+	"github.com/airlock-sandbox/airlock/app/workspace"
+	"github.com/airlock-sandbox/airlock/guest/client"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+type runFlags struct {
+	workspace   string
+	readOnly    bool
+	env         []string
+	cwd         string
+	timeout     time.Duration
+	tty         bool
+	root        bool
+	cpus        int
+	memory      int
+	bootTimeout time.Duration
+	imageDir    string
+	consoleLog  string
+	kernelArgs  []string
+	verbose     bool
+}
+
+func newRunCmd(stdio Stdio) *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARG...]",
+		Short: "Boot a sandbox, run one command in it, and shut it down",
+		Long: `Boots a Linux VM that sees only the --workspace folder (at /workspace), runs
+CMD in it as an unprivileged user, streams stdin, stdout and stderr, shuts the
+VM down and exits with CMD's exit code (128+N when a signal N ended it, 124 when
+--timeout ended it). Errors of Airlock itself exit with 125.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return run(cmd.Context(), stdio, f, args) },
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.workspace, "workspace", "w", "", "the folder to share at /workspace (nothing is shared when empty)")
+	fl.BoolVar(&f.readOnly, "read-only", false, "share the workspace read-only")
+	fl.StringArrayVarP(&f.env, "env", "e", nil, "set an environment variable KEY=VALUE for the command (repeatable)")
+	fl.StringVar(&f.cwd, "cwd", "", "working folder in the guest (default /workspace)")
+	fl.DurationVar(&f.timeout, "timeout", 0, "end the command after this long (e.g. 30s, 5m)")
+	fl.BoolVarP(&f.tty, "tty", "t", false, "give the command a terminal (interactive programs)")
+	fl.BoolVar(&f.root, "root", false, "run the command as root in the guest")
+	fl.IntVar(&f.cpus, "cpus", sandbox.DefaultCPUs, "virtual CPUs")
+	fl.IntVar(&f.memory, "memory", sandbox.DefaultMemoryMiB, "memory in MiB")
+	fl.DurationVar(&f.bootTimeout, "boot-timeout", sandbox.DefaultBootTimeout, "give up when the guest is not ready after this long")
+	fl.StringVar(&f.imageDir, "image-dir", "", "folder of the guest image (default: found next to the program)")
+	fl.StringVar(&f.consoleLog, "console-log", "", "file to write the guest's console to (default: a file in the user cache folder)")
+	fl.StringArrayVar(&f.kernelArgs, "kernel-arg", nil, "extra kernel command line word, for debugging (repeatable)")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log what Airlock does to stderr")
+	_ = fl.MarkHidden("kernel-arg")
+	fl.SetInterspersed(false)
+	return cmd
+}
+
+func run(ctx context.Context, stdio Stdio, f runFlags, argv []string) error {
+	opts, err := f.sandboxOptions(stdio)
+	if err != nil {
+		return err
+	}
+	spec, err := f.spec(argv)
+	if err != nil {
+		return err
+	}
+	sb, err := sandbox.Start(ctx, opts)
+	if err != nil {
+		if ctx.Err() != nil {
+			return exitError{code: 128 + int(syscall.SIGINT)}
+		}
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := sb.Close(cctx); err != nil {
+			fmt.Fprintf(stdio.Err, "airlock: %s\n", oneLine(err.Error()))
+		}
+	}()
+
+	streams := client.Stdio{Stdin: stdio.In, Stdout: stdio.Out, Stderr: stdio.Err}
+	if f.tty {
+		restore, resize := attachTerminal(stdio, &spec)
+		defer restore()
+		streams.Resize = resize
+	}
+	// The guest enforces the deadline; the host guard only catches a guest
+	// that does not.
+	ectx := ctx
+	if f.timeout > 0 {
+		var cancel context.CancelFunc
+		ectx, cancel = context.WithTimeout(ctx, f.timeout+30*time.Second)
+		defer cancel()
+	}
+	exit, err := sb.Agent().Exec(ectx, spec, streams)
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintln(stdio.Err, "airlock: interrupted; the task was killed")
+		return exitError{code: 128 + int(syscall.SIGINT)}
+	case err != nil:
+		switch status.Code(errors.Unwrap(err)) {
+		case codes.NotFound:
+			fmt.Fprintf(stdio.Err, "airlock: %s\n", status.Convert(errors.Unwrap(err)).Message())
+			return exitError{code: ExitNotFound}
+		case codes.PermissionDenied:
+			fmt.Fprintf(stdio.Err, "airlock: %s\n", status.Convert(errors.Unwrap(err)).Message())
+			return exitError{code: ExitNotRunnable}
+		case codes.InvalidArgument:
+			return errors.New(status.Convert(errors.Unwrap(err)).Message())
+		}
+		return err
+	case exit.TimedOut:
+		fmt.Fprintf(stdio.Err, "airlock: the task timed out after %s and was killed\n", f.timeout)
+		return exitError{code: ExitTimedOut}
+	}
+	if code := exit.ShellCode(); code != 0 {
+		return exitError{code: code}
+	}
+	return nil
+}
+
+func (f runFlags) sandboxOptions(stdio Stdio) (sandbox.Options, error) {
+	o := sandbox.Options{
+		ReadOnly: f.readOnly, CPUs: f.cpus, MemoryMiB: f.memory,
+		BootTimeout: f.bootTimeout, KernelArgs: f.kernelArgs, ConsoleLog: f.consoleLog,
+	}
+	if f.verbose {
+		o.Logger = slog.New(slog.NewTextHandler(stdio.Err, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	if f.cpus < 1 || f.cpus > 64 {
+		return o, fmt.Errorf("--cpus %d: choose between 1 and 64", f.cpus)
+	}
+	if f.memory < 256 || f.memory > 1<<20 {
+		return o, fmt.Errorf("--memory %d: choose at least 256 (MiB)", f.memory)
+	}
+	if f.workspace != "" {
+		host, err := workspace.Local(runtime.GOOS)
+		if err != nil {
+			return o, err
+		}
+		if o.Workspace, err = host.Validate(f.workspace); err != nil {
+			return o, err
+		}
+		o.UID, o.GID = workspace.Owner(o.Workspace)
+		if o.UID == 0 && !f.root && !f.readOnly {
+			fmt.Fprintf(stdio.Err, "airlock: note: %s is owned by root; the task runs as an unprivileged user and may not be able to write to it (use --root, or share a folder you own)\n", o.Workspace)
+			o.UID, o.GID = 0, 0
+		}
+	}
+	dirs := []string(nil)
+	if f.imageDir != "" {
+		dirs = []string{f.imageDir, f.imageDir + "/" + runtime.GOARCH}
+	}
+	img, err := sandbox.FindImage(dirs)
+	if err != nil {
+		return o, err
+	}
+	o.Image = img
+	if o.ConsoleLog == "" {
+		o.ConsoleLog = defaultConsoleLog()
+	}
+	return o, nil
+}
+
+func (f runFlags) spec(argv []string) (client.Spec, error) {
+	for _, kv := range f.env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return client.Spec{}, fmt.Errorf("--env %q: expected KEY=VALUE", kv)
+		}
+	}
+	if f.timeout < 0 {
+		return client.Spec{}, fmt.Errorf("--timeout %s: must be positive", f.timeout)
+	}
+	return client.Spec{
+		ID: newID(), Argv: argv, Env: f.env, Cwd: f.cwd, Root: f.root,
+		TTY: f.tty, Timeout: f.timeout,
+	}, nil
+}
+
+// attachTerminal puts a terminal stdin into raw mode and forwards window
+// size changes; it returns the function that restores the terminal.
+func attachTerminal(stdio Stdio, spec *client.Spec) (restore func(), resize <-chan client.Size) {
+	in, ok := stdio.In.(*os.File)
+	if !ok || !term.IsTerminal(int(in.Fd())) {
+		return func() {}, nil
+	}
+	fd := int(in.Fd())
+	if w, h, err := term.GetSize(fd); err == nil {
+		spec.Rows, spec.Cols = uint16(h), uint16(w)
+	}
+	old, err := term.MakeRaw(fd)
+	if err != nil {
+		return func() {}, nil
+	}
+	ch := make(chan client.Size, 1)
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-winch:
+				if w, h, err := term.GetSize(fd); err == nil {
+					select {
+					case ch <- client.Size{Rows: uint16(h), Cols: uint16(w)}:
+					default:
+					}
+				}
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(winch)
+		close(done)
+		_ = term.Restore(fd, old)
+	}, ch
+}
+
+func newID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// defaultConsoleLog is the per-user file the last run's console goes to.
+func defaultConsoleLog() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	dir += "/airlock"
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return ""
+	}
+	p := dir + "/console.log"
+	_ = os.Truncate(p, 0)
+	return p
+}

@@ -1,0 +1,246 @@
+// Package sandbox boots one guest for one workspace and hands out the agent
+// client: verify the image, start the machine, wait for the guest's readiness
+// message (never polling), set its clock, and shut it down in order. It is
+// the building block the CLI's one-shot `run` and the long-running session
+// service share.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/guest/client"
+	"github.com/airlock-sandbox/airlock/vm"
+)
+
+// ErrNotReady means the guest did not signal readiness in time.
+var ErrNotReady = errors.New("guest did not become ready")
+
+// Options configure a sandbox.
+type Options struct {
+	// Workspace is the canonical folder to share (see app/workspace), or "".
+	Workspace string
+	ReadOnly  bool
+	CPUs      int
+	MemoryMiB int
+	// Image is the verified guest image to boot.
+	Image Image
+	// RunDir is a private folder for runtime files; a temporary one is made
+	// (and removed on Close) when empty.
+	RunDir string
+	// ConsoleLog receives the guest's serial console; RunDir/console.log
+	// when empty.
+	ConsoleLog string
+	// BootTimeout bounds the wait for the guest's readiness message.
+	BootTimeout time.Duration
+	// KernelArgs are extra kernel command line words (debugging).
+	KernelArgs []string
+	// UID and GID of the guest's task user; zero means the defaults.
+	UID, GID uint32
+	Logger   *slog.Logger
+	// NewMachine creates the machine; nil means the platform's default.
+	NewMachine func(vm.Config) (vm.Machine, error)
+}
+
+// Defaults for Options fields left zero.
+const (
+	DefaultCPUs        = 2
+	DefaultMemoryMiB   = 1024
+	DefaultBootTimeout = 90 * time.Second
+)
+
+// Sandbox is a booted guest with a ready agent.
+type Sandbox struct {
+	m         vm.Machine
+	agent     *client.Client
+	ready     api.Ready
+	bootTime  time.Duration
+	runDir    string
+	ownRunDir bool
+	log       *slog.Logger
+}
+
+// Start boots a guest and waits until its agent is ready. On failure nothing
+// is left running.
+func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
+	if o.CPUs == 0 {
+		o.CPUs = DefaultCPUs
+	}
+	if o.MemoryMiB == 0 {
+		o.MemoryMiB = DefaultMemoryMiB
+	}
+	if o.BootTimeout == 0 {
+		o.BootTimeout = DefaultBootTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.NewMachine == nil {
+		o.NewMachine = defaultMachine
+	}
+	s := &Sandbox{runDir: o.RunDir, log: o.Logger}
+	if s.runDir == "" {
+		if s.runDir, err = os.MkdirTemp("", "airlock-run-"); err != nil {
+			return nil, fmt.Errorf("sandbox: runtime folder: %w", err)
+		}
+		s.ownRunDir = true
+	} else if err := os.MkdirAll(s.runDir, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox: runtime folder: %w", err)
+	}
+	defer func() {
+		if err != nil && s.ownRunDir {
+			os.RemoveAll(s.runDir)
+		}
+	}()
+	if o.ConsoleLog == "" {
+		o.ConsoleLog = filepath.Join(s.runDir, "console.log")
+	}
+	boot := api.BootConfig{UID: o.UID, GID: o.GID}
+	cfg := vm.Config{
+		Kernel: o.Image.Kernel, Initrd: o.Image.Initrd,
+		Cmdline: append(boot.Args(), o.KernelArgs...),
+		CPUs:    o.CPUs, MemoryMiB: o.MemoryMiB,
+		Dir: s.runDir, ConsoleLog: o.ConsoleLog, Logger: o.Logger,
+	}
+	if o.Workspace != "" {
+		cfg.Share = &vm.Share{HostPath: o.Workspace, ReadOnly: o.ReadOnly}
+	}
+	if s.m, err = o.NewMachine(cfg); err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	readyL, err := s.m.Listen(api.PortReady)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: listen for readiness: %w", err)
+	}
+	defer readyL.Close()
+	began := time.Now()
+	if err := s.m.Start(ctx); err != nil {
+		s.stopMachine()
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	if s.ready, err = s.awaitReady(ctx, readyL, o.BootTimeout); err != nil {
+		s.stopMachine()
+		return nil, err
+	}
+	s.bootTime = time.Since(began)
+	s.agent, err = client.New(func(ctx context.Context) (net.Conn, error) { return s.m.Dial(ctx, api.PortAgent) })
+	if err != nil {
+		s.stopMachine()
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.agent.SetTime(tctx, time.Now()); err != nil {
+		s.stopMachine()
+		return nil, fmt.Errorf("sandbox: guest agent does not answer after readiness: %w%s", err, consoleHint(o.ConsoleLog))
+	}
+	s.log.Info("guest ready", "boot", s.bootTime, "agent", s.ready.AgentVersion, "accel", s.m.Info().Accelerator)
+	return s, nil
+}
+
+// awaitReady waits for the guest's readiness message, the machine's exit,
+// the boot timeout or ctx, whichever comes first.
+func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.Duration) (api.Ready, error) {
+	type result struct {
+		r   api.Ready
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				got <- result{err: err}
+				return
+			}
+			// The guest is untrusted: bound the time and size of its message.
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			r, err := api.ReadReady(c)
+			c.Close()
+			if err != nil {
+				s.log.Warn("bad readiness message from guest", "err", err)
+				continue
+			}
+			got <- result{r: r}
+			return
+		}
+	}()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	exited := make(chan error, 1)
+	go func() { exited <- s.m.Wait(wctx) }()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	info := s.m.Info()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			return api.Ready{}, fmt.Errorf("sandbox: wait for readiness: %w", r.err)
+		}
+		return r.r, nil
+	case err := <-exited:
+		if ctx.Err() != nil {
+			return api.Ready{}, ctx.Err()
+		}
+		if err == nil {
+			err = errors.New("it powered off")
+		}
+		return api.Ready{}, fmt.Errorf("%w: the machine stopped during boot (%v)%s", ErrNotReady, err, consoleHint(info.ConsoleLog))
+	case <-timer.C:
+		return api.Ready{}, fmt.Errorf("%w within %s (accelerator %s)%s", ErrNotReady, timeout, info.Accelerator, consoleHint(info.ConsoleLog))
+	case <-ctx.Done():
+		return api.Ready{}, ctx.Err()
+	}
+}
+
+// Agent is the client of the guest agent.
+func (s *Sandbox) Agent() *client.Client { return s.agent }
+
+// Machine is the underlying machine.
+func (s *Sandbox) Machine() vm.Machine { return s.m }
+
+// Ready is what the guest reported when it became ready.
+func (s *Sandbox) Ready() api.Ready { return s.ready }
+
+// BootTime is the time from Start to the readiness message.
+func (s *Sandbox) BootTime() time.Duration { return s.bootTime }
+
+// Close shuts the guest down in order: the agent syncs and powers off; if it
+// does not within the grace period, the machine is stopped by force. Nothing
+// is left running when Close returns.
+func (s *Sandbox) Close(ctx context.Context) error {
+	if s.agent != nil {
+		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := s.agent.Shutdown(sctx, false)
+		cancel()
+		if err == nil {
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = s.m.Wait(wctx)
+			cancel()
+		} else {
+			s.log.Warn("guest agent did not accept shutdown; stopping the machine", "err", err)
+		}
+		s.agent.Close()
+	}
+	err := s.stopMachine()
+	if s.ownRunDir {
+		os.RemoveAll(s.runDir)
+	}
+	return err
+}
+
+func (s *Sandbox) stopMachine() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.m.Stop(ctx); err != nil {
+		return fmt.Errorf("sandbox: stop machine: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
+	"github.com/airlock-sandbox/airlock/vm"
+	"github.com/airlock-sandbox/airlock/vm/vmtest"
+	"google.golang.org/grpc"
+)
+
+// fakeAgent answers SetTime and Shutdown; Shutdown powers the fake guest off.
+type fakeAgent struct {
+	agentv1.UnimplementedAgentServer
+	off     chan struct{}
+	setTime atomic.Int64
+}
+
+func (a *fakeAgent) SetTime(_ context.Context, r *agentv1.SetTimeRequest) (*agentv1.SetTimeResponse, error) {
+	a.setTime.Store(r.UnixNanos)
+	return &agentv1.SetTimeResponse{}, nil
+}
+
+func (a *fakeAgent) Shutdown(context.Context, *agentv1.ShutdownRequest) (*agentv1.ShutdownResponse, error) {
+	close(a.off)
+	return &agentv1.ShutdownResponse{}, nil
+}
+
+// goodGuest serves a fake agent and signals readiness, like airlock-guest.
+func goodGuest(a *fakeAgent) func(context.Context, *vmtest.Guest) error {
+	return func(ctx context.Context, g *vmtest.Guest) error {
+		l, err := g.Listen(api.PortAgent)
+		if err != nil {
+			return err
+		}
+		srv := grpc.NewServer()
+		agentv1.RegisterAgentServer(srv, a)
+		go srv.Serve(l)
+		defer srv.Stop()
+		c, err := g.Dial(ctx, api.PortReady)
+		if err != nil {
+			return err
+		}
+		api.WriteReady(c, api.Ready{AgentVersion: "test", BootMillis: 5})
+		c.Close()
+		select {
+		case <-a.off:
+			return nil
+		case <-ctx.Done():
+			return errors.New("killed")
+		}
+	}
+}
+
+func startWith(t *testing.T, boot func(context.Context, *vmtest.Guest) error, timeout time.Duration) (*Sandbox, *vmtest.Machine, error) {
+	t.Helper()
+	var m *vmtest.Machine
+	dir := t.TempDir()
+	console := filepath.Join(dir, "console.log")
+	os.WriteFile(console, []byte("booting\nKernel panic - not syncing: test\n"), 0o644)
+	sb, err := Start(context.Background(), Options{
+		Image: Image{Kernel: "k", Initrd: "i"}, RunDir: dir, ConsoleLog: console, BootTimeout: timeout,
+		NewMachine: func(cfg vm.Config) (vm.Machine, error) { m = vmtest.New(cfg, boot); return m, nil },
+	})
+	return sb, m, err
+}
+
+func TestStartAndClose(t *testing.T) {
+	a := &fakeAgent{off: make(chan struct{})}
+	sb, m, err := startWith(t, goodGuest(a), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Ready().AgentVersion != "test" || a.setTime.Load() == 0 {
+		t.Fatalf("ready %+v, clock set %d", sb.Ready(), a.setTime.Load())
+	}
+	if err := sb.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := m.State(); s != vm.StateStopped {
+		t.Fatalf("after Close the machine is %s, want an orderly stop", s)
+	}
+}
+
+func TestStartNeverReady(t *testing.T) {
+	hang := func(ctx context.Context, g *vmtest.Guest) error { <-ctx.Done(); return ctx.Err() }
+	_, m, err := startWith(t, hang, 200*time.Millisecond)
+	if !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "within 200ms") || !strings.Contains(err.Error(), "Kernel panic") {
+		t.Fatalf("err = %v", err)
+	}
+	if !m.State().Final() {
+		t.Fatalf("machine left %s after a failed boot", m.State())
+	}
+}
+
+func TestStartGuestDiesDuringBoot(t *testing.T) {
+	die := func(context.Context, *vmtest.Guest) error { return errors.New("exit status 1") }
+	_, _, err := startWith(t, die, time.Minute)
+	if !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "stopped during boot") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestStartHostileReady: garbage and oversized readiness messages are
+// rejected without harm; the guest that then behaves still boots.
+func TestStartHostileReady(t *testing.T) {
+	a := &fakeAgent{off: make(chan struct{})}
+	good := goodGuest(a)
+	boot := func(ctx context.Context, g *vmtest.Guest) error {
+		for _, junk := range []string{"not json", strings.Repeat("x", 1<<20)} {
+			c, err := g.Dial(ctx, api.PortReady)
+			if err != nil {
+				return err
+			}
+			go func() { c.Write([]byte(junk)); c.Close() }()
+		}
+		return good(ctx, g)
+	}
+	sb, _, err := startWith(t, boot, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Close(context.Background())
+}
+
+// TestCloseForcesAStuckGuest: a guest that ignores shutdown is stopped anyway.
+func TestCloseForcesAStuckGuest(t *testing.T) {
+	a := &fakeAgent{off: make(chan struct{})}
+	boot := func(ctx context.Context, g *vmtest.Guest) error {
+		l, _ := g.Listen(api.PortAgent)
+		srv := grpc.NewServer()
+		agentv1.RegisterAgentServer(srv, stuck{a})
+		go srv.Serve(l)
+		defer srv.Stop()
+		c, _ := g.Dial(ctx, api.PortReady)
+		api.WriteReady(c, api.Ready{AgentVersion: "stuck"})
+		c.Close()
+		<-ctx.Done()
+		return nil
+	}
+	sb, m, err := startWith(t, boot, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Close(context.Background())
+	if !m.State().Final() {
+		t.Fatalf("stuck guest left %s", m.State())
+	}
+}
+
+type stuck struct{ *fakeAgent }
+
+func (stuck) Shutdown(ctx context.Context, _ *agentv1.ShutdownRequest) (*agentv1.ShutdownResponse, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+

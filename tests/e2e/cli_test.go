@@ -1,0 +1,170 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// airlock runs the CLI and returns its exit code, stdout and stderr.
+func airlock(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(airlockBin, args...)
+	cmd.Env = append(os.Environ(), "AIRLOCK_IMAGE_DIR="+imageRoot)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run airlock: %v", err)
+	}
+	return code, out.String(), errOut.String()
+}
+
+// TestRunTheIssueExample is the walking skeleton's promise, through the CLI:
+// a real VM, stdin, separate streams, the workspace, the exit code.
+func TestRunTheIssueExample(t *testing.T) {
+	ws := newWorkspace(t)
+	os.WriteFile(filepath.Join(ws, "report.md"), []byte("q3\n"), 0o644)
+	console := filepath.Join(t.TempDir(), "console.log")
+	code, out, errOut := airlock(t, "hi\n", "run", "--workspace", ws, "--console-log", console, "--",
+		"sh", "-c", "ls /workspace; echo done > /workspace/out.txt; cat; echo oops >&2; exit 7")
+	if code != 7 {
+		t.Fatalf("exit code %d, want 7 (stderr %q)", code, errOut)
+	}
+	if out != "report.md\nhi\n" || !strings.Contains(errOut, "oops") || strings.Contains(out, "oops") {
+		t.Fatalf("stdout %q stderr %q", out, errOut)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "out.txt")); err != nil || string(b) != "done\n" {
+		t.Fatalf("out.txt on the host: %q %v", b, err)
+	}
+	if l := leftovers(console); l != "" {
+		t.Fatalf("processes left behind: %s", l)
+	}
+}
+
+func TestRunStdinPipe(t *testing.T) {
+	code, out, errOut := airlock(t, "hi\n", "run", "--", "cat")
+	if code != 0 || out != "hi\n" {
+		t.Fatalf("echo hi | airlock run -- cat: code %d out %q err %q", code, out, errOut)
+	}
+}
+
+func TestRunExitCodes(t *testing.T) {
+	code, _, errOut := airlock(t, "", "run", "--", "no-such-command")
+	if code != 127 || !strings.Contains(errOut, "no-such-command") {
+		t.Fatalf("missing command: code %d stderr %q", code, errOut)
+	}
+	code, _, errOut = airlock(t, "", "run", "--timeout", "2s", "--", "sleep", "600")
+	if code != 124 || !strings.Contains(errOut, "timed out") {
+		t.Fatalf("timeout: code %d stderr %q", code, errOut)
+	}
+}
+
+func TestRunReadOnly(t *testing.T) {
+	ws := newWorkspace(t)
+	os.WriteFile(filepath.Join(ws, "in.txt"), []byte("keep me\n"), 0o644)
+	code, out, errOut := airlock(t, "", "run", "--read-only", "--workspace", ws, "--",
+		"sh", "-c", "cat /workspace/in.txt; echo x > /workspace/new.txt")
+	if code == 0 || out != "keep me\n" || !strings.Contains(strings.ToLower(errOut), "read-only") {
+		t.Fatalf("write in read-only mode: code %d out %q err %q", code, out, errOut)
+	}
+	// Even root in the guest cannot get around it: the host enforces it.
+	code, _, errOut = airlock(t, "", "run", "--read-only", "--root", "--workspace", ws, "--",
+		"sh", "-c", "mount -o remount,rw /workspace; echo x > /workspace/new.txt; rm /workspace/in.txt")
+	if code == 0 {
+		t.Fatalf("root wrote to a read-only workspace (stderr %q)", errOut)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "new.txt")); err == nil {
+		t.Fatalf("new.txt appeared on the host")
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "in.txt")); string(b) != "keep me\n" {
+		t.Fatalf("in.txt changed: %q", b)
+	}
+}
+
+func TestRunRefusesBadWorkspaces(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "notes.txt")
+	os.WriteFile(file, []byte("x"), 0o644)
+	home, _ := os.UserHomeDir()
+	tests := []struct{ dir, want string }{
+		{"/", "root of the file system"},
+		{home, "home folder"},
+		{"/etc", "system folder"},
+		{file, "is a file"},
+		{filepath.Join(t.TempDir(), "missing"), "does not exist"},
+	}
+	for _, tt := range tests {
+		code, out, errOut := airlock(t, "", "run", "--workspace", tt.dir, "--", "true")
+		if code != 125 || out != "" || !strings.Contains(errOut, tt.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+			t.Errorf("--workspace %s: code %d stderr %q, want 125 and one line saying %q", tt.dir, code, errOut, tt.want)
+		}
+	}
+	code, _, errOut := airlock(t, "", "run", "--image-dir", t.TempDir(), "--", "true")
+	if code != 125 || !strings.Contains(errOut, "make image") {
+		t.Errorf("missing image: code %d stderr %q", code, errOut)
+	}
+}
+
+// TestRunNeverReady boots a guest whose init never signals readiness: the
+// CLI must give up within its boot timeout with a clear error and leave no
+// QEMU behind.
+func TestRunNeverReady(t *testing.T) {
+	console := filepath.Join(t.TempDir(), "console.log")
+	began := time.Now()
+	code, _, errOut := airlock(t, "", "run", "--boot-timeout", "10s", "--console-log", console,
+		"--kernel-arg", "rdinit=/bin/busybox", "--kernel-arg", "--", "--kernel-arg", "sh", "--kernel-arg", "-c",
+		"--kernel-arg", `"sleep 600"`, "--", "true")
+	if code != 125 || !strings.Contains(errOut, "did not become ready within 10s") {
+		t.Fatalf("never-ready guest: code %d stderr %q", code, errOut)
+	}
+	if d := time.Since(began); d > 90*time.Second {
+		t.Fatalf("gave up only after %s", d)
+	}
+	if l := leftovers(console); l != "" {
+		t.Fatalf("processes left behind: %s", l)
+	}
+}
+
+// TestRunCtrlC interrupts a running task: the task is killed, the VM shut
+// down, no QEMU left, exit code 130.
+func TestRunCtrlC(t *testing.T) {
+	console := filepath.Join(t.TempDir(), "console.log")
+	cmd := exec.Command(airlockBin, "run", "--console-log", console, "--", "sh", "-c", "echo started; sleep 600")
+	cmd.Env = append(os.Environ(), "AIRLOCK_IMAGE_DIR="+imageRoot)
+	stdout, _ := cmd.StdoutPipe()
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "started\n" {
+		cmd.Process.Kill()
+		t.Fatalf("task did not start: %q %v %s", line, err, errOut.String())
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Fatalf("after Ctrl-C: %v (stderr %q)", err, errOut.String())
+	}
+	if l := leftovers(console); l != "" {
+		t.Fatalf("processes left behind: %s", l)
+	}
+}

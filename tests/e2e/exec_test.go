@@ -1,0 +1,291 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/guest/client"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+type result struct {
+	exit           client.Exit
+	stdout, stderr string
+}
+
+// sh runs a shell command on the shared VM and returns what it printed.
+func sh(t *testing.T, spec client.Spec, stdin io.Reader) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	exit, err := shared.Agent().Exec(ctx, spec, client.Stdio{Stdin: stdin, Stdout: &out, Stderr: &errOut})
+	if err != nil {
+		t.Fatalf("exec %v %q: %v (stderr %q)", spec.Argv, spec.Shell, err, errOut.String())
+	}
+	return result{exit, out.String(), errOut.String()}
+}
+
+func shell(cmd string) client.Spec { return client.Spec{Argv: []string{"sh", "-c", cmd}} }
+
+func TestExitCodes(t *testing.T) {
+	tests := []struct {
+		cmd       string
+		code, sig int
+		shellCode int
+	}{
+		{"true", 0, 0, 0},
+		{"exit 3", 3, 0, 3},
+		{"exit 255", 255, 0, 255},
+		{"kill -TERM $$", 0, 15, 143},
+		{"kill -KILL $$", 0, 9, 137},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cmd, func(t *testing.T) {
+			r := sh(t, shell(tt.cmd), nil)
+			if r.exit.Code != tt.code || r.exit.Signal != tt.sig || r.exit.ShellCode() != tt.shellCode {
+				t.Fatalf("%q: exit %+v, want code %d signal %d", tt.cmd, r.exit, tt.code, tt.sig)
+			}
+		})
+	}
+}
+
+func TestShellStringAndArgv(t *testing.T) {
+	r := sh(t, client.Spec{Shell: `echo "$((6*7))"`}, nil)
+	if r.stdout != "42\n" {
+		t.Fatalf("shell string: %q", r.stdout)
+	}
+	r = sh(t, client.Spec{Argv: []string{"echo", "a b", "$HOME"}}, nil)
+	if r.stdout != "a b $HOME\n" {
+		t.Fatalf("argv is not shell-expanded: %q", r.stdout)
+	}
+}
+
+func TestStdoutStderrSeparate(t *testing.T) {
+	r := sh(t, shell("for i in 1 2 3; do echo out$i; echo err$i >&2; done"), nil)
+	if r.stdout != "out1\nout2\nout3\n" || r.stderr != "err1\nerr2\nerr3\n" {
+		t.Fatalf("stdout %q stderr %q", r.stdout, r.stderr)
+	}
+}
+
+func TestStdin(t *testing.T) {
+	data := make([]byte, 3<<20)
+	_, _ = rand.Read(data)
+	sum := sha256.Sum256(data)
+	r := sh(t, shell("sha256sum | cut -d' ' -f1"), bytes.NewReader(data))
+	if strings.TrimSpace(r.stdout) != hex.EncodeToString(sum[:]) {
+		t.Fatalf("stdin arrived changed: guest sha256 %q", r.stdout)
+	}
+	// Without stdin the task reads /dev/null and does not hang.
+	r = sh(t, client.Spec{Argv: []string{"cat"}}, nil)
+	if r.exit.Code != 0 || r.stdout != "" {
+		t.Fatalf("cat without stdin: %+v %q", r.exit, r.stdout)
+	}
+}
+
+func TestLargeOutputByteExact(t *testing.T) {
+	const size = 100 << 20
+	r := sh(t, shell("head -c 104857600 /dev/urandom > /tmp/big && sha256sum /tmp/big | cut -d' ' -f1"), nil)
+	want := strings.TrimSpace(r.stdout)
+	if r.exit.Code != 0 || len(want) != 64 {
+		t.Fatalf("make the file: %+v %q %q", r.exit, r.stdout, r.stderr)
+	}
+	h := sha256.New()
+	n := &countWriter{w: h}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	began := time.Now()
+	exit, err := shared.Agent().Exec(ctx, shell("cat /tmp/big; rm /tmp/big"), client.Stdio{Stdout: n})
+	if err != nil || exit.Code != 0 {
+		t.Fatalf("cat: %+v %v", exit, err)
+	}
+	if n.n != size || hex.EncodeToString(h.Sum(nil)) != want {
+		t.Fatalf("got %d bytes with sha256 %x, want %d bytes with %s", n.n, h.Sum(nil), size, want)
+	}
+	t.Logf("100 MiB of stdout in %s (%.1f MiB/s)", time.Since(began).Round(time.Millisecond), 100/time.Since(began).Seconds())
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return c.w.Write(p) }
+
+func TestWorkspaceFilesBothWays(t *testing.T) {
+	in := make([]byte, 1<<20)
+	_, _ = rand.Read(in)
+	if err := os.WriteFile(filepath.Join(sharedWS, "in.bin"), in, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(in)
+	r := sh(t, shell("sha256sum /workspace/in.bin | cut -d' ' -f1; head -c 1048576 /dev/urandom > /workspace/out.bin; sha256sum /workspace/out.bin | cut -d' ' -f1; pwd"), nil)
+	lines := strings.Fields(r.stdout)
+	if len(lines) != 3 || lines[0] != hex.EncodeToString(sum[:]) {
+		t.Fatalf("host→guest: %q (stderr %q)", r.stdout, r.stderr)
+	}
+	if lines[2] != "/workspace" {
+		t.Fatalf("default cwd %q, want /workspace", lines[2])
+	}
+	out, err := os.ReadFile(filepath.Join(sharedWS, "out.bin"))
+	if err != nil {
+		t.Fatalf("guest→host: %v", err)
+	}
+	got := sha256.Sum256(out)
+	if hex.EncodeToString(got[:]) != lines[1] {
+		t.Fatalf("guest→host: file differs")
+	}
+	fi, _ := os.Stat(filepath.Join(sharedWS, "out.bin"))
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && os.Getuid() == 0 && st.Uid != 1000 {
+		t.Fatalf("a file the task wrote belongs to uid %d on the host, want the folder owner 1000", st.Uid)
+	}
+	// Nothing but the workspace is shared: the host's other folders are not there.
+	r = sh(t, shell("ls /workspace"), nil)
+	if r.stdout != "in.bin\nout.bin\n" {
+		t.Fatalf("workspace listing: %q", r.stdout)
+	}
+	r = sh(t, shell("grep -c ' /workspace ' /proc/mounts; grep -cE ' (virtiofs|9p) ' /proc/mounts"), nil)
+	if r.stdout != "1\n1\n" {
+		t.Fatalf("one shared mount expected: %q", r.stdout)
+	}
+}
+
+func TestUnprivilegedByDefault(t *testing.T) {
+	r := sh(t, shell("id -u; id -g; grep NoNewPrivs /proc/self/status | tr -d ' \t'"), nil)
+	if r.stdout != "1000\n1000\nNoNewPrivs:1\n" {
+		t.Fatalf("default task identity: %q", r.stdout)
+	}
+	r = sh(t, client.Spec{Argv: []string{"id", "-u"}, Root: true}, nil)
+	if r.stdout != "0\n" {
+		t.Fatalf("--root task: %q", r.stdout)
+	}
+	// The unprivileged user cannot become root or write system files.
+	r = sh(t, shell("echo x > /etc/passwd"), nil)
+	if r.exit.Code == 0 {
+		t.Fatalf("uid 1000 wrote /etc/passwd")
+	}
+}
+
+func TestEnvAndCwd(t *testing.T) {
+	r := sh(t, client.Spec{Argv: []string{"sh", "-c", "echo $GREETING; pwd; echo $HOME"}, Env: []string{"GREETING=hello there"}, Cwd: "/tmp"}, nil)
+	if r.stdout != "hello there\n/tmp\n/home/agent\n" {
+		t.Fatalf("env/cwd: %q", r.stdout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := shared.Agent().Exec(ctx, client.Spec{Argv: []string{"true"}, Cwd: "/nonexistent"}, client.Stdio{})
+	if status.Code(errors.Unwrap(err)) != codes.InvalidArgument {
+		t.Fatalf("bad cwd: %v", err)
+	}
+	_, err = shared.Agent().Exec(ctx, client.Spec{Argv: []string{"no-such-command"}}, client.Stdio{})
+	if status.Code(errors.Unwrap(err)) != codes.NotFound {
+		t.Fatalf("missing command: %v", err)
+	}
+}
+
+// TestKillProcessTree cancels a task whose tree includes a daemonised
+// grandchild and checks the whole tree is gone.
+func TestKillProcessTree(t *testing.T) {
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := shared.Agent().Exec(ctx, shell("sleep 1001 & setsid sh -c 'sleep 1002' & echo ready; wait"), client.Stdio{Stdout: pw})
+		pw.Close()
+		done <- err
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("task did not start: %q %v", line, err)
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatalf("cancelled exec returned no error")
+	}
+	go io.Copy(io.Discard, pr)
+	waitGone(t, "sleep 100[12]")
+
+	// An explicit signal reaches the whole group and ends the task with it.
+	sig := make(chan int, 1)
+	sig <- 15
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel2()
+	exit, err := shared.Agent().Exec(ctx2, shell("sleep 1003 & sleep 1004; echo survived"), client.Stdio{Signal: sig})
+	if err != nil || exit.Signal != 15 {
+		t.Fatalf("signalled task: %+v %v", exit, err)
+	}
+	waitGone(t, "sleep 100[34]")
+}
+
+// waitGone waits until no guest process matches pattern (bounded).
+func waitGone(t *testing.T, pattern string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		r := sh(t, client.Spec{Argv: []string{"sh", "-c", "ps -o args | grep -v grep | grep -c '" + pattern + "' || true"}, Root: true}, nil)
+		if strings.TrimSpace(r.stdout) == "0" {
+			return
+		}
+		if i == 50 {
+			t.Fatalf("processes matching %q survived their task", pattern)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestDeadline(t *testing.T) {
+	r := sh(t, client.Spec{Argv: []string{"sh", "-c", "sleep 1005 & sleep 1006"}, Timeout: 2 * time.Second}, nil)
+	if !r.exit.TimedOut {
+		t.Fatalf("task past its deadline: %+v", r.exit)
+	}
+	waitGone(t, "sleep 100[56]")
+}
+
+func TestTTY(t *testing.T) {
+	r := sh(t, client.Spec{Argv: []string{"sh", "-c", "tty; stty size; echo err >&2"}, TTY: true, Rows: 40, Cols: 100}, nil)
+	if !strings.Contains(r.stdout, "/dev/pts/") || !strings.Contains(r.stdout, "40 100") || !strings.Contains(r.stdout, "err") {
+		t.Fatalf("tty task output %q", r.stdout)
+	}
+	resize := make(chan client.Size, 1)
+	resize <- client.Size{Rows: 50, Cols: 132}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	_, err := shared.Agent().Exec(ctx, client.Spec{Argv: []string{"sh", "-c", "sleep 1; stty size"}, TTY: true, Rows: 24, Cols: 80},
+		client.Stdio{Stdout: &out, Resize: resize})
+	if err != nil || !strings.Contains(out.String(), "50 132") {
+		t.Fatalf("resize: %q %v", out.String(), err)
+	}
+}
+
+func TestGuestInfo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	info, err := shared.Agent().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(info.Kernel, "6.") || info.MemoryTotalBytes == 0 || info.UptimeMs <= 0 || info.WorkspaceFs == "" {
+		t.Fatalf("info: %+v", info)
+	}
+	t.Logf("guest: %+v", info)
+	// No network interface but loopback.
+	r := sh(t, shell("ls /sys/class/net"), nil)
+	if strings.TrimSpace(r.stdout) != "lo" {
+		t.Fatalf("guest network interfaces: %q", r.stdout)
+	}
+}

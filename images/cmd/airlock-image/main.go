@@ -1,0 +1,93 @@
+// Command airlock-image builds Airlock's guest images (kernel, initramfs and
+// manifest.json) for amd64 and arm64 from Debian packages and the guest
+// agent's source. It runs on a Debian host with apt; see package builder.
+//
+//	go run ./images/cmd/airlock-image -arch all
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/images/builder"
+)
+
+func main() {
+	arch := flag.String("arch", runtime.GOARCH, "guest architecture: amd64, arm64 or all")
+	out := flag.String("out", filepath.Join("images", "out"), "output folder; artifacts go to <out>/<arch>/")
+	cache := flag.String("cache", "", "folder for downloaded .deb files (default <out>/cache)")
+	src := flag.String("guest-src", ".", "module root the guest agent is built from")
+	quiet := flag.Bool("q", false, "print only the summary")
+	flag.Parse()
+
+	if err := run(*arch, *out, *cache, *src, *quiet); err != nil {
+		fmt.Fprintln(os.Stderr, "airlock-image:", err)
+		os.Exit(1)
+	}
+}
+
+func run(arch, out, cache, src string, quiet bool) error {
+	arches := []string{arch}
+	if arch == "all" {
+		arches = []string{"amd64", "arm64"}
+	}
+	if cache == "" {
+		cache = filepath.Join(out, "cache")
+	}
+	var err error
+	if out, err = filepath.Abs(out); err != nil {
+		return err
+	}
+	if cache, err = filepath.Abs(cache); err != nil {
+		return err
+	}
+	if src, err = filepath.Abs(src); err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if quiet {
+		level = slog.LevelWarn
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{
+		Level: level,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	start := time.Now()
+	results, err := builder.Build(ctx, builder.Options{
+		Arches: arches, OutDir: out, CacheDir: cache, GuestSrc: src, Logger: log,
+	})
+	for _, r := range results {
+		m := r.Manifest
+		state := "built"
+		if r.UpToDate {
+			state = "up to date"
+		}
+		fmt.Printf("%s: %s in %s (kernel %s, %d modules)\n", r.Arch, state, r.Took.Round(10*time.Millisecond), m.KernelVersion, len(m.Modules))
+		if len(r.Downloaded) > 0 {
+			fmt.Printf("  downloaded %v into %s\n", r.Downloaded, cache)
+		}
+		for _, a := range m.Artifacts {
+			fmt.Printf("  %-50s %6.1f MiB  sha256 %s\n", filepath.Join(r.Dir, a.Name), float64(a.Size)/(1<<20), a.SHA256[:16])
+		}
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("done in %s\n", time.Since(start).Round(10*time.Millisecond))
+	return nil
+}

@@ -1,0 +1,324 @@
+//go:build linux
+
+package agent
+
+import (
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
+)
+
+const (
+	chunkSize = 32 << 10
+	// stdinQueue bounds stdin chunks waiting for the task to read them;
+	// beyond it the receive loop, and so the host, waits.
+	stdinQueue = 8
+	// drainGrace is how long output is still read after the main process
+	// exited, before what the task left behind is killed.
+	drainGrace = 250 * time.Millisecond
+	// killGrace separates SIGTERM and SIGKILL at a task's deadline.
+	killGrace = 2 * time.Second
+	// closeGrace bounds waiting for output pipes after the kill; a pipe
+	// still open then was passed outside the task and is closed under it.
+	closeGrace = 2 * time.Second
+)
+
+// ctrlD ends a line discipline's input: with a terminal, close_stdin sends
+// it instead of closing the PTY, which would hang up the task.
+var ctrlD = []byte{4}
+
+// Exec runs one task. See agentv1.AgentServer.
+func (s *Server) Exec(stream agentv1.Agent_ExecServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	start := first.GetStart()
+	if start == nil {
+		return status.Error(codes.InvalidArgument, "exec: the first message must be start")
+	}
+	if s.tasks.Add(1) > maxTasks {
+		s.tasks.Add(-1)
+		return status.Errorf(codes.ResourceExhausted, "exec: more than %d tasks running", maxTasks)
+	}
+	defer s.tasks.Add(-1)
+
+	sp, err := s.prepare(start)
+	if err != nil {
+		return err
+	}
+	p, err := s.start(sp)
+	if err != nil {
+		if _, ok := status.FromError(err); !ok {
+			err = execError(sp.argv[0], err)
+		}
+		return err
+	}
+	log := s.log.With("task", sp.id, "pid", p.pgid)
+	log.Debug("task started", "path", sp.path, "root", sp.root, "tty", sp.tty)
+	t := &task{Server: s, sp: sp, p: p, stream: stream, started: time.Now()}
+	exit, err := t.run()
+	log.Debug("task ended", "code", exit.GetCode(), "signal", exit.GetSignal(), "timed_out", exit.GetTimedOut(), "err", err)
+	return err
+}
+
+// task is one running Exec.
+type task struct {
+	*Server
+	sp      *spec
+	p       *process
+	stream  agentv1.Agent_ExecServer
+	started time.Time
+
+	mu     sync.Mutex
+	reaped bool // the main process is gone: its pgid may be reused
+}
+
+type waitResult struct {
+	st  *os.ProcessState
+	err error
+}
+
+type stdinItem struct {
+	data  []byte
+	close bool
+}
+
+// run streams the task until its main process exits and its tree is gone,
+// then sends Exit. Every goroutine it starts has ended when it returns,
+// except the receive loop, which ends when the RPC does.
+func (t *task) run() (*agentv1.Exit, error) {
+	ctx := t.stream.Context()
+	done := make(chan struct{}) // closed when the task is over
+	events := make(chan *agentv1.ExecEvent, 16)
+	var sendErr error
+	sent := make(chan struct{})
+	go func() { // the only caller of stream.Send
+		defer close(sent)
+		for ev := range events {
+			if sendErr == nil {
+				sendErr = t.stream.Send(ev)
+			}
+		}
+	}()
+	events <- &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Started{Started: &agentv1.Started{Pid: int32(t.p.pgid)}}}
+
+	var readers sync.WaitGroup
+	readers.Add(1)
+	go t.readOutput(&readers, t.p.stdout, events, false)
+	if t.p.stderr != nil {
+		readers.Add(1)
+		go t.readOutput(&readers, t.p.stderr, events, true)
+	}
+	readersDone := make(chan struct{})
+	go func() { readers.Wait(); close(readersDone) }()
+
+	var stdinQ chan stdinItem
+	var writer sync.WaitGroup
+	if t.p.stdin != nil {
+		stdinQ = make(chan stdinItem, stdinQueue)
+		writer.Add(1)
+		go t.writeStdin(&writer, stdinQ, done)
+	}
+	go t.receive(stdinQ, done)
+
+	waited := make(chan waitResult, 1)
+	go func() {
+		st, err := t.p.cmd.Process.Wait()
+		t.mu.Lock()
+		t.reaped = true
+		t.mu.Unlock()
+		waited <- waitResult{st, err}
+	}()
+
+	var deadline, grace <-chan time.Time
+	if t.sp.timeout > 0 {
+		tm := time.NewTimer(t.sp.timeout)
+		defer tm.Stop()
+		deadline = tm.C
+	}
+	timedOut := false
+	ctxDone := ctx.Done()
+	var res *waitResult
+	for res == nil {
+		select {
+		case r := <-waited:
+			res = &r
+		case <-ctxDone:
+			ctxDone = nil
+			t.p.killTree()
+		case <-deadline:
+			deadline, timedOut = nil, true
+			t.signal(syscall.SIGTERM)
+			gt := time.NewTimer(killGrace)
+			defer gt.Stop()
+			grace = gt.C
+		case <-grace:
+			grace = nil
+			t.p.killTree()
+		}
+	}
+	elapsed := time.Since(t.started)
+
+	// The main process is gone. Let its output drain, then end what it
+	// left behind: that also closes the pipes the leftovers held.
+	select {
+	case <-readersDone:
+	case <-time.After(drainGrace):
+	}
+	t.p.killTree()
+	select {
+	case <-readersDone:
+	case <-time.After(closeGrace):
+		t.log.Warn("task output still open after kill; closing it", "task", t.sp.id)
+	}
+	t.p.stdout.Close() // unblocks a reader still going
+	if t.p.stderr != nil {
+		t.p.stderr.Close()
+	}
+	<-readersDone
+	close(done)
+	if t.p.stdin != nil && t.p.stdin != t.p.pty {
+		t.p.stdin.Close() // unblocks a write to a pipe nobody reads
+	}
+	writer.Wait()
+	if t.p.cg != nil {
+		if err := t.p.cg.remove(); err != nil {
+			t.log.Warn("task cgroup", "task", t.sp.id, "err", err)
+		}
+	}
+
+	exit := &agentv1.Exit{TimedOut: timedOut, DurationMs: elapsed.Milliseconds(), Code: -1}
+	if res.err != nil {
+		t.log.Error("wait for task", "task", t.sp.id, "err", res.err)
+	} else if ws, ok := res.st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		exit.Code, exit.Signal = 0, int32(ws.Signal())
+	} else {
+		exit.Code = int32(res.st.ExitCode())
+	}
+	events <- &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: exit}}
+	close(events)
+	<-sent
+	return exit, sendErr
+}
+
+// readOutput sends what f yields as events until EOF or error. A PTY
+// master reports EIO once the last terminal user is gone: that is its EOF.
+func (t *task) readOutput(wg *sync.WaitGroup, f *os.File, events chan<- *agentv1.ExecEvent, stderr bool) {
+	defer wg.Done()
+	for {
+		buf := make([]byte, chunkSize)
+		n, err := f.Read(buf)
+		if n > 0 {
+			ev := &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stdout{Stdout: buf[:n]}}
+			if stderr {
+				ev = &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stderr{Stderr: buf[:n]}}
+			}
+			events <- ev
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// writeStdin feeds the task's stdin from q. After a write error (the task
+// closed its stdin) it keeps draining q so the receive loop never blocks.
+func (t *task) writeStdin(wg *sync.WaitGroup, q <-chan stdinItem, done <-chan struct{}) {
+	defer wg.Done()
+	w := t.p.stdin
+	broken := false
+	for {
+		select {
+		case <-done:
+			return
+		case it := <-q:
+			switch {
+			case broken:
+			case it.close && w == t.p.pty:
+				_, _ = w.Write(ctrlD)
+			case it.close:
+				w.Close()
+				broken = true
+			default:
+				if _, err := w.Write(it.data); err != nil {
+					broken = true
+				}
+			}
+		}
+	}
+}
+
+// receive handles the host's messages after start until the RPC ends. The
+// host half-closing the stream means no more stdin can come: stdin is closed.
+func (t *task) receive(q chan<- stdinItem, done <-chan struct{}) {
+	push := func(it stdinItem) bool {
+		if q == nil {
+			return true // stdin was not asked for: ignore
+		}
+		select {
+		case q <- it:
+			return true
+		case <-done:
+			return false
+		}
+	}
+	for {
+		req, err := t.stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				push(stdinItem{close: true})
+			}
+			return
+		}
+		switch m := req.GetMsg().(type) {
+		case *agentv1.ExecRequest_Stdin:
+			if len(m.Stdin) > 0 && !push(stdinItem{data: m.Stdin}) {
+				return
+			}
+		case *agentv1.ExecRequest_CloseStdin:
+			if m.CloseStdin && !push(stdinItem{close: true}) {
+				return
+			}
+		case *agentv1.ExecRequest_Signal:
+			if m.Signal >= 1 && m.Signal <= 64 {
+				t.signal(syscall.Signal(m.Signal))
+			} else {
+				t.log.Debug("ignoring bad signal", "task", t.sp.id, "signal", m.Signal)
+			}
+		case *agentv1.ExecRequest_Resize:
+			t.resize(m.Resize.GetRows(), m.Resize.GetCols())
+		}
+	}
+}
+
+// signal sends sig to the task's process group while its leader exists;
+// after that the pgid could name someone else's group.
+func (t *task) signal(sig syscall.Signal) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.reaped {
+		t.p.signalGroup(sig)
+	}
+}
+
+func (t *task) resize(rows, cols uint32) {
+	if t.p.pty == nil || rows == 0 || cols == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.reaped {
+		return // the PTY may be closed by now
+	}
+	_ = pty.Setsize(t.p.pty, &pty.Winsize{Rows: uint16(min(rows, maxTermDim)), Cols: uint16(min(cols, maxTermDim))})
+}

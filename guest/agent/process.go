@@ -1,0 +1,167 @@
+//go:build linux
+
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+// RestrictPrivileges sets no_new_privs on every thread of the agent, so no
+// task can gain privileges through setuid binaries or file capabilities.
+// Without cgo the Go runtime applies it to all threads; with cgo (tests) it
+// is applied per spawn in start, which is what the tasks inherit.
+func RestrictPrivileges() error {
+	_, _, errno := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
+	if errno == 0 {
+		return nil
+	}
+	if errno != syscall.ENOTSUP {
+		return fmt.Errorf("agent: prctl(PR_SET_NO_NEW_PRIVS): %w", errno)
+	}
+	return unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+}
+
+// process is a started task: its main process and the parent's ends of its
+// stdio.
+type process struct {
+	cmd    *exec.Cmd
+	pgid   int
+	cg     *cgroup  // nil without cgroups
+	stdin  *os.File // write end; nil when stdin is /dev/null
+	stdout *os.File // read end; the PTY master with a terminal
+	stderr *os.File // read end; nil with a terminal
+	pty    *os.File // the PTY master, for resizes; nil without a terminal
+}
+
+// start starts sp in its own process group (or session), in its own cgroup.
+// On error nothing is left behind.
+func (s *Server) start(sp *spec) (_ *process, err error) {
+	p := &process{}
+	var closeOnErr, childEnds []*os.File
+	defer func() {
+		for _, f := range childEnds {
+			f.Close()
+		}
+		if err != nil {
+			for _, f := range closeOnErr {
+				f.Close()
+			}
+			if p.cg != nil {
+				_ = p.cg.remove()
+			}
+		}
+	}()
+
+	cmd := &exec.Cmd{Path: sp.path, Args: sp.argv, Env: sp.env, Dir: sp.dir}
+	attr := &syscall.SysProcAttr{}
+	if !sp.root {
+		// Groups empty (not nil) clears the supplementary groups.
+		attr.Credential = &syscall.Credential{Uid: s.cfg.UID, Gid: s.cfg.GID, Groups: []uint32{}}
+	}
+	if s.cgroups != nil {
+		cg, cerr := s.cgroups.create()
+		if cerr != nil {
+			s.log.Warn("task without cgroup", "err", cerr)
+		} else {
+			p.cg = cg
+			attr.UseCgroupFD, attr.CgroupFD = true, cg.fd
+		}
+	}
+
+	if sp.tty {
+		ptmx, tty, perr := pty.Open()
+		if perr != nil {
+			return nil, fmt.Errorf("open pty: %w", perr)
+		}
+		closeOnErr = append(closeOnErr, ptmx)
+		childEnds = append(childEnds, tty)
+		if err := pty.Setsize(ptmx, &pty.Winsize{Rows: sp.rows, Cols: sp.cols}); err != nil {
+			return nil, fmt.Errorf("pty size: %w", err)
+		}
+		if !sp.root {
+			// Programs that reopen their terminal by name need to own it.
+			_ = os.Chown(tty.Name(), int(s.cfg.UID), int(s.cfg.GID))
+		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
+		p.pty, p.stdout = ptmx, ptmx
+		if sp.stdin {
+			p.stdin = ptmx
+		}
+	} else {
+		attr.Setpgid = true
+		if sp.stdin {
+			r, w, perr := os.Pipe()
+			if perr != nil {
+				return nil, perr
+			}
+			childEnds = append(childEnds, r)
+			closeOnErr = append(closeOnErr, w)
+			cmd.Stdin, p.stdin = r, w
+		} else {
+			null, nerr := os.Open(os.DevNull)
+			if nerr != nil {
+				return nil, nerr
+			}
+			childEnds = append(childEnds, null)
+			cmd.Stdin = null
+		}
+		for _, out := range []**os.File{&p.stdout, &p.stderr} {
+			r, w, perr := os.Pipe()
+			if perr != nil {
+				return nil, perr
+			}
+			childEnds = append(childEnds, w)
+			closeOnErr = append(closeOnErr, r)
+			*out = r
+		}
+		cmd.Stdout, cmd.Stderr = childEnds[len(childEnds)-2], childEnds[len(childEnds)-1]
+	}
+	cmd.SysProcAttr = attr
+
+	if err := startNoNewPrivs(cmd); err != nil {
+		return nil, err
+	}
+	p.cmd = cmd
+	p.pgid = cmd.Process.Pid // leader of its new group or session
+	return p, nil
+}
+
+// startNoNewPrivs starts cmd from a thread that has no_new_privs set: the
+// child is cloned from the calling thread and inherits the flag, whatever
+// RestrictPrivileges managed.
+func startNoNewPrivs(cmd *exec.Cmd) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+	}
+	err := cmd.Start()
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// signalGroup sends sig to the task's process group.
+func (p *process) signalGroup(sig syscall.Signal) {
+	_ = unix.Kill(-p.pgid, sig)
+}
+
+// killTree kills everything the task started: the whole cgroup, and the
+// process group as well (the only handle without cgroups).
+func (p *process) killTree() {
+	if p.cg != nil {
+		_ = p.cg.kill()
+	}
+	_ = unix.Kill(-p.pgid, unix.SIGKILL)
+}

@@ -1,0 +1,138 @@
+//go:build linux
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/guest/transport"
+)
+
+// Where init puts things the agent uses.
+const (
+	CgroupTasks = "/sys/fs/cgroup/airlock/tasks"
+	cgroupMount = "/sys/fs/cgroup"
+)
+
+// Signals init understands from the agent (see guest/boot).
+const (
+	SignalPowerOff = unix.SIGUSR2
+	SignalReboot   = unix.SIGINT
+)
+
+// Run is the agent process in the guest: it reads the boot configuration,
+// sets no_new_privs, opens the transport, serves the Agent service on
+// api.PortAgent and tells the host it is ready. It returns when ctx is done
+// or the transport fails; init then restarts it.
+func Run(ctx context.Context, log *slog.Logger) error {
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	boot, err := api.ParseCmdline(string(cmdline))
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	if boot.Transport == "" {
+		boot.Transport = api.TransportVsock
+	}
+	if err := RestrictPrivileges(); err != nil {
+		return err
+	}
+
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	tr, err := transport.Open(octx, boot.Transport, transport.Paths{})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	defer tr.Close()
+	l, err := tr.Listen(api.PortAgent)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+
+	cfg := Config{
+		Transport: boot.Transport,
+		UID:       boot.UID,
+		GID:       boot.GID,
+		PowerOff:  signalInit,
+		Logger:    log,
+	}
+	if _, err := os.Stat(cgroupMount + "/cgroup.controllers"); err == nil {
+		cfg.CgroupRoot = CgroupTasks
+	} else {
+		log.Warn("no cgroup2: tasks are killed by process group only")
+	}
+	srv := New(cfg)
+	gs := NewGRPCServer(srv)
+	served := make(chan error, 1)
+	go func() { served <- Serve(ctx, gs, l) }()
+
+	up := Uptime()
+	srv.MarkReady(up)
+	if err := AnnounceReady(ctx, tr.DialHost, api.Ready{AgentVersion: Version, BootMillis: up.Milliseconds()}); err != nil {
+		log.Error("readiness", "err", err) // the host may still dial us
+	} else {
+		log.Info("ready", "transport", boot.Transport, "boot_ms", up.Milliseconds())
+	}
+
+	select {
+	case err = <-served:
+	case <-tr.Done():
+		err = errors.New("agent: transport closed")
+		gs.Stop()
+		<-served
+	}
+	srv.Wait()
+	return err
+}
+
+// AnnounceReady dials api.PortReady on the host and writes r. The host may
+// not listen yet at the first try, so a refused dial is retried briefly.
+func AnnounceReady(ctx context.Context, dial func(context.Context, uint32) (net.Conn, error), r api.Ready) error {
+	var err error
+	for attempt := range 10 {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+			}
+		}
+		if err = announceOnce(ctx, dial, r); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("agent: announce readiness: %w", err)
+}
+
+func announceOnce(ctx context.Context, dial func(context.Context, uint32) (net.Conn, error), r api.Ready) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c, err := dial(ctx, api.PortReady)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	return api.WriteReady(c, r)
+}
+
+// signalInit asks PID 1 to power off or reboot.
+func signalInit(reboot bool) error {
+	sig := SignalPowerOff
+	if reboot {
+		sig = SignalReboot
+	}
+	return unix.Kill(1, sig)
+}

@@ -1,0 +1,121 @@
+//go:build linux
+
+package transport
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/mdlayher/vsock"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/guest/mux"
+)
+
+// Transport is an open connection to the host. Its methods are safe for
+// concurrent use.
+type Transport struct {
+	kind    api.Transport
+	session *mux.Session // serial only
+	port    *os.File     // serial only
+}
+
+// Paths locates the kernel interfaces Open uses; tests point them elsewhere.
+type Paths struct {
+	Sys string // "/sys"
+	Dev string // "/dev"
+}
+
+// Open prepares kind. For the serial transport it waits (bounded by ctx) for
+// the virtio-serial port to appear, opens it and starts the multiplexer,
+// which greets the host at once.
+func Open(ctx context.Context, kind api.Transport, p Paths) (*Transport, error) {
+	switch kind {
+	case api.TransportVsock, api.TransportHVSock:
+		return &Transport{kind: kind}, nil
+	case api.TransportSerial:
+		f, err := openSerial(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		return &Transport{kind: kind, port: f, session: mux.Server(f, mux.Config{})}, nil
+	default:
+		return nil, fmt.Errorf("transport: unknown transport %q", kind)
+	}
+}
+
+func openSerial(ctx context.Context, p Paths) (*os.File, error) {
+	if p.Sys == "" {
+		p.Sys = "/sys"
+	}
+	if p.Dev == "" {
+		p.Dev = "/dev"
+	}
+	// The port appears when virtio_console has probed; with the module
+	// loaded by init that is normally done, but do not race it.
+	for {
+		name, err := FindSerialPort(p.Sys, api.SerialPortName)
+		if err == nil {
+			f, err := os.OpenFile(filepath.Join(p.Dev, name), os.O_RDWR, 0)
+			if err != nil {
+				return nil, fmt.Errorf("transport: open serial port: %w", err)
+			}
+			return f, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("transport: %w (%v)", err, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Kind is the transport in use.
+func (t *Transport) Kind() api.Transport { return t.kind }
+
+// Listen accepts the host's connections to port.
+func (t *Transport) Listen(port uint32) (net.Listener, error) {
+	if t.session != nil {
+		return t.session.Listen(port)
+	}
+	l, err := vsock.Listen(port, nil)
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen on vsock port %d: %w", port, err)
+	}
+	return l, nil
+}
+
+// DialHost connects to port on the host.
+func (t *Transport) DialHost(ctx context.Context, port uint32) (net.Conn, error) {
+	if t.session != nil {
+		return t.session.Dial(ctx, port)
+	}
+	c, err := vsock.DialContext(ctx, vsock.Host, port, nil)
+	if err != nil {
+		return nil, fmt.Errorf("transport: dial host vsock port %d: %w", port, err)
+	}
+	return c, nil
+}
+
+// Done is closed when the transport can no longer carry connections (the
+// multiplexer session ended); nil for vsock, which has no session.
+func (t *Transport) Done() <-chan struct{} {
+	if t.session != nil {
+		return t.session.Done()
+	}
+	return nil
+}
+
+// Close ends the transport and every connection carried by it.
+func (t *Transport) Close() error {
+	if t.session != nil {
+		err := t.session.Close()
+		t.port.Close()
+		return err
+	}
+	return nil
+}

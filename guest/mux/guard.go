@@ -1,0 +1,149 @@
+package mux
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// yamux frame header (github.com/hashicorp/yamux spec.md): version, type,
+// flags, stream id, length, big-endian.
+const (
+	frameHeaderSize = 12
+	frameVersion    = 0
+
+	typeData         = 0
+	typeWindowUpdate = 1
+	typePing         = 2
+	typeGoAway       = 3
+
+	flagSYN    = 1
+	flagsKnown = 0xf // SYN, ACK, FIN, RST
+
+	goAwayMax = 2 // normal, protocol error, internal error
+)
+
+// guard sits between the connection and yamux and checks every frame header
+// the peer sends before yamux sees it, so that what yamux tolerates or
+// handles expensively becomes a protocol violation instead: unknown
+// versions, types and flags, stream ids of the wrong parity (which could
+// collide with our own), data frames larger than a window, and pings (we
+// never send one, and yamux answers each from a new goroutine).
+type guard struct {
+	r *bufio.Reader
+	// peerOdd: the peer is the yamux client and opens odd stream ids.
+	peerOdd bool
+	window  uint32
+	fail    func(error)
+
+	hdr     [frameHeaderSize]byte
+	pending []byte // checked header bytes not yet handed to yamux
+	payload uint32 // data bytes still to pass through
+	err     error
+}
+
+func newGuard(r io.Reader, peerOdd bool, window uint32, fail func(error)) *guard {
+	return &guard{r: bufio.NewReaderSize(r, 64<<10), peerOdd: peerOdd, window: window, fail: fail}
+}
+
+// Read hands yamux checked frames. It is called from yamux's receive loop only.
+func (g *guard) Read(p []byte) (int, error) {
+	if g.err != nil {
+		return 0, g.err
+	}
+	if len(g.pending) > 0 {
+		n := copy(p, g.pending)
+		g.pending = g.pending[n:]
+		return n, nil
+	}
+	if g.payload > 0 {
+		if uint32(len(p)) > g.payload {
+			p = p[:g.payload]
+		}
+		n, err := g.r.Read(p)
+		g.payload -= uint32(n)
+		if err != nil {
+			if err == io.EOF {
+				err = fmt.Errorf("%w: peer hung up inside a frame", ErrProtocol)
+			}
+			g.stop(err)
+			return n, g.err
+		}
+		return n, nil
+	}
+	if _, err := io.ReadFull(g.r, g.hdr[:]); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			err = fmt.Errorf("%w: peer hung up inside a frame header", ErrProtocol)
+		}
+		g.stop(err)
+		return 0, g.err
+	}
+	if err := g.check(); err != nil {
+		g.stop(err)
+		return 0, g.err
+	}
+	n := copy(p, g.hdr[:])
+	g.pending = g.hdr[n:]
+	return n, nil
+}
+
+// stop records why reading ended. A plain EOF is the peer hanging up between
+// frames, which yamux reports itself.
+func (g *guard) stop(err error) {
+	g.err = err
+	if errors.Is(err, ErrProtocol) {
+		g.fail(err)
+	}
+}
+
+func (g *guard) check() error {
+	h := g.hdr[:]
+	version, typ := h[0], h[1]
+	flags := binary.BigEndian.Uint16(h[2:4])
+	id := binary.BigEndian.Uint32(h[4:8])
+	length := binary.BigEndian.Uint32(h[8:12])
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: frame %x: %s", ErrProtocol, h, fmt.Sprintf(format, a...))
+	}
+	if version != frameVersion {
+		return bad("version %d", version)
+	}
+	if flags&^flagsKnown != 0 {
+		return bad("unknown flags %#x", flags)
+	}
+	switch typ {
+	case typeData, typeWindowUpdate:
+		if id == 0 {
+			return bad("stream id 0")
+		}
+		if flags&flagSYN != 0 && (id%2 == 1) != g.peerOdd {
+			return bad("peer opened stream %d, which is in our id space", id)
+		}
+		if typ == typeData {
+			if length > g.window {
+				return bad("data frame of %d bytes exceeds the %d-byte window", length, g.window)
+			}
+			g.payload = length
+		}
+	case typePing:
+		return bad("ping (keepalives are off)")
+	case typeGoAway:
+		if id != 0 || flags != 0 || length > goAwayMax {
+			return bad("malformed go-away")
+		}
+	default:
+		return bad("unknown type %d", typ)
+	}
+	return nil
+}
+
+// guardedConn is what yamux reads from and writes to.
+type guardedConn struct {
+	*guard
+	conn io.ReadWriteCloser
+}
+
+func (c guardedConn) Write(p []byte) (int, error) { return c.conn.Write(p) }
+func (c guardedConn) Close() error                { return c.conn.Close() }

@@ -1,0 +1,661 @@
+package mux
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pipeKinds are the byte streams sessions are tested over.
+var pipeKinds = map[string]func(t testing.TB) (net.Conn, net.Conn){
+	"netpipe":    func(testing.TB) (net.Conn, net.Conn) { return net.Pipe() },
+	"socketpair": socketPair,
+}
+
+// socketPair returns two connected unix stream sockets.
+func socketPair(t testing.TB) (net.Conn, net.Conn) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "mux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ln, err := net.Listen("unix", filepath.Join(dir, "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ch := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		ch <- c
+	}()
+	a, err := net.Dial("unix", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := <-ch
+	if b == nil {
+		t.Fatal("accept failed")
+	}
+	return a, b
+}
+
+// checkGoroutines fails t if goroutines started during the test outlive it.
+func checkGoroutines(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > before {
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<20)
+				t.Errorf("goroutines leaked: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+// pair starts a host Client and a guest Server connected by kind.
+func pair(t *testing.T, kind string, cfg Config) (host, guest *Session) {
+	t.Helper()
+	a, b := pipeKinds[kind](t)
+	host, guest = Client(a, cfg), Server(b, cfg)
+	t.Cleanup(func() {
+		host.Close()
+		guest.Close()
+	})
+	return host, guest
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestDialListen(t *testing.T) {
+	for kind := range pipeKinds {
+		for _, dir := range []string{"host-to-guest", "guest-to-host"} {
+			t.Run(kind+"/"+dir, func(t *testing.T) {
+				checkGoroutines(t)
+				host, guest := pair(t, kind, Config{})
+				dialer, listener := host, guest
+				if dir == "guest-to-host" {
+					dialer, listener = guest, host
+				}
+				ln, err := listener.Listen(1024)
+				if err != nil {
+					t.Fatal(err)
+				}
+				go func() {
+					for {
+						c, err := ln.Accept()
+						if err != nil {
+							return
+						}
+						go func() {
+							defer c.Close()
+							io.Copy(c, c)
+						}()
+					}
+				}()
+				c, err := dialer.Dial(ctxT(t, 5*time.Second), 1024)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				if got := c.RemoteAddr().String(); got != "mux:1024" {
+					t.Errorf("RemoteAddr = %s", got)
+				}
+				msg := []byte("hello through the mux")
+				if _, err := c.Write(msg); err != nil {
+					t.Fatal(err)
+				}
+				got := make([]byte, len(msg))
+				if _, err := io.ReadFull(c, got); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, msg) {
+					t.Fatalf("echo = %q", got)
+				}
+			})
+		}
+	}
+}
+
+func TestDialErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, guest *Session)
+		port  uint32
+		want  error
+	}{
+		{"no listener", func(*testing.T, *Session) {}, 7, ErrRefused},
+		{"listener closed", func(t *testing.T, g *Session) {
+			ln, err := g.Listen(7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln.Close()
+		}, 7, ErrRefused},
+		{"backlog full", func(t *testing.T, g *Session) {
+			if _, err := g.Listen(7); err != nil { // never accepts
+				t.Fatal(err)
+			}
+		}, 7, ErrRefused},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkGoroutines(t)
+			host, guest := pair(t, "netpipe", Config{AcceptBacklog: 2})
+			tt.setup(t, guest)
+			if tt.name == "backlog full" {
+				for i := range 2 {
+					if _, err := host.Dial(ctxT(t, 5*time.Second), tt.port); err != nil {
+						t.Fatalf("dial %d within the backlog: %v", i, err)
+					}
+				}
+			}
+			_, err := host.Dial(ctxT(t, 5*time.Second), tt.port)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Dial = %v, want %v", err, tt.want)
+			}
+			// The session survives a refusal.
+			ln, err := guest.Listen(8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go ln.Accept()
+			if c, err := host.Dial(ctxT(t, 5*time.Second), 8); err != nil {
+				t.Fatalf("dial after refusal: %v", err)
+			} else {
+				c.Close()
+			}
+		})
+	}
+}
+
+func TestListenPortInUse(t *testing.T) {
+	checkGoroutines(t)
+	host, _ := pair(t, "netpipe", Config{})
+	ln, err := host.Listen(1025) // before the hello: must work
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host.Listen(1025); !errors.Is(err, ErrPortInUse) {
+		t.Fatalf("second Listen = %v, want ErrPortInUse", err)
+	}
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ln.Close(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("second Close = %v", err)
+	}
+	if _, err := ln.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Accept after Close = %v", err)
+	}
+	ln2, err := host.Listen(1025)
+	if err != nil {
+		t.Fatalf("Listen after Close: %v", err)
+	}
+	ln2.Close()
+}
+
+func TestHalfClose(t *testing.T) {
+	for kind := range pipeKinds {
+		t.Run(kind, func(t *testing.T) {
+			checkGoroutines(t)
+			host, guest := pair(t, kind, Config{})
+			ln, _ := guest.Listen(1)
+			errc := make(chan error, 1)
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					errc <- err
+					return
+				}
+				defer c.Close()
+				req, err := io.ReadAll(c) // until the host's CloseWrite
+				if err != nil {
+					errc <- err
+					return
+				}
+				_, err = c.Write(append([]byte("got "), req...))
+				if err == nil {
+					err = c.(interface{ CloseWrite() error }).CloseWrite()
+				}
+				errc <- err
+			}()
+			c, err := host.Dial(ctxT(t, 5*time.Second), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.Write([]byte("request"))
+			if err := c.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Write([]byte("x")); err == nil {
+				t.Error("Write after CloseWrite succeeded")
+			}
+			resp, err := io.ReadAll(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(resp) != "got request" {
+				t.Fatalf("response %q", resp)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestDeadlines(t *testing.T) {
+	checkGoroutines(t)
+	host, guest := pair(t, "socketpair", Config{})
+	ln, _ := guest.Listen(1)
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	c, err := host.Dial(ctxT(t, 5*time.Second), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	peer := <-accepted
+	defer peer.Close()
+
+	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	start := time.Now()
+	_, err = c.Read(make([]byte, 1))
+	var ne net.Error
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("Read past deadline = %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("read deadline took %v", d)
+	}
+	// A deadline in the past unblocks a pending Read.
+	c.SetReadDeadline(time.Time{})
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		c.SetReadDeadline(time.Unix(1, 0))
+	}()
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read after moving the deadline = %v", err)
+	}
+	// The peer never reads: writes stop at the window, then time out.
+	c.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+	n, err := c.Write(make([]byte, 4<<20))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Write past deadline = %v", err)
+	}
+	if n > minWindow {
+		t.Errorf("wrote %d bytes to a peer that does not read; window is %d", n, minWindow)
+	}
+	// Clearing the deadline and reading on the peer lets writes go on.
+	c.SetWriteDeadline(time.Time{})
+	go io.CopyN(io.Discard, peer, int64(n)+1)
+	if _, err := c.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pattern fills a stream-specific, reproducible byte sequence.
+func pattern(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := make([]byte, n)
+	for i := 0; i+8 <= n; i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], r.Uint64())
+	}
+	return b
+}
+
+func TestManyStreams(t *testing.T) {
+	const streams, size = 64, 1 << 20
+	for kind := range pipeKinds {
+		t.Run(kind, func(t *testing.T) {
+			if testing.Short() && kind == "netpipe" {
+				t.Skip("short")
+			}
+			checkGoroutines(t)
+			host, guest := pair(t, kind, Config{})
+			ln, _ := guest.Listen(9)
+			// The guest: read a stream id, then send its pattern while
+			// checking the host's.
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					go func() {
+						defer c.Close()
+						var id [8]byte
+						if _, err := io.ReadFull(c, id[:]); err != nil {
+							return
+						}
+						seed := binary.BigEndian.Uint64(id[:])
+						go c.Write(pattern(seed+1000, size))
+						h := sha256.New()
+						io.CopyN(h, c, size)
+						if !bytes.Equal(h.Sum(nil), sum(pattern(seed, size))) {
+							c.Write([]byte("bad"))
+						}
+					}()
+				}
+			}()
+			var wg sync.WaitGroup
+			errs := make(chan error, streams)
+			for i := range streams {
+				wg.Go(func() {
+					c, err := host.Dial(ctxT(t, 30*time.Second), 9)
+					if err != nil {
+						errs <- err
+						return
+					}
+					defer c.Close()
+					c.Write(binary.BigEndian.AppendUint64(nil, uint64(i)))
+					go c.Write(pattern(uint64(i), size))
+					got, err := io.ReadAll(c)
+					if err != nil {
+						errs <- fmt.Errorf("stream %d: %w", i, err)
+						return
+					}
+					if !bytes.Equal(got, pattern(uint64(i)+1000, size)) {
+						errs <- fmt.Errorf("stream %d: %d bytes, not byte-exact", i, len(got))
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func sum(b []byte) []byte {
+	h := sha256.Sum256(b)
+	return h[:]
+}
+
+// rawFrame encodes a yamux frame header.
+func rawFrame(typ uint8, flags uint16, id, length uint32) []byte {
+	h := []byte{0, typ, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	binary.BigEndian.PutUint16(h[2:], flags)
+	binary.BigEndian.PutUint32(h[4:], id)
+	binary.BigEndian.PutUint32(h[8:], length)
+	return h
+}
+
+func TestPeerGarbage(t *testing.T) {
+	helloV := func(v byte) []byte { return append([]byte(helloMagic), v, 0) }
+	cat := func(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
+	tests := []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"bad magic", []byte("SSH-2.0-OpenSSH_9.2\r\n"), ErrProtocol},
+		{"wrong version", helloV(2), ErrProtocol},
+		{"short hello then EOF", []byte("AIRL"), ErrProtocol},
+		{"EOF before hello", nil, ErrClosed},
+		{"EOF after hello", hello(), io.EOF},
+		{"bad frame version", cat(hello(), []byte{1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0}), ErrProtocol},
+		{"unknown type", cat(hello(), rawFrame(9, 0, 2, 0)), ErrProtocol},
+		{"unknown flags", cat(hello(), rawFrame(1, 0x10, 2, 0)), ErrProtocol},
+		{"ping", cat(hello(), rawFrame(2, 1, 0, 7)), ErrProtocol},
+		{"stream id 0", cat(hello(), rawFrame(1, 1, 0, 0)), ErrProtocol},
+		{"our id space", cat(hello(), rawFrame(1, 1, 3, 0)), ErrProtocol},
+		{"oversized data frame", cat(hello(), rawFrame(0, 1, 2, 1<<30)), ErrProtocol},
+		{"window exceeded", cat(hello(), rawFrame(0, 1, 2, minWindow), make([]byte, minWindow), rawFrame(0, 0, 2, 1), []byte{0}), ErrProtocol},
+		{"duplicate stream", cat(hello(), rawFrame(1, 1, 2, 0), rawFrame(1, 1, 2, 0)), ErrProtocol},
+		{"bad go-away", cat(hello(), rawFrame(3, 0, 0, 77)), ErrProtocol},
+		{"truncated header", cat(hello(), rawFrame(1, 1, 2, 0)[:5]), ErrProtocol},
+		{"truncated data", cat(hello(), rawFrame(0, 1, 2, 100), []byte("abc")), ErrProtocol},
+		{"random", cat(hello(), pattern(1, 4096)), ErrProtocol},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkGoroutines(t)
+			a, b := net.Pipe()
+			host := Client(a, Config{})
+			defer host.Close()
+			ln, _ := host.Listen(1)
+			defer ln.Close()
+			go io.Copy(io.Discard, b)
+			b.Write(tt.in)
+			time.Sleep(10 * time.Millisecond)
+			b.Close()
+			select {
+			case <-host.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("session did not end")
+			}
+			if err := host.Err(); !errors.Is(err, tt.want) {
+				t.Fatalf("Err = %v, want %v", err, tt.want)
+			}
+			if _, err := host.Dial(ctxT(t, time.Second), 1); err == nil {
+				t.Fatal("Dial on an ended session succeeded")
+			}
+			if _, err := ln.Accept(); !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("Accept on an ended session = %v", err)
+			}
+		})
+	}
+}
+
+// TestHelloFirst checks that the host writes nothing before the guest's
+// hello, and that Dial waits for it.
+func TestHelloFirst(t *testing.T) {
+	checkGoroutines(t)
+	a, b := net.Pipe()
+	host := Client(a, Config{})
+	defer host.Close()
+	wrote := make(chan []byte, 1)
+	go func() {
+		buf := make([]byte, 64)
+		n, _ := b.Read(buf)
+		wrote <- buf[:n]
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := host.Dial(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Dial before hello = %v", err)
+	}
+	select {
+	case got := <-wrote:
+		t.Fatalf("host wrote %q before the hello", got)
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.Close()
+}
+
+// TestDialContext checks that Dial gives up when the peer never answers the
+// port handshake.
+func TestDialContext(t *testing.T) {
+	checkGoroutines(t)
+	a, b := net.Pipe()
+	host := Client(a, Config{})
+	defer host.Close()
+	defer b.Close()
+	go func() {
+		b.Write(hello())
+		io.Copy(io.Discard, b) // a mute peer
+	}()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := host.Dial(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Dial to a mute peer = %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Dial took %v", d)
+	}
+}
+
+// TestSessionEnd checks that a peer hanging up ends the session and every
+// stream in it.
+func TestSessionEnd(t *testing.T) {
+	checkGoroutines(t)
+	a, b := socketPair(t)
+	host, guest := Client(a, Config{}), Server(b, Config{})
+	defer host.Close()
+	ln, _ := guest.Listen(1)
+	go ln.Accept()
+	c, err := host.Dial(ctxT(t, 5*time.Second), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostLn, _ := host.Listen(2)
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		readErr <- err
+	}()
+	guest.Close()
+	select {
+	case <-host.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("host session did not end")
+	}
+	if err := host.Err(); !errors.Is(err, ErrClosed) || !errors.Is(err, io.EOF) {
+		t.Errorf("Err = %v, want ErrClosed and io.EOF", err)
+	}
+	if err := <-readErr; !errors.Is(err, ErrClosed) {
+		t.Errorf("stream Read = %v, want ErrClosed", err)
+	}
+	if _, err := c.Write([]byte("x")); !errors.Is(err, ErrClosed) {
+		t.Errorf("stream Write = %v, want ErrClosed", err)
+	}
+	if _, err := hostLn.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Accept = %v", err)
+	}
+	if _, err := host.Listen(3); !errors.Is(err, ErrClosed) {
+		t.Errorf("Listen = %v", err)
+	}
+	if _, err := host.Dial(ctxT(t, time.Second), 1); !errors.Is(err, ErrClosed) {
+		t.Errorf("Dial = %v", err)
+	}
+	if err := host.Close(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestHostilePeerNeverReads checks that a peer that stops reading bounds
+// what this side buffers: writers block at the window instead of queueing.
+func TestHostilePeerNeverReads(t *testing.T) {
+	a, b := socketPair(t)
+	host := Client(a, Config{})
+	defer host.Close()
+	guest := Server(b, Config{})
+	defer guest.Close()
+	ln, _ := guest.Listen(1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			defer c.Close()
+			<-guest.Done() // accepts, never reads
+		}
+	}()
+	const streams = 8
+	var total int64
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	for range streams {
+		c, err := host.Dial(ctxT(t, 5*time.Second), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		wg.Go(func() {
+			c.SetWriteDeadline(time.Now().Add(500 * time.Millisecond))
+			buf := make([]byte, 1<<20)
+			var n int64
+			for {
+				m, err := c.Write(buf)
+				n += int64(m)
+				if err != nil {
+					break
+				}
+			}
+			mu.Lock()
+			total += n
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	// Only one stream is accepted; the rest are in the listener queue. Each
+	// stream gets at most one window.
+	if max := int64(streams * minWindow); total > max {
+		t.Errorf("peer that never reads was sent %d bytes, more than %d (windows)", total, max)
+	}
+	if grow := int64(m1.HeapInuse) - int64(m0.HeapInuse); grow > 64<<20 {
+		t.Errorf("heap grew by %d bytes", grow)
+	}
+	t.Logf("sent %d bytes over %d streams before blocking", total, streams)
+}
+
+// TestGoroutinesEnd checks that closing a busy session ends everything.
+func TestGoroutinesEnd(t *testing.T) {
+	checkGoroutines(t)
+	a, b := socketPair(t)
+	host, guest := Client(a, Config{}), Server(b, Config{})
+	ln, _ := guest.Listen(1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(c, c)
+		}
+	}()
+	for range 16 {
+		c, err := host.Dial(ctxT(t, 5*time.Second), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go io.Copy(io.Discard, c)
+		go c.Write(make([]byte, 1<<20))
+	}
+	// A few streams closed by this side while the peer still sends.
+	for range 4 {
+		c, _ := host.Dial(ctxT(t, 5*time.Second), 1)
+		c.Write(make([]byte, 100))
+		c.Close()
+	}
+	host.Close()
+	guest.Close()
+	if !strings.Contains(fmt.Sprint(host.Err()), "closed") {
+		t.Errorf("Err = %v", host.Err())
+	}
+}

@@ -18,8 +18,12 @@ const AgentPackage = "./guest/cmd/airlock-guest"
 // (which hashes it) is stable from one build to the next.
 func buildAgent(ctx context.Context, src, arch, dst string) error {
 	pkg := filepath.Join(src, filepath.FromSlash(AgentPackage))
-	if _, err := os.Stat(pkg); errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("images: build guest agent: %s does not exist; the guest agent (package %s) must exist before an image can be built, or -guest-src must name a module root that has it", pkg, AgentPackage)
+	if goFiles, _ := filepath.Glob(filepath.Join(pkg, "*.go")); len(goFiles) == 0 {
+		state := "has no Go files"
+		if _, err := os.Stat(pkg); errors.Is(err, fs.ErrNotExist) {
+			state = "does not exist"
+		}
+		return fmt.Errorf("images: build guest agent: %s %s; the guest agent (package %s) must be written before an image can be built, or -guest-src must name a module root that has it", pkg, state, AgentPackage)
 	}
 	env := append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	if arch == "amd64" {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -75,38 +74,69 @@ func checkAptArch(ctx context.Context, arch string) error {
 	return fmt.Errorf("images: apt does not know the %s architecture; run `dpkg --add-architecture %s && apt-get update` and try again", arch, arch)
 }
 
-// resolvePackages turns the package names the image needs into concrete
-// packages: the linux-image-<arch> meta package becomes the kernel package
-// it depends on (linux-image-6.1.0-NN-<arch>), plus busybox-static.
-func resolvePackages(ctx context.Context, arch string) (kernel, busybox debPackage, err error) {
-	meta := "linux-image-" + arch
-	out, err := run(ctx, "", nil, "apt-cache", "depends", meta+":"+arch)
-	if err != nil {
-		return kernel, busybox, fmt.Errorf("images: resolve %s: %w (run `apt-get update`?)", meta, err)
-	}
-	name := kernelDependency(out, meta)
-	if name == "" {
-		return kernel, busybox, fmt.Errorf("images: resolve %s: apt-cache depends names no linux-image-* package; run `apt-get update`", meta)
-	}
-	if kernel, err = showPackage(ctx, name, arch); err != nil {
-		return kernel, busybox, err
-	}
-	busybox, err = showPackage(ctx, "busybox-static", arch)
-	return kernel, busybox, err
+// imagePackages are the packages one architecture's image is built from.
+type imagePackages struct {
+	Kernel, Busybox debPackage
 }
 
-// kernelDependency picks the concrete kernel package out of `apt-cache
-// depends` output for the meta package meta.
-func kernelDependency(out []byte, meta string) string {
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		line := strings.TrimLeft(strings.TrimSpace(sc.Text()), "|")
-		dep, ok := strings.CutPrefix(line, "Depends:")
-		if !ok {
-			continue
+// resolvePackages turns the package names each image needs into concrete
+// packages: the linux-image-<arch> meta package becomes the kernel package
+// it depends on (linux-image-6.1.0-NN-<arch>), plus busybox-static. It asks
+// apt-cache twice for all arches together, because apt-cache rebuilds its
+// cache on every call where the package cache is disabled (as in Debian's
+// container images), which costs a second or two each time.
+func resolvePackages(ctx context.Context, arches []string) (map[string]imagePackages, error) {
+	var first []string
+	for _, arch := range arches {
+		if err := checkAptArch(ctx, arch); err != nil {
+			return nil, err
 		}
-		dep, _, _ = strings.Cut(strings.TrimSpace(dep), ":")
-		dep = strings.Trim(dep, "<>")
+		first = append(first, "linux-image-"+arch+":"+arch, "busybox-static:"+arch)
+	}
+	stanzas, err := showPackages(ctx, first)
+	if err != nil {
+		return nil, err
+	}
+	var kernels []string
+	res := map[string]imagePackages{}
+	for _, arch := range arches {
+		meta := "linux-image-" + arch
+		m, ok := stanzas[meta+":"+arch]
+		if !ok {
+			return nil, fmt.Errorf("images: resolve %s:%s: apt-cache knows no such package; run `apt-get update`", meta, arch)
+		}
+		name := kernelDependency(m.Depends, meta)
+		if name == "" {
+			return nil, fmt.Errorf("images: resolve %s:%s: it depends on no linux-image-* package (Depends: %s)", meta, arch, m.Depends)
+		}
+		kernels = append(kernels, name+":"+arch)
+		bb, ok := stanzas["busybox-static:"+arch]
+		if !ok {
+			return nil, fmt.Errorf("images: resolve busybox-static:%s: apt-cache knows no such package; run `apt-get update`", arch)
+		}
+		res[arch] = imagePackages{Busybox: bb.debPackage, Kernel: debPackage{Name: name, Arch: arch}}
+	}
+	if stanzas, err = showPackages(ctx, kernels); err != nil {
+		return nil, err
+	}
+	for _, arch := range arches {
+		p := res[arch]
+		k, ok := stanzas[p.Kernel.spec()]
+		if !ok {
+			return nil, fmt.Errorf("images: resolve %s: apt-cache knows no such package; run `apt-get update`", p.Kernel.spec())
+		}
+		p.Kernel = k.debPackage
+		res[arch] = p
+	}
+	return res, nil
+}
+
+// kernelDependency picks the concrete kernel package out of the meta
+// package's Depends field ("linux-image-6.1.0-57-amd64 (= 6.1.192-3)").
+func kernelDependency(depends, meta string) string {
+	for _, alt := range strings.FieldsFunc(depends, func(r rune) bool { return r == ',' || r == '|' }) {
+		dep, _, _ := strings.Cut(strings.TrimSpace(alt), " ")
+		dep, _, _ = strings.Cut(dep, ":")
 		if strings.HasPrefix(dep, "linux-image-") && dep != meta {
 			return dep
 		}
@@ -114,31 +144,54 @@ func kernelDependency(out []byte, meta string) string {
 	return ""
 }
 
-// showPackage reads the candidate version of name:arch from apt's index.
-func showPackage(ctx context.Context, name, arch string) (debPackage, error) {
-	out, err := run(ctx, "", nil, "apt-cache", "show", "--no-all-versions", name+":"+arch)
-	if err != nil {
-		return debPackage{}, fmt.Errorf("images: resolve %s:%s: %w (run `apt-get update`?)", name, arch, err)
-	}
-	p, err := parseControl(out)
-	if err != nil {
-		return debPackage{}, fmt.Errorf("images: resolve %s:%s: %w", name, arch, err)
-	}
-	if p.Name != name || p.Arch != arch {
-		return debPackage{}, fmt.Errorf("images: resolve %s:%s: apt offers %s:%s instead", name, arch, p.Name, p.Arch)
-	}
-	return p, nil
+// stanza is one package from apt-cache show.
+type stanza struct {
+	debPackage
+	Depends string
 }
 
-// parseControl reads the first stanza of apt-cache show output.
-func parseControl(out []byte) (debPackage, error) {
-	var p debPackage
+// showPackages reads the candidate versions of specs ("name:arch") from
+// apt's index, keyed by spec.
+func showPackages(ctx context.Context, specs []string) (map[string]stanza, error) {
+	out, err := run(ctx, "", nil, "apt-cache", append([]string{"show", "--no-all-versions"}, specs...)...)
+	if err != nil {
+		return nil, fmt.Errorf("images: resolve %s: %w (run `apt-get update`?)", strings.Join(specs, " "), err)
+	}
+	stanzas, err := parseControl(out)
+	if err != nil {
+		return nil, fmt.Errorf("images: resolve %s: %w", strings.Join(specs, " "), err)
+	}
+	m := map[string]stanza{}
+	for _, s := range stanzas {
+		m[s.spec()] = s
+	}
+	return m, nil
+}
+
+// parseControl reads the stanzas of apt-cache show output.
+func parseControl(out []byte) ([]stanza, error) {
+	var all []stanza
+	var p stanza
+	flush := func() error {
+		if p == (stanza{}) {
+			return nil
+		}
+		if p.Name == "" || p.Version == "" || p.Arch == "" || p.IndexSHA256 == "" {
+			return fmt.Errorf("apt-cache show gave a stanza without Package, Version, Architecture or SHA256 (Package: %q)", p.Name)
+		}
+		all = append(all, p)
+		p = stanza{}
+		return nil
+	}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "" {
-			break
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		k, v, ok := strings.Cut(line, ": ")
 		if !ok {
@@ -153,12 +206,17 @@ func parseControl(out []byte) (debPackage, error) {
 			p.Arch = v
 		case "SHA256":
 			p.IndexSHA256 = v
+		case "Depends":
+			p.Depends = v
 		}
 	}
-	if p.Name == "" || p.Version == "" || p.Arch == "" || p.IndexSHA256 == "" {
-		return p, errors.New("apt-cache show gave no Package, Version, Architecture and SHA256")
+	if err := flush(); err != nil {
+		return nil, err
 	}
-	return p, nil
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return all, nil
 }
 
 // cacheName is the file name apt-get download gives a package.

@@ -72,12 +72,20 @@ func Build(ctx context.Context, opts Options) ([]Result, error) {
 			return nil, fmt.Errorf("images: %s not found in PATH; install %s", tool, pkg)
 		}
 	}
-	var results []Result
 	for _, arch := range opts.Arches {
 		if _, ok := kernelFile[arch]; !ok {
-			return results, fmt.Errorf("images: unknown architecture %q (want amd64 or arm64)", arch)
+			return nil, fmt.Errorf("images: unknown architecture %q (want amd64 or arm64)", arch)
 		}
-		r, err := buildArch(ctx, opts, arch, log.With("arch", arch))
+	}
+	start := time.Now()
+	pkgs, err := resolvePackages(ctx, opts.Arches)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("resolved packages", "took", time.Since(start).Round(time.Millisecond))
+	var results []Result
+	for _, arch := range opts.Arches {
+		r, err := buildArch(ctx, opts, arch, pkgs[arch], log.With("arch", arch))
 		if err != nil {
 			return results, err
 		}
@@ -86,17 +94,10 @@ func Build(ctx context.Context, opts Options) ([]Result, error) {
 	return results, nil
 }
 
-func buildArch(ctx context.Context, opts Options, arch string, log *slog.Logger) (Result, error) {
+func buildArch(ctx context.Context, opts Options, arch string, pkgs imagePackages, log *slog.Logger) (Result, error) {
 	start := time.Now()
 	res := Result{Arch: arch, Dir: filepath.Join(opts.OutDir, arch)}
-
-	if err := checkAptArch(ctx, arch); err != nil {
-		return res, err
-	}
-	kernel, busybox, err := resolvePackages(ctx, arch)
-	if err != nil {
-		return res, err
-	}
+	kernel, busybox := pkgs.Kernel, pkgs.Busybox
 	for _, p := range []*debPackage{&kernel, &busybox} {
 		fetched, err := download(ctx, opts.CacheDir, p)
 		if err != nil {

@@ -51,3 +51,12 @@ func TestBuildAgentWithoutSource(t *testing.T) {
 		t.Fatalf("buildAgent error %v, want a clear missing-source error", err)
 	}
 }
+
+func TestBuildAgentWithEmptyPackage(t *testing.T) {
+	src := t.TempDir()
+	writeFixture(t, src, "guest/cmd/airlock-guest/README", "soon")
+	err := buildAgent(t.Context(), src, "arm64", "/nonexistent")
+	if err == nil || !strings.Contains(err.Error(), "guest/cmd/airlock-guest has no Go files") {
+		t.Fatalf("buildAgent error %v, want a clear no-Go-files error", err)
+	}
+}

@@ -1,0 +1,309 @@
+package boot
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/guest/agent"
+	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/guest/console"
+)
+
+const (
+	hostname    = "airlock"
+	defaultPath = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+	// An agent that dies sooner than quickFail after starting counts as a
+	// quick failure; after maxQuickFails in a row init gives up.
+	quickFail     = 10 * time.Second
+	maxQuickFails = 4
+)
+
+// pid1 is the state of init.
+type pid1 struct {
+	log  *slog.Logger
+	cfg  api.BootConfig
+	boot time.Time // when init started, for the agent restart policy
+
+	agentPid   int
+	agentStart time.Time
+	quickFails int
+	workspace  bool // mounted, so unmount at power off
+}
+
+// Run is PID 1. It never returns: the guest ends by powering off.
+func Run() {
+	in := &pid1{log: console.NewLogger(os.Stderr, "", false), boot: time.Now()}
+	defer func() {
+		if r := recover(); r != nil {
+			in.fatal(fmt.Errorf("panic: %v\n%s", r, debug.Stack()))
+		}
+	}()
+	if err := in.setup(); err != nil {
+		in.fatal(err)
+	}
+	in.supervise()
+}
+
+// setup runs the boot sequence up to the agent's start.
+func (in *pid1) setup() error {
+	os.Setenv("PATH", defaultPath)
+	if err := mountEarly(); err != nil {
+		return err
+	}
+	in.openConsole()
+
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return err
+	}
+	if in.cfg, err = api.ParseCmdline(string(cmdline)); err != nil {
+		return err
+	}
+	in.log = console.NewLogger(os.Stderr, "", in.cfg.Debug)
+	in.log.Debug("boot config", "cmdline", strings.TrimSpace(string(cmdline)))
+
+	if err := setupCgroups("/sys/fs/cgroup"); err != nil {
+		in.log.Warn("no task cgroups", "err", err)
+	}
+	if out, err := exec.Command("/bin/busybox", "--install", "-s").CombinedOutput(); err != nil {
+		in.log.Warn("busybox --install", "err", err, "out", strings.TrimSpace(string(out)))
+	}
+	in.loadModules(ModulesList)
+	if err := loopbackUp(); err != nil {
+		in.log.Warn("loopback", "err", err)
+	}
+	if err := unix.Sethostname([]byte(hostname)); err != nil {
+		in.log.Warn("hostname", "err", err)
+	}
+	in.prepareHome()
+	if in.cfg.Share != api.ShareNone {
+		if err := mountWorkspace(in.cfg); err != nil {
+			return err
+		}
+		in.workspace = true
+		in.log.Debug("workspace mounted", "fs", in.cfg.Share, "read_only", in.cfg.ShareReadOnly)
+	}
+	return nil
+}
+
+// openConsole makes /dev/console init's stdio: the kernel opens it before
+// init runs only if the initramfs has the node.
+func (in *pid1) openConsole() {
+	f, err := os.OpenFile("/dev/console", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		return
+	}
+	for fd := range 3 {
+		_ = unix.Dup3(int(f.Fd()), fd, 0)
+	}
+	if f.Fd() > 2 {
+		f.Close()
+	}
+}
+
+func (in *pid1) loadModules(list string) {
+	f, err := os.Open(list)
+	if err != nil {
+		in.log.Warn("no module list", "err", err)
+		return
+	}
+	paths, problems, err := ParseModules(f)
+	f.Close()
+	for _, p := range problems {
+		in.log.Warn("module list", "problem", p)
+	}
+	if err != nil {
+		in.log.Error("module list", "err", err)
+	}
+	for _, p := range paths {
+		if err := loadModule(p); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				in.log.Info("optional module missing", "module", p)
+			} else {
+				in.log.Warn("module", "module", p, "err", err)
+			}
+			continue
+		}
+		in.log.Debug("module loaded", "module", p)
+	}
+}
+
+func loadModule(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	flags := 0
+	if compressed(p) {
+		flags = unix.MODULE_INIT_COMPRESSED_FILE
+	}
+	err = unix.FinitModule(int(f.Fd()), "", flags)
+	if errors.Is(err, unix.EEXIST) {
+		return nil
+	}
+	return err
+}
+
+// prepareHome makes sure the task user owns its home, whatever uid the
+// host chose.
+func (in *pid1) prepareHome() {
+	if err := os.MkdirAll(api.UserHome, 0o755); err != nil {
+		in.log.Warn("home", "err", err)
+		return
+	}
+	if err := os.Chown(api.UserHome, int(in.cfg.UID), int(in.cfg.GID)); err != nil {
+		in.log.Warn("home", "err", err)
+	}
+}
+
+// supervise starts the agent, reaps every child, restarts the agent when it
+// dies, and powers off when asked. It never returns.
+func (in *pid1) supervise() {
+	sigs := make(chan os.Signal, 32)
+	signal.Notify(sigs, unix.SIGCHLD, unix.SIGTERM, agent.SignalPowerOff, agent.SignalReboot)
+	restart := make(chan struct{}, 1)
+	if err := in.startAgent(); err != nil {
+		in.fatal(err)
+	}
+	for {
+		select {
+		case <-restart:
+			if err := in.startAgent(); err != nil {
+				in.fatal(err)
+			}
+		case sig := <-sigs:
+			switch sig {
+			case unix.SIGCHLD:
+				if in.reap() {
+					in.agentExited(restart)
+				}
+			case unix.SIGTERM, agent.SignalPowerOff:
+				in.powerOff(false)
+			case agent.SignalReboot:
+				in.powerOff(true)
+			}
+		}
+	}
+}
+
+// reap collects every exited child and reports whether the agent was one.
+func (in *pid1) reap() (agentExited bool) {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			return agentExited
+		}
+		if pid == in.agentPid {
+			in.log.Warn("agent exited", "status", describe(ws))
+			in.agentPid = 0
+			agentExited = true
+		}
+	}
+}
+
+func describe(ws unix.WaitStatus) string {
+	if ws.Signaled() {
+		return "signal " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exit %d", ws.ExitStatus())
+}
+
+func (in *pid1) agentExited(restart chan<- struct{}) {
+	if time.Since(in.agentStart) < quickFail {
+		in.quickFails++
+	} else {
+		in.quickFails = 0
+	}
+	if in.quickFails >= maxQuickFails {
+		in.fatal(fmt.Errorf("the agent failed %d times in a row", in.quickFails))
+	}
+	delay := time.Duration(in.quickFails) * 500 * time.Millisecond
+	time.AfterFunc(delay, func() { restart <- struct{}{} })
+}
+
+// startAgent starts "/init agent" as a child; init reaps it like any other.
+func (in *pid1) startAgent() error {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = "/init"
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return fmt.Errorf("start agent: %w", err)
+	}
+	defer null.Close()
+	p, err := os.StartProcess(exe, []string{exe, "agent"}, &os.ProcAttr{
+		Env:   []string{"PATH=" + defaultPath, "HOME=/root"},
+		Files: []*os.File{null, os.Stderr, os.Stderr},
+	})
+	if err != nil {
+		return fmt.Errorf("start agent: %w", err)
+	}
+	in.agentPid, in.agentStart = p.Pid, time.Now()
+	in.log.Debug("agent started", "pid", p.Pid)
+	p.Release() // reaped by wait4(-1) in reap
+	return nil
+}
+
+// fatal reports err on the console and powers off: the host sees the VM
+// end and the reason in the console log, never a silent hang.
+func (in *pid1) fatal(err error) {
+	in.log.Error("fatal: powering off", "err", err)
+	in.powerOff(false)
+}
+
+// powerOff ends every process, syncs, unmounts the workspace and powers
+// off (or reboots). It does not return.
+func (in *pid1) powerOff(reboot bool) {
+	signal.Reset()
+	in.log.Info("shutting down", "reboot", reboot, "uptime", time.Since(in.boot).Round(time.Millisecond).String())
+	unix.Sync()
+	_ = unix.Kill(-1, unix.SIGTERM)
+	reapUntil(time.Now().Add(2 * time.Second))
+	_ = unix.Kill(-1, unix.SIGKILL)
+	reapUntil(time.Now().Add(time.Second))
+	unix.Sync()
+	if in.workspace {
+		if err := unmountWorkspace(); err != nil {
+			in.log.Warn("unmount workspace", "err", err)
+		}
+	}
+	unix.Sync()
+	cmd := unix.LINUX_REBOOT_CMD_POWER_OFF
+	if reboot {
+		cmd = unix.LINUX_REBOOT_CMD_RESTART
+	}
+	err := unix.Reboot(cmd)
+	// Only reachable if reboot(2) failed; PID 1 exiting panics the kernel,
+	// which with panic=-1 also ends the VM.
+	in.log.Error("reboot(2) failed", "err", err)
+	os.Exit(1)
+}
+
+// reapUntil reaps children until none is left or the deadline passes.
+func reapUntil(deadline time.Time) {
+	for time.Now().Before(deadline) {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if errors.Is(err, unix.ECHILD) {
+			return
+		}
+		if pid <= 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}

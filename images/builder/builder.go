@@ -128,13 +128,13 @@ func buildArch(ctx context.Context, opts Options, arch string, pkgs imagePackage
 	packages := []manifest.Package{kernel.manifestEntry(), busybox.manifestEntry()}
 	key := inputKey(keyInputs{Arch: arch, Packages: packages, GuestSHA: agentSHA, Modules: GuestModules, BaseFiles: baseEntries()})
 	if old, err := manifest.Load(res.Dir); err == nil && old.InputKey == key {
-		if err := old.Verify(res.Dir); err == nil {
+		err := old.Verify(res.Dir)
+		if err == nil {
 			res.Manifest, res.UpToDate, res.Took = old, true, time.Since(start)
 			log.Info("up to date", "dir", res.Dir)
 			return res, nil
-		} else {
-			log.Info("existing image fails verification; rebuilding", "err", err)
 		}
+		log.Info("existing image fails verification; rebuilding", "err", err)
 	}
 
 	if err := os.MkdirAll(res.Dir, 0o755); err != nil {

@@ -126,9 +126,12 @@ func (in *pid1) loadModules(list string) {
 	}
 	for _, p := range paths {
 		if err := loadModule(p); err != nil {
-			if errors.Is(err, os.ErrNotExist) {
+			switch {
+			case errors.Is(err, os.ErrNotExist):
 				in.log.Info("optional module missing", "module", p)
-			} else {
+			case errors.Is(err, unix.ENODEV):
+				in.log.Debug("module has no device here", "module", p)
+			default:
 				in.log.Warn("module", "module", p, "err", err)
 			}
 			continue
@@ -154,9 +157,17 @@ func loadModule(p string) error {
 	return err
 }
 
-// prepareHome makes sure the task user owns its home, whatever uid the
-// host chose.
+// prepareHome makes sure the task user owns its home and is named in
+// /etc/passwd and /etc/group, whatever uid the host chose (a Linux host
+// passes its own, so that files in a 9p workspace are the task user's).
 func (in *pid1) prepareHome() {
+	if in.cfg.UID != api.DefaultUID || in.cfg.GID != api.DefaultGID {
+		for file, group := range map[string]bool{"/etc/passwd": false, "/etc/group": true} {
+			if b, err := os.ReadFile(file); err == nil {
+				_ = os.WriteFile(file, []byte(setUserIDs(string(b), api.UserName, in.cfg.UID, in.cfg.GID, group)), 0o644)
+			}
+		}
+	}
 	if err := os.MkdirAll(api.UserHome, 0o755); err != nil {
 		in.log.Warn("home", "err", err)
 		return

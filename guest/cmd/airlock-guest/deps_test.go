@@ -1,0 +1,25 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestDeps keeps the guest binary free of host code: it must not import
+// app/, vm/ or Wails, and must build without cgo.
+func TestDeps(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", ".")
+	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		for _, bad := range []string{"github.com/airlock-sandbox/airlock/app", "github.com/airlock-sandbox/airlock/vm", "github.com/wailsapp/", "runtime/cgo"} {
+			if p == bad || strings.HasPrefix(p, bad+"/") {
+				t.Errorf("airlock-guest depends on %s", p)
+			}
+		}
+	}
+}

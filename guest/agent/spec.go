@@ -4,7 +4,6 @@ package agent
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -275,5 +274,3 @@ func execError(name string, err error) error {
 		return status.Errorf(codes.Internal, "exec %s: %v", truncate(name, 256), err)
 	}
 }
-
-var _ = fmt.Sprintf

@@ -176,4 +176,3 @@ func unmountWorkspace() error {
 	}
 	return err
 }
-

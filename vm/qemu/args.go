@@ -1,0 +1,153 @@
+package qemu
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
+)
+
+// plan is everything the QEMU command line depends on, resolved: no
+// defaults, no probing, no file system. args turns it into arguments.
+type plan struct {
+	Arch  string // "amd64" or "arm64"
+	Accel string // "kvm" or "tcg"
+	// CPU overrides the -cpu model; empty picks one by Arch and Accel.
+	CPU string
+
+	Kernel, Initrd string
+	Cmdline        []string
+	CPUs           int
+	MemoryMiB      int
+	ConsoleLog     string
+	PIDFile        string
+	Name           string
+
+	Transport api.Transport // TransportSerial or TransportVsock
+	MuxFD     int           // serial: the socket's descriptor number in QEMU
+	CID       uint32        // vsock: the guest's context id
+
+	Share          api.ShareFS // ShareNone, ShareVirtiofs or Share9P
+	SharePath      string
+	ShareReadOnly  bool
+	VirtiofsSocket string
+	// SecurityModel is the 9p security model: "passthrough" when QEMU runs
+	// as root (guest owners are kept on the host), "none" otherwise (files
+	// belong to the user running QEMU).
+	SecurityModel string
+}
+
+// bootConfig is what the guest is told about the devices.
+func (p plan) bootConfig() api.BootConfig {
+	return api.BootConfig{Transport: p.Transport, Share: p.Share, ShareReadOnly: p.ShareReadOnly && p.Share != api.ShareNone}
+}
+
+// kernelCmdline is the -append value.
+func (p plan) kernelCmdline() string {
+	console := "ttyS0"
+	if p.Arch == "arm64" {
+		console = "ttyAMA0"
+	}
+	words := []string{"console=" + console, "quiet", "panic=-1"}
+	words = append(words, p.bootConfig().Args()...)
+	words = append(words, p.Cmdline...)
+	return strings.Join(words, " ")
+}
+
+// optValue escapes a value for QEMU's key=value option syntax, where a comma
+// is written twice.
+func optValue(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+// args is the QEMU command line (without the binary).
+func (p plan) args() []string {
+	a := []string{"-name", optValue(p.Name)}
+	switch p.Arch {
+	case "arm64":
+		a = append(a, "-M", "virt,gic-version=max,accel="+p.Accel)
+	default:
+		a = append(a, "-M", "q35,accel="+p.Accel)
+	}
+	if cpu := p.cpu(); cpu != "" {
+		a = append(a, "-cpu", cpu)
+	}
+	a = append(a,
+		"-smp", strconv.Itoa(p.CPUs),
+		"-m", strconv.Itoa(p.MemoryMiB)+"M",
+		// No default devices, no config files, no display, and no network
+		// card at all: the guest's only way out is the host's gate.
+		"-nodefaults", "-no-user-config", "-nographic", "-display", "none",
+		"-no-reboot", "-nic", "none",
+		"-kernel", p.Kernel,
+	)
+	if p.Initrd != "" {
+		a = append(a, "-initrd", p.Initrd)
+	}
+	a = append(a, "-append", p.kernelCmdline(),
+		"-chardev", "file,id=con,path="+optValue(p.ConsoleLog)+",append=on",
+		"-serial", "chardev:con",
+		"-device", "virtio-rng-pci",
+	)
+	switch p.Transport {
+	case api.TransportVsock:
+		a = append(a, "-device", fmt.Sprintf("vhost-vsock-pci,guest-cid=%d", p.CID))
+	case api.TransportSerial:
+		a = append(a,
+			"-device", "virtio-serial-pci",
+			"-chardev", fmt.Sprintf("socket,id=mux,fd=%d", p.MuxFD),
+			"-device", "virtserialport,chardev=mux,name="+api.SerialPortName,
+		)
+	}
+	switch p.Share {
+	case api.ShareVirtiofs:
+		a = append(a,
+			"-chardev", "socket,id=vfs,path="+optValue(p.VirtiofsSocket),
+			"-device", "vhost-user-fs-pci,chardev=vfs,tag="+api.WorkspaceTag,
+			// vhost-user needs guest memory the daemon can map.
+			"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", p.MemoryMiB),
+			"-numa", "node,memdev=mem",
+		)
+	case api.Share9P:
+		fsdev := "local,id=fs0,path=" + optValue(p.SharePath) + ",security_model=" + p.SecurityModel
+		if p.ShareReadOnly {
+			fsdev += ",readonly=on"
+		}
+		a = append(a,
+			"-fsdev", fsdev,
+			"-device", "virtio-9p-pci,fsdev=fs0,mount_tag="+api.WorkspaceTag,
+		)
+	}
+	if p.PIDFile != "" {
+		a = append(a, "-pidfile", p.PIDFile)
+	}
+	return a
+}
+
+// cpu picks the CPU model: the host's under KVM, and under TCG the richest
+// model QEMU emulates, so the guest kernel finds the features it expects.
+func (p plan) cpu() string {
+	switch {
+	case p.CPU != "":
+		return p.CPU
+	case p.Accel == "kvm":
+		return "host"
+	default:
+		return "max"
+	}
+}
+
+// binaryFor is the QEMU system emulator for a guest architecture.
+func binaryFor(arch string) string {
+	if arch == "arm64" {
+		return "qemu-system-aarch64"
+	}
+	return "qemu-system-x86_64"
+}
+
+// packageFor is the Debian/Ubuntu package that ships binaryFor(arch).
+func packageFor(arch string) string {
+	if arch == "arm64" {
+		return "qemu-system-arm"
+	}
+	return "qemu-system-x86"
+}

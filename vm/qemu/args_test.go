@@ -1,0 +1,150 @@
+package qemu
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
+)
+
+// UPDATE_GOLDEN=1 go test ./vm/qemu rewrites testdata/*.golden.
+var update = os.Getenv("UPDATE_GOLDEN") != ""
+
+var _ = flag.Parse
+
+func basePlan(arch, accel string) plan {
+	return plan{
+		Arch: arch, Accel: accel,
+		Kernel: "/img/vmlinux", Initrd: "/img/initramfs.cpio",
+		Cmdline: []string{"airlock.debug=1"},
+		CPUs:    2, MemoryMiB: 1024,
+		ConsoleLog: "/run/m/console.log", PIDFile: "/run/m/qemu.pid", Name: "airlock",
+	}
+}
+
+func TestArgsGolden(t *testing.T) {
+	for _, arch := range []string{"amd64", "arm64"} {
+		for _, transport := range []api.Transport{api.TransportSerial, api.TransportVsock} {
+			for _, share := range []string{"virtiofs", "9p", "9p-ro", "none"} {
+				for _, accel := range []string{"tcg", "kvm"} {
+					name := fmt.Sprintf("%s-%s-%s-%s", arch, transport, share, accel)
+					t.Run(name, func(t *testing.T) {
+						p := basePlan(arch, accel)
+						p.Transport, p.MuxFD, p.CID = transport, 3, 42
+						switch share {
+						case "virtiofs":
+							p.Share, p.SharePath, p.VirtiofsSocket = api.ShareVirtiofs, "/home/u/proj", "/run/m/virtiofsd.sock"
+						case "9p", "9p-ro":
+							p.Share, p.SharePath, p.SecurityModel = api.Share9P, "/home/u/proj,x", "passthrough"
+							p.ShareReadOnly = share == "9p-ro"
+						}
+						got := p.args()
+						checkInvariants(t, p, got)
+						golden(t, name, formatArgs(got))
+					})
+				}
+			}
+		}
+	}
+}
+
+// checkInvariants holds for every command line, golden or not.
+func checkInvariants(t *testing.T, p plan, a []string) {
+	t.Helper()
+	for _, must := range []string{"-nodefaults", "-no-user-config", "-no-reboot", "-nographic"} {
+		if !slices.Contains(a, must) {
+			t.Errorf("missing %s", must)
+		}
+	}
+	// No network device, ever.
+	if i := slices.Index(a, "-nic"); i < 0 || a[i+1] != "none" {
+		t.Error("missing -nic none")
+	}
+	for i, w := range a {
+		if w == "-netdev" || w == "-net" || (i > 0 && a[i-1] == "-device" && (strings.Contains(w, "net") || strings.Contains(w, "e1000"))) {
+			t.Errorf("network device in the command line: %s %s", a[i-1], w)
+		}
+	}
+	app := a[slices.Index(a, "-append")+1]
+	for _, w := range p.bootConfig().Args() {
+		if !strings.Contains(app, w) {
+			t.Errorf("-append lacks %s", w)
+		}
+	}
+	if p.ShareReadOnly && !strings.Contains(strings.Join(a, " "), "readonly=on") {
+		t.Error("read-only share without readonly=on")
+	}
+}
+
+// formatArgs writes one option and its value per line, shell-quoted.
+func formatArgs(a []string) string {
+	var lines []string
+	for i := 0; i < len(a); i++ {
+		line := a[i]
+		if i+1 < len(a) && !strings.HasPrefix(a[i+1], "-") {
+			i++
+			v := a[i]
+			if strings.Contains(v, " ") {
+				v = "'" + v + "'"
+			}
+			line += " " + v
+		}
+		lines = append(lines, line)
+	}
+	return strings.Join(lines, " \\\n  ") + "\n"
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (UPDATE_GOLDEN=1 writes it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs (UPDATE_GOLDEN=1 rewrites it)\ngot:\n%s\nwant:\n%s", path, got, want)
+	}
+}
+
+func TestKernelCmdline(t *testing.T) {
+	tests := []struct {
+		name string
+		p    plan
+		want string
+	}{
+		{"amd64 serial 9p ro", plan{Arch: "amd64", Transport: api.TransportSerial, Share: api.Share9P, ShareReadOnly: true, Cmdline: []string{"x=1"}},
+			"console=ttyS0 quiet panic=-1 airlock.transport=serial airlock.share=9p airlock.share_ro=1 x=1"},
+		{"arm64 vsock virtiofs", plan{Arch: "arm64", Transport: api.TransportVsock, Share: api.ShareVirtiofs},
+			"console=ttyAMA0 quiet panic=-1 airlock.transport=vsock airlock.share=virtiofs"},
+		{"no share", plan{Arch: "amd64", Transport: api.TransportSerial, ShareReadOnly: true},
+			"console=ttyS0 quiet panic=-1 airlock.transport=serial"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.p.kernelCmdline(); got != tt.want {
+				t.Errorf("got  %q\nwant %q", got, tt.want)
+			}
+			if _, err := api.ParseCmdline(tt.p.kernelCmdline()); err != nil {
+				t.Errorf("guest cannot parse it: %v", err)
+			}
+		})
+	}
+}
+
+func TestBinaryAndPackage(t *testing.T) {
+	if binaryFor("arm64") != "qemu-system-aarch64" || packageFor("arm64") != "qemu-system-arm" ||
+		binaryFor("amd64") != "qemu-system-x86_64" || packageFor("amd64") != "qemu-system-x86" {
+		t.Error("binary or package names")
+	}
+}

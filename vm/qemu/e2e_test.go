@@ -1,0 +1,232 @@
+//go:build e2e
+
+package qemu
+
+// Tests against a real QEMU: go test -tags e2e ./vm/qemu. The boot tests
+// need images/out/<arch>/{vmlinux,initramfs.cpio} (see images/).
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/guest/client"
+	"github.com/airlock-sandbox/airlock/vm"
+)
+
+func e2eConfig(t *testing.T) vm.Config {
+	t.Helper()
+	dir := t.TempDir()
+	return vm.Config{Kernel: filepath.Join(dir, "vmlinux"), Initrd: filepath.Join(dir, "initrd"), CPUs: 1, MemoryMiB: 256, Dir: dir}
+}
+
+func TestE2EBadKernel(t *testing.T) {
+	cfg := e2eConfig(t)
+	m, err := New(cfg, Options{Accel: AccelTCG})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.Start(context.Background())
+	if !errors.Is(err, vm.ErrInvalidConfig) || !strings.Contains(err.Error(), "vmlinux") {
+		t.Fatalf("missing kernel: %v", err)
+	}
+	t.Logf("missing kernel: %v", err)
+
+	// A kernel file QEMU cannot load: the error carries QEMU's words.
+	cfg = e2eConfig(t)
+	os.WriteFile(cfg.Kernel, []byte("not a kernel"), 0o644)
+	os.WriteFile(cfg.Initrd, nil, 0o644)
+	m, err = New(cfg, Options{Accel: AccelTCG})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.Start(context.Background())
+	if err == nil {
+		err = m.Wait(context.Background())
+	}
+	if err == nil || !strings.Contains(err.Error(), "kernel") {
+		t.Fatalf("bad kernel: %v", err)
+	}
+	if s := m.State(); s != vm.StateFailed {
+		t.Errorf("state %s", s)
+	}
+	t.Logf("bad kernel: %v", err)
+}
+
+func TestE2EMissingQEMU(t *testing.T) {
+	_, err := New(e2eConfig(t), Options{QEMU: "/nonexistent/qemu-system-x86_64"})
+	if !errors.Is(err, vm.ErrNoHypervisor) || !strings.Contains(err.Error(), "apt install qemu-system-x86") {
+		t.Fatalf("err = %v", err)
+	}
+	t.Log(err)
+}
+
+func TestE2EKVMProbe(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the probe firmware is x86")
+	}
+	qemu, err := resolveOptions(Options{}, os.Getenv, lookPath)
+	if err != nil {
+		t.Skip(err)
+	}
+	// TCG must always run the probe: this checks the firmware itself.
+	fw := filepath.Join(t.TempDir(), "probe.bin")
+	os.WriteFile(fw, probeFirmware(), 0o600)
+	args := probeArgs(fw)
+	args[1], args[3] = "q35,accel=tcg", "max"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = runQuiet(ctx, qemu.QEMU, args)
+	var ee interface{ ExitCode() int }
+	if !errors.As(err, &ee) || ee.ExitCode() != probeExitStatus {
+		t.Fatalf("probe under TCG: %v", err)
+	}
+	k := realKVM{timeout: 2 * time.Second, dir: t.TempDir()}
+	if err := k.open(); err != nil {
+		t.Skipf("no /dev/kvm: %v", err)
+	}
+	start := time.Now()
+	err = k.probe(context.Background(), qemu.QEMU)
+	t.Logf("KVM probe: %v after %v", err, time.Since(start).Round(time.Millisecond))
+}
+
+func imagesDir(t *testing.T) string {
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "images", "out", runtime.GOARCH)
+	if _, err := os.Stat(filepath.Join(dir, "vmlinux")); err != nil {
+		t.Skipf("no guest image in %s: build it with images/", dir)
+	}
+	return dir
+}
+
+func TestE2EBoot(t *testing.T) {
+	img := imagesDir(t)
+	tests := []struct {
+		name     string
+		readOnly bool
+		share    string
+		want     string
+	}{
+		{"rw-auto", false, ShareAuto, ""},
+		{"rw-9p", false, Share9P, Share9P},
+		{"ro-9p", true, ShareAuto, Share9P},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := e2eConfig(t)
+			cfg.Kernel, cfg.Initrd = filepath.Join(img, "vmlinux"), filepath.Join(img, "initramfs.cpio")
+			cfg.MemoryMiB = 512
+			ws := t.TempDir()
+			os.Chmod(ws, 0o777)
+			os.WriteFile(filepath.Join(ws, "hello.txt"), []byte("from the host\n"), 0o644)
+			cfg.Share = &vm.Share{HostPath: ws, ReadOnly: tt.readOnly}
+			m, err := New(cfg, Options{Share: tt.share})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ready, err := m.Listen(api.PortReady)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			if err := m.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			defer m.Stop(context.Background())
+			info := m.Info()
+			t.Logf("info %+v", info)
+			if tt.want != "" && info.Share != tt.want {
+				t.Errorf("share %s, want %s", info.Share, tt.want)
+			}
+			type res struct {
+				r   api.Ready
+				err error
+			}
+			rc := make(chan res, 1)
+			go func() {
+				c, err := ready.Accept()
+				if err != nil {
+					rc <- res{err: err}
+					return
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				r, err := api.ReadReady(c)
+				rc <- res{r, err}
+			}()
+			select {
+			case r := <-rc:
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				t.Logf("ready after %v (guest %d ms): %+v", time.Since(start).Round(time.Millisecond), r.r.BootMillis, r.r)
+			case <-time.After(180 * time.Second):
+				con, _ := os.ReadFile(m.Info().ConsoleLog)
+				t.Fatalf("no ready message; console:\n%s", tail3k(con))
+			case <-waitCh(m):
+				con, _ := os.ReadFile(m.Info().ConsoleLog)
+				t.Fatalf("machine ended: %v; console:\n%s", m.Wait(context.Background()), tail3k(con))
+			}
+
+			cl, err := client.New(func(ctx context.Context) (net.Conn, error) { return m.Dial(ctx, api.PortAgent) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var out, errb bytes.Buffer
+			exit, err := cl.Exec(ctx, client.Spec{Shell: "id; cat /workspace/hello.txt; echo made > /workspace/made.txt; ls -ln /workspace; ip -o link 2>/dev/null || ls /sys/class/net"}, client.Stdio{Stdout: &out, Stderr: &errb})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("exit %+v\nstdout:\n%s\nstderr:\n%s", exit, out.String(), errb.String())
+			if !strings.Contains(out.String(), "from the host") {
+				t.Error("guest did not see the shared file")
+			}
+			fi, err := os.Stat(filepath.Join(ws, "made.txt"))
+			switch {
+			case tt.readOnly && err == nil:
+				t.Error("guest wrote into a read-only share")
+			case !tt.readOnly && err != nil:
+				t.Errorf("guest write did not reach the host: %v", err)
+			case !tt.readOnly:
+				st := fi.Sys().(*syscall.Stat_t)
+				t.Logf("host sees made.txt owned by %d:%d", st.Uid, st.Gid)
+			}
+			if strings.Contains(out.String(), "eth") || strings.Contains(out.String(), "enp") {
+				t.Error("the guest has a network interface")
+			}
+			// A guest power-off ends QEMU with status 0, and Wait says nil.
+			if err := cl.Shutdown(ctx, false); err != nil {
+				t.Logf("shutdown: %v", err)
+			}
+			wctx, wcancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer wcancel()
+			if err := m.Wait(wctx); err != nil {
+				t.Errorf("Wait after power-off: %v", err)
+			}
+			if s := m.State(); s != vm.StateStopped {
+				t.Errorf("state %s", s)
+			}
+		})
+	}
+}
+
+func waitCh(m *Machine) <-chan struct{} { return m.exited }
+
+func tail3k(b []byte) []byte {
+	if len(b) > 3000 {
+		return b[len(b)-3000:]
+	}
+	return b
+}

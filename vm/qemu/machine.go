@@ -1,0 +1,379 @@
+// Package qemu is the Linux backend of vm.Machine: a QEMU child process
+// with no network card, one shared folder (virtio-fs or 9p) and the guest
+// transport on vhost-vsock when the host has it, else on one virtio-serial
+// port carrying the guest/mux stream multiplexer.
+package qemu
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/guest/mux"
+	"github.com/airlock-sandbox/airlock/vm"
+)
+
+var _ vm.Machine = (*Machine)(nil)
+
+// settle is how long Start watches a fresh QEMU for an early exit (a bad
+// option, a kernel it cannot load) before it reports the machine running.
+const settle = 300 * time.Millisecond
+
+// Machine is one QEMU virtual machine.
+type Machine struct {
+	vm.StateHub
+	cfg  vm.Config
+	opts resolved
+	log  *slog.Logger
+
+	transport api.Transport
+	cid       uint32       // vsock
+	sess      *mux.Session // serial
+	muxChild  *os.File     // serial: QEMU's end of the socket pair, until Start
+	vsockLns  *vsockListeners
+
+	mu        sync.Mutex
+	share     string // "", "virtiofs" or "9p", once started
+	accel     string
+	cmd       *exec.Cmd
+	virtiofsd *virtiofsd
+	stderr    *tail
+	stopAsked bool
+	exitErr   error         // why QEMU ended, nil after a power-off
+	exited    chan struct{} // closed once QEMU has been reaped and cleaned up
+	cleanOnce sync.Once
+}
+
+// New prepares a machine; nothing runs until Start. Listen works from here
+// on, so the caller can be ready for the guest before it boots.
+func New(cfg vm.Config, opts Options) (*Machine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	r, err := resolveOptions(opts, os.Getenv, exec.LookPath)
+	if err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	if _, err := chooseShare(cfg.Share, r.Share, r.Virtiofsd, isRoot()); err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	m := &Machine{cfg: cfg, opts: r, log: cfg.Log().With("backend", "qemu"), exited: make(chan struct{})}
+	if m.cfg.ConsoleLog == "" {
+		m.cfg.ConsoleLog = filepath.Join(cfg.Dir, "console.log")
+	}
+	if usable("/dev/vhost-vsock") {
+		m.transport = api.TransportVsock
+		m.cid = randomCID()
+		m.vsockLns = newVsockListeners(m.cid)
+	} else {
+		host, child, err := socketPair()
+		if err != nil {
+			return nil, fmt.Errorf("qemu: %w", err)
+		}
+		c, err := net.FileConn(host)
+		host.Close()
+		if err != nil {
+			child.Close()
+			return nil, fmt.Errorf("qemu: %w", err)
+		}
+		m.transport = api.TransportSerial
+		m.muxChild = child
+		m.sess = mux.Client(c, mux.Config{})
+	}
+	return m, nil
+}
+
+// randomCID picks a vsock context id; ids below 3 are reserved, and
+// 0xffffffff is VMADDR_CID_ANY.
+func randomCID() uint32 {
+	var b [4]byte
+	rand.Read(b[:])
+	return 3 + binary.LittleEndian.Uint32(b[:])%(0xfffffff0)
+}
+
+// Start boots the machine: it picks the accelerator (probing KVM once per
+// host kernel and QEMU binary), starts virtiofsd if the share uses it, and
+// spawns QEMU.
+func (m *Machine) Start(ctx context.Context) error {
+	m.mu.Lock()
+	if m.State() != vm.StateNew || m.cmd != nil {
+		m.mu.Unlock()
+		return fmt.Errorf("qemu: %w", vm.ErrAlreadyStarted)
+	}
+	m.cmd = &exec.Cmd{} // claims the start
+	m.mu.Unlock()
+	m.Set(vm.StateStarting)
+	if err := m.start(ctx); err != nil {
+		m.finish(err)
+		return err
+	}
+	m.Set(vm.StateRunning)
+	return nil
+}
+
+func (m *Machine) start(ctx context.Context) error {
+	for _, f := range []struct{ what, path string }{{"kernel", m.cfg.Kernel}, {"initrd", m.cfg.Initrd}} {
+		if err := checkFile(f.what, f.path); err != nil {
+			return fmt.Errorf("qemu: start: %w", err)
+		}
+	}
+	accel, err := chooseAccel(ctx, m.opts.accelMode, m.opts.Arch, hostArch(), m.opts.QEMU,
+		realKVM{timeout: m.opts.ProbeTimeout, dir: m.cfg.Dir}, accelCache{path: m.cacheFile()})
+	if err != nil {
+		return fmt.Errorf("qemu: start: %w", err)
+	}
+	share, _ := chooseShare(m.cfg.Share, m.opts.Share, m.opts.Virtiofsd, isRoot())
+	p := m.plan(accel, share)
+	if share == ShareVirtiofs {
+		d, err := startVirtiofsd(ctx, m.opts.Virtiofsd, p.VirtiofsSocket, p.SharePath, m.log)
+		switch {
+		case err != nil && m.opts.Share == ShareVirtiofs:
+			return fmt.Errorf("qemu: start: %w", err)
+		case err != nil:
+			m.log.Warn("virtiofsd failed, sharing with 9p instead", "err", err)
+			share = Share9P
+			p = m.plan(accel, share)
+		default:
+			m.mu.Lock()
+			m.virtiofsd = d
+			m.mu.Unlock()
+		}
+	}
+
+	cmd := exec.Command(m.opts.QEMU, p.args()...)
+	stderr := newTail(8 << 10)
+	cmd.Stdout = stderr
+	cmd.Stderr = stderr
+	cmd.Dir = m.cfg.Dir
+	if m.muxChild != nil {
+		cmd.ExtraFiles = []*os.File{m.muxChild} // fd 3, see plan
+	}
+	setProcAttr(cmd)
+	m.log.Info("starting", "qemu", m.opts.QEMU, "accel", accel, "transport", m.transport, "share", share, "args", p.args())
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("qemu: start %s: %w (apt install %s)", m.opts.QEMU, err, packageFor(m.opts.Arch))
+	}
+	if m.muxChild != nil {
+		m.muxChild.Close() // QEMU holds its own copy now
+		m.muxChild = nil
+	}
+	m.mu.Lock()
+	m.cmd, m.stderr, m.share, m.accel = cmd, stderr, share, accel
+	m.mu.Unlock()
+	go m.reap()
+
+	t := time.NewTimer(settle)
+	defer t.Stop()
+	select {
+	case <-m.exited:
+		return m.exitErr
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		m.kill()
+		<-m.exited
+		return fmt.Errorf("qemu: start: %w", ctx.Err())
+	}
+}
+
+// plan resolves the command line for this machine.
+func (m *Machine) plan(accel, share string) plan {
+	p := plan{
+		Arch: m.opts.Arch, Accel: accel,
+		Kernel: m.cfg.Kernel, Initrd: m.cfg.Initrd, Cmdline: m.cfg.Cmdline,
+		CPUs: m.cfg.CPUs, MemoryMiB: m.cfg.MemoryMiB,
+		ConsoleLog: m.cfg.ConsoleLog,
+		PIDFile:    filepath.Join(m.cfg.Dir, "qemu.pid"),
+		Name:       "airlock",
+		Transport:  m.transport, MuxFD: 3, CID: m.cid,
+	}
+	if s := m.cfg.Share; s != nil && share != "" {
+		p.SharePath, p.ShareReadOnly = s.HostPath, s.ReadOnly
+		switch share {
+		case ShareVirtiofs:
+			p.Share = api.ShareVirtiofs
+			p.VirtiofsSocket = filepath.Join(m.cfg.Dir, "virtiofsd.sock")
+		case Share9P:
+			p.Share = api.Share9P
+			p.SecurityModel = securityModel(isRoot())
+		}
+	}
+	return p
+}
+
+func (m *Machine) cacheFile() string {
+	if m.opts.CacheDir == "" {
+		return ""
+	}
+	return filepath.Join(m.opts.CacheDir, "kvm-probe.json")
+}
+
+// reap waits for QEMU and releases everything the machine holds.
+func (m *Machine) reap() {
+	err := m.cmd.Wait()
+	m.mu.Lock()
+	asked := m.stopAsked
+	tail := m.stderr.String()
+	m.mu.Unlock()
+	var why error
+	switch {
+	case err == nil:
+		// -no-reboot: a guest power-off or reboot ends QEMU with status 0.
+	case asked:
+		// Stopped by us; a kill is the expected way out.
+	default:
+		why = fmt.Errorf("qemu: %s exited: %w", filepath.Base(m.opts.QEMU), err)
+		if tail != "" {
+			why = fmt.Errorf("%w: %s", why, tail)
+		}
+	}
+	if why != nil {
+		m.log.Warn("qemu exited", "err", why)
+	} else {
+		m.log.Info("qemu exited", "status", err)
+	}
+	m.finish(why)
+}
+
+// finish releases the machine's resources once, records why it ended and
+// moves it to its final state.
+func (m *Machine) finish(why error) {
+	m.cleanOnce.Do(func() {
+		m.mu.Lock()
+		d := m.virtiofsd
+		m.exitErr = why
+		m.mu.Unlock()
+		if d != nil {
+			d.stop()
+		}
+		if m.sess != nil {
+			m.sess.Close()
+		}
+		if m.muxChild != nil {
+			m.muxChild.Close()
+		}
+		if m.vsockLns != nil {
+			m.vsockLns.closeAll()
+		}
+		if why != nil {
+			m.Set(vm.StateFailed)
+		} else {
+			m.Set(vm.StateStopped)
+		}
+		close(m.exited)
+	})
+}
+
+// Wait blocks until QEMU has exited: nil after a guest power-off (or a
+// Stop), else QEMU's exit status and the end of its stderr.
+func (m *Machine) Wait(ctx context.Context) error {
+	select {
+	case <-m.exited:
+		return m.exitErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Stop sends QEMU SIGTERM, and SIGKILL once ctx is done; it returns when
+// QEMU and virtiofsd are gone and the transport is closed.
+func (m *Machine) Stop(ctx context.Context) error {
+	m.mu.Lock()
+	cmd := m.cmd
+	m.stopAsked = true
+	m.mu.Unlock()
+	if cmd == nil { // never started
+		m.finish(nil)
+		return nil
+	}
+	select {
+	case <-m.exited:
+		return nil
+	default:
+	}
+	m.Set(vm.StateStopping)
+	if cmd.Process != nil {
+		terminate(cmd.Process)
+	}
+	select {
+	case <-m.exited:
+		return nil
+	case <-ctx.Done():
+	}
+	m.kill()
+	<-m.exited
+	return nil
+}
+
+// kill ends QEMU at once.
+func (m *Machine) kill() {
+	m.mu.Lock()
+	m.stopAsked = true
+	cmd := m.cmd
+	m.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		cmd.Process.Kill()
+	}
+}
+
+// Dial opens a stream to a port the guest listens on. Over the serial
+// transport it waits for the guest's hello, bounded by ctx.
+func (m *Machine) Dial(ctx context.Context, port uint32) (net.Conn, error) {
+	switch s := m.State(); s {
+	case vm.StateStarting, vm.StateRunning:
+	default:
+		return nil, fmt.Errorf("qemu: dial guest port %d: %w (%s)", port, vm.ErrNotRunning, s)
+	}
+	if m.transport == api.TransportVsock {
+		return dialVsock(ctx, m.cid, port)
+	}
+	c, err := m.sess.Dial(ctx, port)
+	if errors.Is(err, mux.ErrRefused) {
+		return nil, fmt.Errorf("qemu: %w: %w", vm.ErrConnRefused, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	return c, nil
+}
+
+// Listen accepts streams the guest opens to a host port. It works before
+// Start.
+func (m *Machine) Listen(port uint32) (net.Listener, error) {
+	if m.transport == api.TransportVsock {
+		return m.vsockLns.listen(port)
+	}
+	l, err := m.sess.Listen(port)
+	if errors.Is(err, mux.ErrPortInUse) {
+		return nil, fmt.Errorf("qemu: %w: %w", vm.ErrPortInUse, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	return l, nil
+}
+
+// Info describes the machine; the accelerator and share are known once
+// Start has picked them.
+func (m *Machine) Info() vm.Info {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i := vm.Info{Backend: "qemu", Accelerator: m.accel, Transport: string(m.transport), Share: m.share, ConsoleLog: m.cfg.ConsoleLog}
+	if m.cmd != nil && m.cmd.Process != nil {
+		i.PID = m.cmd.Process.Pid
+	}
+	return i
+}
+
+var _ io.Closer = (*os.File)(nil)

@@ -1,0 +1,24 @@
+//go:build !linux
+
+package qemu
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+)
+
+// The QEMU backend is only used on Linux for now; these keep the package
+// building elsewhere.
+
+func setProcAttr(*exec.Cmd) {}
+
+func socketPair() (*os.File, *os.File, error) {
+	return nil, nil, errors.New("qemu: the serial transport is only built for Linux")
+}
+
+func isRoot() bool { return os.Geteuid() == 0 }
+
+func terminate(p *os.Process) error { return p.Kill() }
+
+func usable(string) bool { return false }

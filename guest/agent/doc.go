@@ -8,4 +8,18 @@
 // that cgroup. When the task's main process exits, the agent drains its
 // output (at most a short grace), kills whatever the task left behind, and
 // only then reports Exit: nothing a task started outlives it.
+//
+// # Network
+//
+// The guest has no network card. The agent starts the egress forwarders
+// (guest/egress): 127.0.0.1:3128 for the HTTP proxy and 127.0.0.1:1080 for
+// SOCKS5, each connection carried unparsed to the host gate. A task's
+// default environment has no proxy variables: the host decides them, with
+// the per-task credential the gate uses to tell tasks apart, and sends them
+// in ExecStart.env (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY and their
+// lower-case twins), which the agent passes on unchanged. A task the host
+// sends none to can still use the proxies if it names them itself; the gate
+// then sees no credential. There is no resolver (/etc/resolv.conf is
+// absent, nsswitch says "hosts: files"), so name lookups fail at once and
+// only the proxies reach anything.
 package agent

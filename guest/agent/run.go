@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/guest/egress"
 	"github.com/airlock-sandbox/airlock/guest/transport"
 )
 
@@ -30,7 +31,9 @@ const (
 )
 
 // Run is the agent process in the guest: it reads the boot configuration,
-// sets no_new_privs, opens the transport, serves the Agent service on
+// sets no_new_privs, opens the transport, starts the egress forwarders
+// (guest/egress: 127.0.0.1:3128 and 127.0.0.1:1080 to the host's
+// api.PortEgressHTTP and api.PortEgressSOCKS), serves the Agent service on
 // api.PortAgent and tells the host it is ready. It returns when ctx is done
 // or the transport fails; init then restarts it.
 func Run(ctx context.Context, log *slog.Logger) error {
@@ -60,6 +63,17 @@ func Run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+
+	// Egress before readiness, so the first task finds its proxies. Without
+	// them the guest is merely offline, so a failure is logged, not fatal.
+	ectx, ecancel := context.WithCancel(ctx)
+	fwd := egress.New(egress.Config{Dial: tr.DialHost, Logger: log.With("part", "egress")})
+	if wait, err := fwd.Start(ectx, egress.DefaultRoutes()); err != nil {
+		log.Error("egress proxies not started; tasks have no network", "err", err)
+	} else {
+		defer wait()
+	}
+	defer ecancel()
 
 	cfg := Config{
 		Transport: boot.Transport,

@@ -6,6 +6,7 @@ import (
 	"context"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +34,38 @@ func TestTaskEnv(t *testing.T) {
 		"LANG=C.UTF-8", "PWD=/w", "TERM=xterm-256color", "A=2", "B="}
 	if !reflect.DeepEqual(env, want) {
 		t.Errorf("env = %q", env)
+	}
+}
+
+// TestTaskEnvProxy: the proxy variables the host sends (both cases, with a
+// per-task credential in the URL, NO_PROXY lists) pass validation
+// unchanged, and the guest adds none of its own.
+func TestTaskEnvProxy(t *testing.T) {
+	proxy := []string{
+		"HTTP_PROXY=http://task-0f3a:s3cr%2Ft~x@127.0.0.1:3128",
+		"http_proxy=http://task-0f3a:s3cr%2Ft~x@127.0.0.1:3128",
+		"HTTPS_PROXY=http://task-0f3a:s3cr%2Ft~x@127.0.0.1:3128",
+		"https_proxy=http://task-0f3a:s3cr%2Ft~x@127.0.0.1:3128",
+		"ALL_PROXY=socks5h://task-0f3a:s3cr%2Ft~x@127.0.0.1:1080",
+		"all_proxy=socks5h://task-0f3a:s3cr%2Ft~x@127.0.0.1:1080",
+		"NO_PROXY=localhost,127.0.0.1,::1,.local,[::1]:8080",
+		"no_proxy=localhost,127.0.0.1,::1,.local,[::1]:8080",
+	}
+	env, err := taskEnv(proxy, "agent", "/home/agent", "/w", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := env[len(env)-len(proxy):]; !reflect.DeepEqual(got, proxy) {
+		t.Errorf("proxy env = %q, want %q", got, proxy)
+	}
+	env, err = taskEnv(nil, "agent", "/home/agent", "/w", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasSuffix(strings.ToLower(k), "_proxy") {
+			t.Errorf("default env has %s; only the host sets proxy variables", kv)
+		}
 	}
 }
 

@@ -1,0 +1,265 @@
+// Package egress is the guest half of Airlock's egress path: it listens on
+// the guest's loopback, where tasks find their HTTP proxy (127.0.0.1:3128)
+// and SOCKS5 proxy (127.0.0.1:1080), and carries every accepted TCP
+// connection to the host gate over the transport, one stream per
+// connection, byte for byte. It parses nothing: the proxy protocols, the
+// per-task credentials in them and every policy decision belong to the
+// host (app/egress), which listens on api.PortEgressHTTP and
+// api.PortEgressSOCKS of the transport.
+//
+// A forwarded connection is copied both ways with half-close (EOF on one
+// side becomes CloseWrite on the other) and is closed on both sides as soon
+// as either side fails. The number of connections in flight is capped (new
+// ones beyond it are reset at once), dialling the host is bounded by a
+// timeout, and a connection the host refuses (no listener on the port) is
+// reset at once, so a client sees an error, never a hang.
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
+)
+
+// Where the guest's proxies listen. The task environment the host sends
+// (HTTP_PROXY and friends) points here.
+const (
+	HTTPAddr  = "127.0.0.1:3128"
+	SOCKSAddr = "127.0.0.1:1080"
+)
+
+// Defaults for Config's zero fields.
+const (
+	// DefaultMaxConns caps the forwarded connections in flight, both
+	// proxies together. Each costs two goroutines, two 32 KiB copy buffers
+	// and one transport stream.
+	DefaultMaxConns = 512
+	// DefaultDialTimeout bounds opening the stream to the host. Opening a
+	// stream is local to the VM boundary, so it normally takes
+	// microseconds; the timeout only matters when the host is wedged.
+	DefaultDialTimeout = 10 * time.Second
+)
+
+// DialFunc opens a stream to port on the host (transport.DialHost).
+type DialFunc func(ctx context.Context, port uint32) (net.Conn, error)
+
+// Route is one guest listener and the host port its connections go to.
+type Route struct {
+	Addr string // loopback host:port in the guest
+	Port uint32 // transport port on the host
+}
+
+// DefaultRoutes are the guest's two proxies.
+func DefaultRoutes() []Route {
+	return []Route{
+		{Addr: HTTPAddr, Port: api.PortEgressHTTP},
+		{Addr: SOCKSAddr, Port: api.PortEgressSOCKS},
+	}
+}
+
+// Config configures a Forwarder.
+type Config struct {
+	// Dial opens a stream to the host; required.
+	Dial DialFunc
+	// MaxConns caps the connections in flight (DefaultMaxConns if zero).
+	MaxConns int
+	// DialTimeout bounds Dial (DefaultDialTimeout if zero).
+	DialTimeout time.Duration
+	// Logger receives debug records, one per connection at most; nil
+	// discards them.
+	Logger *slog.Logger
+}
+
+// Forwarder carries connections accepted on guest listeners to the host.
+// One Forwarder may serve several listeners; MaxConns counts them all.
+type Forwarder struct {
+	cfg    Config
+	log    *slog.Logger
+	slots  chan struct{}
+	active atomic.Int64
+}
+
+// New returns a Forwarder for cfg.
+func New(cfg Config) *Forwarder {
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Forwarder{cfg: cfg, log: cfg.Logger, slots: make(chan struct{}, cfg.MaxConns)}
+}
+
+// Active is the number of connections in flight (accepted and not yet
+// closed on both sides).
+func (f *Forwarder) Active() int { return int(f.active.Load()) }
+
+// Listen binds every route's address, which must be a loopback IP address
+// with a port: the proxies never listen anywhere else. On error nothing
+// stays bound.
+func Listen(routes []Route) ([]net.Listener, error) {
+	var ls []net.Listener
+	for _, r := range routes {
+		ap, err := netip.ParseAddrPort(r.Addr)
+		if err != nil || !ap.Addr().IsLoopback() || ap.Port() == 0 {
+			closeAll(ls)
+			return nil, fmt.Errorf("egress: %q is not a loopback address with a port", r.Addr)
+		}
+		l, err := net.Listen("tcp", r.Addr)
+		if err != nil {
+			closeAll(ls)
+			return nil, fmt.Errorf("egress: %w", err)
+		}
+		ls = append(ls, l)
+	}
+	return ls, nil
+}
+
+func closeAll(ls []net.Listener) {
+	for _, l := range ls {
+		l.Close()
+	}
+}
+
+// Start binds routes (see Listen) and serves each in the background until
+// ctx is done. It returns once every listener is bound; wait blocks until
+// they are closed and every connection they accepted is gone.
+func (f *Forwarder) Start(ctx context.Context, routes []Route) (wait func(), err error) {
+	ls, err := Listen(routes)
+	if err != nil {
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	for i, l := range ls {
+		wg.Go(func() {
+			if err := f.Serve(ctx, l, routes[i].Port); err != nil {
+				f.log.Error("egress listener stopped", "addr", routes[i].Addr, "err", err)
+			}
+		})
+	}
+	return wg.Wait, nil
+}
+
+// Serve accepts connections on l and forwards each to port on the host,
+// until ctx is done (nil) or l fails (its error). It closes l, and returns
+// only when every connection it accepted is closed and their goroutines
+// have ended.
+func (f *Forwarder) Serve(ctx context.Context, l net.Listener, port uint32) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	defer l.Close()
+	var backoff time.Duration
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			// EMFILE, ENFILE, ECONNABORTED: the listener is fine, the
+			// moment is not. Back off as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			f.log.Debug("egress accept", "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		backoff = 0
+		select {
+		case f.slots <- struct{}{}:
+		default:
+			f.log.Debug("egress: too many connections; reset", "max", f.cfg.MaxConns, "port", port)
+			reset(c)
+			continue
+		}
+		f.active.Add(1)
+		wg.Go(func() {
+			defer func() {
+				f.active.Add(-1)
+				<-f.slots
+			}()
+			f.forward(ctx, c, port)
+		})
+	}
+}
+
+// forward carries c to port on the host and returns when both are closed.
+func (f *Forwarder) forward(ctx context.Context, c net.Conn, port uint32) {
+	start := time.Now()
+	dctx, cancel := context.WithTimeout(ctx, f.cfg.DialTimeout)
+	h, err := f.cfg.Dial(dctx, port)
+	cancel()
+	if err != nil {
+		f.log.Debug("egress: host refused; reset", "port", port, "err", err)
+		reset(c)
+		return
+	}
+	stop := context.AfterFunc(ctx, func() {
+		c.Close()
+		h.Close()
+	})
+	defer stop()
+
+	var up int64
+	var upErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		up, upErr = pipe(h, c)
+	}()
+	down, downErr := pipe(c, h)
+	<-done
+	c.Close()
+	h.Close()
+	f.log.Debug("egress connection", "port", port, "up", up, "down", down,
+		"took", time.Since(start).Round(time.Millisecond), "up_err", upErr, "down_err", downErr)
+}
+
+type closeWriter interface{ CloseWrite() error }
+
+// pipe copies src to dst until src's EOF, which it passes on as dst's
+// CloseWrite. On any failure it closes both, which also ends the copy in
+// the other direction.
+func pipe(dst, src net.Conn) (int64, error) {
+	n, err := io.Copy(dst, src)
+	if err == nil {
+		if cw, ok := dst.(closeWriter); ok {
+			err = cw.CloseWrite()
+		} else {
+			err = errors.New("egress: connection cannot half-close")
+		}
+	}
+	if err != nil {
+		dst.Close()
+		src.Close()
+	}
+	return n, err
+}
+
+// reset closes c so that its peer sees a reset, not an orderly EOF: the
+// connection was never carried anywhere.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	c.Close()
+}

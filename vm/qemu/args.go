@@ -123,16 +123,20 @@ func (p plan) args() []string {
 	return a
 }
 
-// cpu picks the CPU model: the host's under KVM, and under TCG the richest
-// model QEMU emulates, so the guest kernel finds the features it expects.
+// cpu picks the CPU model: the host's under KVM. Under TCG, arm64 needs
+// "max" (virt's default CPU is 32-bit); amd64 keeps QEMU's default
+// (qemu64), which boots the guest to Ready ~8% faster than "max" (3.45 s
+// against 3.75 s here: max makes TCG emulate more features).
 func (p plan) cpu() string {
 	switch {
 	case p.CPU != "":
 		return p.CPU
 	case p.Accel == "kvm":
 		return "host"
-	default:
+	case p.Arch == "arm64":
 		return "max"
+	default:
+		return ""
 	}
 }
 

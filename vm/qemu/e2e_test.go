@@ -206,6 +206,27 @@ func TestE2EBoot(t *testing.T) {
 			if strings.Contains(out.String(), "eth") || strings.Contains(out.String(), "enp") {
 				t.Error("the guest has a network interface")
 			}
+			if tt.name == "rw-auto" {
+				// Stop with the guest running: QEMU and virtiofsd both go.
+				m.mu.Lock()
+				d := m.virtiofsd
+				m.mu.Unlock()
+				if err := m.Stop(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := processGone(info.PID); err != nil {
+					t.Error(err)
+				}
+				if d != nil {
+					if err := processGone(d.cmd.Process.Pid); err != nil {
+						t.Errorf("virtiofsd: %v", err)
+					}
+				}
+				if s := m.State(); s != vm.StateStopped {
+					t.Errorf("state %s", s)
+				}
+				return
+			}
 			// A guest power-off ends QEMU with status 0, and Wait says nil.
 			if err := cl.Shutdown(ctx, false); err != nil {
 				t.Logf("shutdown: %v", err)

@@ -42,6 +42,7 @@ type Machine struct {
 	sess      *mux.Session // serial
 	muxChild  *os.File     // serial: QEMU's end of the socket pair, until Start
 	vsockLns  *vsockListeners
+	cpuModel  string // overrides plan.cpu, for measurements
 
 	mu        sync.Mutex
 	share     string // "", "virtiofs" or "9p", once started
@@ -190,7 +191,7 @@ func (m *Machine) start(ctx context.Context) error {
 // plan resolves the command line for this machine.
 func (m *Machine) plan(accel, share string) plan {
 	p := plan{
-		Arch: m.opts.Arch, Accel: accel,
+		Arch: m.opts.Arch, Accel: accel, CPU: m.cpuModel,
 		Kernel: m.cfg.Kernel, Initrd: m.cfg.Initrd, Cmdline: m.cfg.Cmdline,
 		CPUs: m.cfg.CPUs, MemoryMiB: m.cfg.MemoryMiB,
 		ConsoleLog: m.cfg.ConsoleLog,

@@ -192,14 +192,12 @@ func (k realKVM) probe(ctx context.Context, qemu string) error {
 	stderr := newTail(2048)
 	cmd.Stderr = stderr
 	setProcAttr(cmd)
-	start := time.Now()
 	err := cmd.Run()
 	var exit *exec.ExitError
 	switch {
 	case ctx.Err() == context.DeadlineExceeded:
 		return fmt.Errorf("the probe VM did not finish within %v (KVM runs, but far too slowly: nested virtualization?)", k.timeout)
 	case errors.As(err, &exit) && exit.ExitCode() == probeExitStatus:
-		_ = start
 		return nil
 	case err == nil:
 		return errors.New("the probe VM exited without running the probe")

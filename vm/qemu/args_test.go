@@ -1,7 +1,6 @@
 package qemu
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,8 +13,6 @@ import (
 
 // UPDATE_GOLDEN=1 go test ./vm/qemu rewrites testdata/*.golden.
 var update = os.Getenv("UPDATE_GOLDEN") != ""
-
-var _ = flag.Parse
 
 func basePlan(arch, accel string) plan {
 	return plan{

@@ -10,7 +10,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -376,5 +375,3 @@ func (m *Machine) Info() vm.Info {
 	}
 	return i
 }
-
-var _ io.Closer = (*os.File)(nil)

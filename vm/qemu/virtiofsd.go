@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"time"
@@ -101,5 +100,3 @@ func (d *virtiofsd) stop() {
 	}
 	os.Remove(d.socket)
 }
-
-var _ = net.Dial

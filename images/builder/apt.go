@@ -77,16 +77,19 @@ func checkAptArch(ctx context.Context, arch string) error {
 // imagePackages are the packages one architecture's image is built from.
 type imagePackages struct {
 	Kernel, Busybox debPackage
+	// CACerts is ca-certificates (arch all, the same for every image).
+	CACerts debPackage
 }
 
 // resolvePackages turns the package names each image needs into concrete
 // packages: the linux-image-<arch> meta package becomes the kernel package
-// it depends on (linux-image-6.1.0-NN-<arch>), plus busybox-static. It asks
+// it depends on (linux-image-6.1.0-NN-<arch>), plus busybox-static and
+// ca-certificates (arch all). It asks
 // apt-cache twice for all arches together, because apt-cache rebuilds its
 // cache on every call where the package cache is disabled (as in Debian's
 // container images), which costs a second or two each time.
 func resolvePackages(ctx context.Context, arches []string) (map[string]imagePackages, error) {
-	var first []string
+	first := []string{caPackage + ":all"}
 	for _, arch := range arches {
 		if err := checkAptArch(ctx, arch); err != nil {
 			return nil, err
@@ -96,6 +99,10 @@ func resolvePackages(ctx context.Context, arches []string) (map[string]imagePack
 	stanzas, err := showPackages(ctx, first)
 	if err != nil {
 		return nil, err
+	}
+	ca, ok := stanzas[caPackage+":all"]
+	if !ok {
+		return nil, fmt.Errorf("images: resolve %s:all: apt-cache knows no such package; run `apt-get update`", caPackage)
 	}
 	var kernels []string
 	res := map[string]imagePackages{}
@@ -114,7 +121,7 @@ func resolvePackages(ctx context.Context, arches []string) (map[string]imagePack
 		if !ok {
 			return nil, fmt.Errorf("images: resolve busybox-static:%s: apt-cache knows no such package; run `apt-get update`", arch)
 		}
-		res[arch] = imagePackages{Busybox: bb.debPackage, Kernel: debPackage{Name: name, Arch: arch}}
+		res[arch] = imagePackages{Busybox: bb.debPackage, Kernel: debPackage{Name: name, Arch: arch}, CACerts: ca.debPackage}
 	}
 	if stanzas, err = showPackages(ctx, kernels); err != nil {
 		return nil, err

@@ -97,8 +97,8 @@ func Build(ctx context.Context, opts Options) ([]Result, error) {
 func buildArch(ctx context.Context, opts Options, arch string, pkgs imagePackages, log *slog.Logger) (Result, error) {
 	start := time.Now()
 	res := Result{Arch: arch, Dir: filepath.Join(opts.OutDir, arch)}
-	kernel, busybox := pkgs.Kernel, pkgs.Busybox
-	for _, p := range []*debPackage{&kernel, &busybox} {
+	kernel, busybox, cacerts := pkgs.Kernel, pkgs.Busybox, pkgs.CACerts
+	for _, p := range []*debPackage{&kernel, &busybox, &cacerts} {
 		fetched, err := download(ctx, opts.CacheDir, p)
 		if err != nil {
 			return res, err
@@ -125,7 +125,7 @@ func buildArch(ctx context.Context, opts Options, arch string, pkgs imagePackage
 	}
 	log.Info("guest agent built", "sha256", agentSHA[:12])
 
-	packages := []manifest.Package{kernel.manifestEntry(), busybox.manifestEntry()}
+	packages := []manifest.Package{kernel.manifestEntry(), busybox.manifestEntry(), cacerts.manifestEntry()}
 	key := inputKey(keyInputs{Arch: arch, Packages: packages, GuestSHA: agentSHA, Modules: GuestModules, BaseFiles: baseEntries()})
 	if old, err := manifest.Load(res.Dir); err == nil && old.InputKey == key {
 		err := old.Verify(res.Dir)
@@ -146,7 +146,7 @@ func buildArch(ctx context.Context, opts Options, arch string, pkgs imagePackage
 		return res, fmt.Errorf("images: %w", err)
 	}
 
-	m, err := assemble(ctx, arch, res.Dir, tmp, agent, kernel, busybox, log)
+	m, err := assemble(ctx, arch, res.Dir, tmp, agent, kernel, busybox, cacerts, log)
 	if err != nil {
 		return res, err
 	}
@@ -161,18 +161,26 @@ func buildArch(ctx context.Context, opts Options, arch string, pkgs imagePackage
 // assemble extracts the packages, writes the kernel and initramfs into dir
 // under their final names (through temporary files), and returns the
 // manifest describing them, without Packages and InputKey.
-func assemble(ctx context.Context, arch, dir, tmp, agent string, kernel, busybox debPackage, log *slog.Logger) (*manifest.Manifest, error) {
+func assemble(ctx context.Context, arch, dir, tmp, agent string, kernel, busybox, cacerts debPackage, log *slog.Logger) (*manifest.Manifest, error) {
 	root := filepath.Join(tmp, "root")
-	for _, p := range []debPackage{kernel, busybox} {
-		if _, err := run(ctx, "", nil, "dpkg-deb", "-x", p.File, root); err != nil {
-			return nil, fmt.Errorf("images: extract %s: %w", p.Name, err)
+	caRoot := filepath.Join(tmp, "ca-root")
+	for _, x := range []struct {
+		p    debPackage
+		root string
+	}{{kernel, root}, {busybox, root}, {cacerts, caRoot}} {
+		if _, err := run(ctx, "", nil, "dpkg-deb", "-x", x.p.File, x.root); err != nil {
+			return nil, fmt.Errorf("images: extract %s: %w", x.p.Name, err)
 		}
+	}
+	cas, ncerts, err := caEntries(caRoot)
+	if err != nil {
+		return nil, err
 	}
 	kver, err := kernelRelease(root)
 	if err != nil {
 		return nil, err
 	}
-	log.Info("extracted", "kernel", kver)
+	log.Info("extracted", "kernel", kver, "ca_certificates", ncerts)
 
 	kname := kernelFile[arch]
 	ktmp := filepath.Join(dir, "."+kname+".tmp")
@@ -202,6 +210,7 @@ func assemble(ctx context.Context, arch, dir, tmp, agent string, kernel, busybox
 	}
 
 	entries := append(baseEntries(), mods...)
+	entries = append(entries, cas...)
 	entries = append(entries,
 		cpioEntry{Name: "init", Mode: modeFile | 0o755, Source: agent},
 		cpioEntry{Name: "bin/busybox", Mode: modeFile | 0o755, Source: filepath.Join(root, "bin", "busybox")},

@@ -40,6 +40,13 @@ func TestBaseEntries(t *testing.T) {
 			t.Errorf("%s = %+v, want mode %o owner %d:%d", d.name, e, d.mode, d.uid, d.gid)
 		}
 	}
+	// No resolver: without /etc/resolv.conf (and with "hosts: files") a
+	// name lookup in the guest fails at once; only the host gate resolves.
+	for _, name := range []string{"etc/resolv.conf"} {
+		if _, ok := byName[name]; ok {
+			t.Errorf("base entries hold %s", name)
+		}
+	}
 	if c := byName["dev/console"]; c.Mode != modeChar|0o600 || c.RMajor != 5 || c.RMinor != 1 {
 		t.Errorf("dev/console = %+v, want char 5,1", c)
 	}

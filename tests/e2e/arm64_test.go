@@ -1,0 +1,54 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/sandbox"
+	"github.com/airlock-sandbox/airlock/app/workspace"
+	"github.com/airlock-sandbox/airlock/guest/client"
+	"github.com/airlock-sandbox/airlock/vm"
+	"github.com/airlock-sandbox/airlock/vm/qemu"
+)
+
+// TestArm64Image boots the arm64 image (what Apple's framework will boot)
+// under qemu-system-aarch64 and runs a task that uses the workspace.
+func TestArm64Image(t *testing.T) {
+	img, err := sandbox.LoadImage(filepath.Join(imageRoot, "arm64"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := newWorkspace(t)
+	os.WriteFile(filepath.Join(ws, "hello.txt"), []byte("hi arm\n"), 0o644)
+	uid, gid := workspace.Owner(ws)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	began := time.Now()
+	sb, err := sandbox.Start(ctx, sandbox.Options{
+		Workspace: ws, Image: img, UID: uid, GID: gid, MemoryMiB: 768, CPUs: 2,
+		BootTimeout: 4 * time.Minute,
+		NewMachine: func(cfg vm.Config) (vm.Machine, error) {
+			return qemu.New(cfg, qemu.Options{Arch: "arm64"})
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	t.Logf("arm64 guest ready in %s", time.Since(began).Round(time.Millisecond))
+	var out bytes.Buffer
+	exit, err := sb.Agent().Exec(ctx, client.Spec{Argv: []string{"sh", "-c", "uname -m; cat /workspace/hello.txt; id -u > /workspace/uid"}},
+		client.Stdio{Stdout: &out})
+	if err != nil || exit.Code != 0 || out.String() != "aarch64\nhi arm\n" {
+		t.Fatalf("arm64 task: %+v %v %q", exit, err, out.String())
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "uid")); len(b) == 0 {
+		t.Fatalf("the arm64 guest could not write to the workspace")
+	}
+}

@@ -17,9 +17,8 @@
 // default environment has no proxy variables: the host decides them, with
 // the per-task credential the gate uses to tell tasks apart, and sends them
 // in ExecStart.env (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY and their
-// lower-case twins), which the agent passes on unchanged. A task the host
-// sends none to can still use the proxies if it names them itself; the gate
-// then sees no credential. There is no resolver (/etc/resolv.conf is
+// lower-case twins), which the agent passes on unchanged; a connection that
+// carries no credential is the gate's to judge. There is no resolver (/etc/resolv.conf is
 // absent, nsswitch says "hosts: files"), so name lookups fail at once and
 // only the proxies reach anything.
 package agent

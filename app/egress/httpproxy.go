@@ -1,0 +1,368 @@
+package egress
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// upstream is a plain-HTTP connection kept between requests of one
+// keep-alive guest connection.
+type upstream struct {
+	key  string // target host:port
+	addr netip.Addr
+	conn net.Conn
+	br   *bufio.Reader
+}
+
+// handleHTTP serves one guest connection to the HTTP proxy: any number of
+// absolute-URI requests, or one CONNECT.
+func (g *Gate) handleHTTP(c net.Conn) {
+	br := bufio.NewReaderSize(c, g.limits.MaxHeaderBytes)
+	var up *upstream
+	defer func() { g.dropUpstream(&up) }()
+	for first := true; ; first = false {
+		c.SetReadDeadline(time.Now().Add(g.limits.IdleTimeout))
+		if _, err := br.Peek(1); err != nil {
+			if first && isTimeout(err) {
+				g.record(Decision{Time: g.now(), Protocol: ProtoHTTP, Reason: ReasonTimeout, Detail: "no request"})
+			}
+			return
+		}
+		start := g.now()
+		c.SetReadDeadline(time.Now().Add(g.limits.HeaderTimeout))
+		pr, err := readProxyRequest(br, g.limits.MaxHeaderBytes)
+		c.SetReadDeadline(time.Time{})
+		d := Decision{Time: start, Protocol: ProtoHTTP}
+		if pr != nil {
+			d.Protocol, d.Host, d.Port = pr.proto, pr.target.host, pr.target.port
+			if d.Protocol == "" {
+				d.Protocol = ProtoHTTP
+			}
+		}
+		if err != nil {
+			var re *requestError
+			switch {
+			case errors.As(err, &re):
+			case isTimeout(err):
+				re = &requestError{reason: ReasonTimeout, status: http.StatusRequestTimeout, msg: "request head not received in time"}
+			default:
+				re = badRequest("%v", err)
+			}
+			if pr != nil {
+				d.Task, _ = g.authenticate(pr.user, pr.pass, pr.cred)
+			}
+			d.Reason, d.Detail = re.reason, re.msg
+			g.refuseHTTP(c, d, re.status, false)
+			return
+		}
+		task, ok := g.authenticate(pr.user, pr.pass, pr.cred)
+		if !ok {
+			d.Reason, d.Detail = ReasonAuthFailed, "missing or unknown proxy credential"
+			g.refuseHTTP(c, d, http.StatusProxyAuthRequired, pr.req.ContentLength == 0 && !pr.req.Close)
+			if pr.req.ContentLength != 0 || pr.req.Close {
+				return
+			}
+			continue
+		}
+		d.Task = task
+		if pr.proto == ProtoConnect {
+			g.dropUpstream(&up)
+			g.connect(c, br, pr, d)
+			return
+		}
+		if !g.forward(c, br, pr, d, &up) {
+			return
+		}
+	}
+}
+
+// connect decides and serves a CONNECT tunnel.
+func (g *Gate) connect(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decision) {
+	pl := g.decide(g.ctx, d.Task, ProtoConnect, pr.target)
+	d.Rule, d.Detail = pl.rule, pl.detail
+	d.Addr = addrText(pl.addr)
+	if !pl.reason.allowed() {
+		d.Reason = pl.reason
+		g.refuseHTTP(c, d, statusFor(pl.reason), false)
+		return
+	}
+	uc, addr, err := g.dial(g.ctx, pl, pr.target.port)
+	d.Addr = addrText(addr)
+	if err != nil {
+		d.Reason, d.Detail = ReasonDialFailed, err.Error()
+		g.refuseHTTP(c, d, http.StatusBadGateway, false)
+		return
+	}
+	if !g.track(nil, uc) {
+		uc.Close()
+		d.Reason, d.Detail = ReasonShutdown, "gate closed"
+		g.record(d)
+		return
+	}
+	defer g.untrack(nil, uc)
+	d.Reason = pl.reason
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\nX-Airlock-Decision: "+decisionHeader(d)+"\r\n\r\n"); err != nil {
+		d.Detail = "guest went away: " + err.Error()
+		g.record(d)
+		return
+	}
+	d.BytesUp, d.BytesDown = relay(c, br, uc)
+	g.record(d)
+}
+
+// forward decides one absolute-URI request and relays it and its response,
+// reusing the upstream connection when the same host:port is asked again.
+// It reports whether the guest connection can carry another request.
+func (g *Gate) forward(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decision, up **upstream) bool {
+	req := pr.req
+	keep := !req.Close
+	pl := g.decide(g.ctx, d.Task, ProtoHTTP, pr.target)
+	d.Rule, d.Detail = pl.rule, pl.detail
+	d.Addr = addrText(pl.addr)
+	if !pl.reason.allowed() {
+		d.Reason = pl.reason
+		// A body not read would be taken for the next request: only a
+		// bodiless request keeps the connection.
+		keep = keep && req.ContentLength == 0
+		g.refuseHTTP(c, d, statusFor(pl.reason), keep)
+		return keep
+	}
+	key := pr.target.String()
+	if u := *up; u != nil && (u.key != key || !containsAddr(pl.addrs, u.addr)) {
+		g.dropUpstream(up)
+	}
+	if *up == nil {
+		uc, addr, err := g.dial(g.ctx, pl, pr.target.port)
+		d.Addr = addrText(addr)
+		if err != nil {
+			d.Reason, d.Detail = ReasonDialFailed, err.Error()
+			keep = keep && req.ContentLength == 0
+			g.refuseHTTP(c, d, http.StatusBadGateway, keep)
+			return keep
+		}
+		if !g.track(nil, uc) {
+			uc.Close()
+			d.Reason, d.Detail = ReasonShutdown, "gate closed"
+			g.record(d)
+			return false
+		}
+		*up = &upstream{key: key, addr: addr, conn: uc, br: bufio.NewReaderSize(uc, g.limits.MaxHeaderBytes)}
+	}
+	u := *up
+	d.Addr = u.addr.String()
+	d.Reason = pl.reason
+
+	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+		// Answer for the upstream, so the guest does not wait for a 100
+		// that a sequential relay would never pass on.
+		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+	}
+	req.Header.Del("Expect")
+	removeHopHeaders(req.Header)
+	if _, ok := req.Header["User-Agent"]; !ok {
+		req.Header["User-Agent"] = []string{""} // keep net/http from adding its own
+	}
+	req.Close = false
+	upw := &countingWriter{w: u.conn}
+	bw := bufio.NewWriter(upw)
+	err := req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	d.BytesUp = upw.n
+	if err != nil {
+		return g.upstreamFailed(c, d, up, fmt.Errorf("write request: %w", err), false)
+	}
+	u.conn.SetReadDeadline(time.Now().Add(g.limits.ResponseTimeout))
+	resp, err := g.readResponse(u.br, req)
+	u.conn.SetReadDeadline(time.Time{})
+	if err != nil {
+		return g.upstreamFailed(c, d, up, fmt.Errorf("read response: %w", err), false)
+	}
+	defer resp.Body.Close()
+	upstreamClose := resp.Close
+	removeHopHeaders(resp.Header)
+	resp.ProtoMajor, resp.ProtoMinor, resp.Proto = 1, 1, "HTTP/1.1"
+	untilEOF := resp.ContentLength < 0 && !isChunked(resp.TransferEncoding) && resp.Body != http.NoBody
+	keep = keep && !untilEOF
+	resp.Close = !keep
+	cw := &countingWriter{w: c}
+	bw = bufio.NewWriter(cw)
+	err = resp.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	d.BytesDown = cw.n
+	if err != nil {
+		return g.upstreamFailed(c, d, up, fmt.Errorf("relay response: %w", err), true)
+	}
+	if upstreamClose || untilEOF {
+		g.dropUpstream(up)
+	}
+	g.record(d)
+	return keep
+}
+
+// readResponse reads a response head of bounded size, skipping 1xx
+// interim responses.
+func (g *Gate) readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+	for {
+		if _, err := waitHead(br, g.limits.MaxHeaderBytes); err != nil {
+			return nil, err
+		}
+		resp, err := http.ReadResponse(br, req)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode < 100 {
+			return resp, nil
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			resp.Body.Close()
+			return nil, errors.New("unexpected 101 Switching Protocols")
+		}
+		resp.Body.Close()
+	}
+}
+
+// upstreamFailed records an exchange the upstream broke. Before any of the
+// response reached the guest it answers 502; after, it can only close.
+func (g *Gate) upstreamFailed(c net.Conn, d Decision, up **upstream, err error, started bool) bool {
+	g.dropUpstream(up)
+	d.Detail = err.Error()
+	if started {
+		g.record(d) // allowed; the detail says how it ended
+		return false
+	}
+	d.Reason = ReasonUpstreamError
+	g.refuseHTTP(c, d, http.StatusBadGateway, false)
+	return false
+}
+
+func (g *Gate) dropUpstream(up **upstream) {
+	if *up != nil {
+		g.untrack(nil, (*up).conn)
+		*up = nil
+	}
+}
+
+// statusFor maps a refusal reason to an HTTP status.
+func statusFor(r Reason) int {
+	switch r {
+	case ReasonBadRequest, ReasonHostMismatch:
+		return http.StatusBadRequest
+	case ReasonResolveFailed, ReasonDialFailed, ReasonUpstreamError:
+		return http.StatusBadGateway
+	case ReasonAuthFailed:
+		return http.StatusProxyAuthRequired
+	case ReasonTimeout:
+		return http.StatusRequestTimeout
+	case ReasonHeaderTooLarge:
+		return http.StatusRequestHeaderFieldsTooLarge
+	case ReasonShutdown:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusForbidden
+}
+
+// refuseHTTP answers a refused request with a plain-text explanation and
+// the X-Airlock-Decision header, and records the decision.
+func (g *Gate) refuseHTTP(c net.Conn, d Decision, status int, keep bool) {
+	g.record(d)
+	body := refusalText(d)
+	var b strings.Builder
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
+	b.WriteString("Content-Type: text/plain; charset=utf-8\r\n")
+	b.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\n")
+	b.WriteString("X-Airlock-Decision: " + decisionHeader(d) + "\r\n")
+	if status == http.StatusProxyAuthRequired {
+		b.WriteString("Proxy-Authenticate: Basic realm=\"airlock\"\r\n")
+	}
+	if !keep {
+		b.WriteString("Connection: close\r\n")
+	}
+	b.WriteString("\r\n")
+	b.WriteString(body)
+	c.SetWriteDeadline(time.Now().Add(g.limits.HeaderTimeout))
+	io.WriteString(c, b.String())
+	c.SetWriteDeadline(time.Time{})
+}
+
+// decisionHeader is the X-Airlock-Decision value: "deny; reason=CODE".
+func decisionHeader(d Decision) string {
+	a := ActionDeny
+	if d.Reason.allowed() {
+		a = ActionAllow
+	}
+	return string(a) + "; reason=" + string(d.Reason)
+}
+
+// refusalText says what was blocked and what to do about it.
+func refusalText(d Decision) string {
+	t := d.Host
+	if d.Port != 0 {
+		if strings.Contains(t, ":") {
+			t = "[" + t + "]"
+		}
+		t += ":" + strconv.Itoa(int(d.Port))
+	}
+	if t == "" {
+		t = "the request"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "airlock: %s blocked (%s)", t, d.Reason)
+	if d.Detail != "" {
+		b.WriteString(": " + d.Detail)
+	}
+	b.WriteString(".\n")
+	switch d.Reason {
+	case ReasonNoMatchingRule, ReasonAskDenied, ReasonAskTimeout:
+		fmt.Fprintf(&b, "To allow it: airlock run --allow %s ...\n", d.Host)
+	case ReasonPrivateAddress, ReasonMetadataAddress:
+		a := d.Addr
+		if a == "" {
+			a = d.Host
+		}
+		fmt.Fprintf(&b, "This address is refused unless allowed explicitly: airlock run --allow %s ... (or --map-host NAME=%s)\n", a, a)
+	case ReasonDeniedByRule:
+		fmt.Fprintf(&b, "The deny rule %s wins over any allow rule; remove it to allow this.\n", d.Rule)
+	case ReasonAuthFailed:
+		b.WriteString("Use the proxy URL (with its credential) from HTTP_PROXY / HTTPS_PROXY.\n")
+	case ReasonHostMismatch:
+		b.WriteString("The Host header must name the same host and port as the request target.\n")
+	}
+	return b.String()
+}
+
+// addrText is a.String(), or "" for the zero Addr.
+func addrText(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}
+
+func containsAddr(list []netip.Addr, a netip.Addr) bool {
+	for _, x := range list {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+func isChunked(te []string) bool { return len(te) > 0 && te[0] == "chunked" }
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}

@@ -84,6 +84,9 @@ func normalizeName(s string) (string, error) {
 			return "", fmt.Errorf("invalid character %q", rune(c))
 		}
 	}
+	if strings.HasPrefix(s, ".") || strings.Contains(s, "..") || strings.HasSuffix(s, ".") {
+		return "", errors.New("empty label")
+	}
 	out, err := idnaProfile.ToASCII(strings.ToLower(s))
 	if err != nil {
 		return "", fmt.Errorf("invalid name: %w", err)

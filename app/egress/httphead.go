@@ -93,6 +93,9 @@ func readProxyRequest(br *bufio.Reader, limit int) (*proxyRequest, error) {
 	if err != nil {
 		return nil, badRequest("malformed head: %v", err)
 	}
+	if len(hosts) > 1 {
+		return nil, &requestError{reason: ReasonHostMismatch, status: http.StatusBadRequest, msg: "more than one Host header"}
+	}
 	req, err := http.ReadRequest(br)
 	if err != nil {
 		return nil, badRequest("malformed request: %v", err)
@@ -104,9 +107,6 @@ func readProxyRequest(br *bufio.Reader, limit int) (*proxyRequest, error) {
 		if pr.user, pr.pass, ok = parseBasic(auth); !ok {
 			pr.user, pr.pass = "", ""
 		}
-	}
-	if len(hosts) > 1 {
-		return pr, &requestError{reason: ReasonHostMismatch, status: http.StatusBadRequest, msg: "more than one Host header"}
 	}
 	var defPort uint16
 	switch {

@@ -148,16 +148,14 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 // awaitReady waits for the guest's readiness message, the machine's exit,
 // the boot timeout or ctx, whichever comes first.
 func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.Duration) (api.Ready, error) {
-	type result struct {
-		r   api.Ready
-		err error
-	}
-	got := make(chan result, 1)
+	got := make(chan api.Ready, 1)
 	go func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
-				got <- result{err: err}
+				// The transport ended: the machine is going away, and its
+				// exit (or the timeout) is the error worth reporting.
+				s.log.Debug("readiness listener closed", "err", err)
 				return
 			}
 			// The guest is untrusted: bound the time and size of its message.
@@ -168,7 +166,7 @@ func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.D
 				s.log.Warn("bad readiness message from guest", "err", err)
 				continue
 			}
-			got <- result{r: r}
+			got <- r
 			return
 		}
 	}()
@@ -181,10 +179,7 @@ func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.D
 	info := s.m.Info()
 	select {
 	case r := <-got:
-		if r.err != nil {
-			return api.Ready{}, fmt.Errorf("sandbox: wait for readiness: %w", r.err)
-		}
-		return r.r, nil
+		return r, nil
 	case err := <-exited:
 		if ctx.Err() != nil {
 			return api.Ready{}, ctx.Err()

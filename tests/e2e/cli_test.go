@@ -129,7 +129,7 @@ func TestRunNeverReady(t *testing.T) {
 	began := time.Now()
 	code, _, errOut := airlock(t, "", "run", "--boot-timeout", "10s", "--console-log", console,
 		"--kernel-arg", "rdinit=/bin/busybox", "--kernel-arg", "--", "--kernel-arg", "sh", "--kernel-arg", "-c",
-		"--kernel-arg", `"sleep 600"`, "--", "true")
+		"--kernel-arg", `"/bin/busybox sleep 600"`, "--", "true")
 	if code != 125 || !strings.Contains(errOut, "did not become ready within 10s") {
 		t.Fatalf("never-ready guest: code %d stderr %q", code, errOut)
 	}

@@ -1,0 +1,109 @@
+package egress
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// BenchmarkDownload measures, in the same run, a loopback download direct
+// from a TCP server and through the gate (CONNECT and SOCKS5), and reports
+// the gate's throughput as a ratio of the direct one (1.0 = no overhead).
+func BenchmarkDownload(b *testing.B) {
+	const size = 32 << 20
+	chunk := make([]byte, 1<<20)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				for sent := 0; sent < size; sent += len(chunk) {
+					if _, err := c.Write(chunk); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	g, err := New(Config{MapHosts: []string{"origin.test=127.0.0.1"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	hl, _ := net.Listen("tcp", "127.0.0.1:0")
+	sl, _ := net.Listen("tcp", "127.0.0.1:0")
+	go g.ServeHTTPProxy(hl)
+	go g.ServeSOCKS(sl)
+	port := l.Addr().(*net.TCPAddr).Port
+
+	direct := func() (net.Conn, io.Reader) {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c, c
+	}
+	connect := func() (net.Conn, io.Reader) {
+		c, err := net.Dial("tcp", hl.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		fmt.Fprintf(c, "CONNECT origin.test:%d HTTP/1.1\r\n\r\n", port)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil || resp.StatusCode != 200 {
+			b.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		return c, br
+	}
+	socks := func() (net.Conn, io.Reader) {
+		c, err := net.Dial("tcp", sl.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		req := []byte{5, 1, 0, 5, 1, 0, 3, 11}
+		req = append(req, "origin.test"...)
+		req = append(req, byte(port>>8), byte(port))
+		c.Write(req)
+		reply := make([]byte, 12)
+		if _, err := io.ReadFull(c, reply); err != nil || reply[3] != 0 {
+			b.Fatalf("SOCKS: %x %v", reply, err)
+		}
+		return c, c
+	}
+	fetch := func(open func() (net.Conn, io.Reader)) time.Duration {
+		start := time.Now()
+		c, r := open()
+		n, err := io.Copy(io.Discard, r)
+		c.Close()
+		if err != nil || n != size {
+			b.Fatalf("read %d bytes: %v", n, err)
+		}
+		return time.Since(start)
+	}
+	var tDirect, tConnect, tSOCKS time.Duration
+	b.SetBytes(size)
+	for b.Loop() {
+		tDirect += fetch(direct)
+		tConnect += fetch(connect)
+		tSOCKS += fetch(socks)
+	}
+	mbps := func(d time.Duration) float64 { return float64(b.N) * size / d.Seconds() / 1e6 }
+	b.ReportMetric(mbps(tDirect), "direct-MB/s")
+	b.ReportMetric(mbps(tConnect), "connect-MB/s")
+	b.ReportMetric(mbps(tSOCKS), "socks-MB/s")
+	b.ReportMetric(tDirect.Seconds()/tConnect.Seconds(), "connect/direct")
+	b.ReportMetric(tDirect.Seconds()/tSOCKS.Seconds(), "socks/direct")
+}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -74,6 +75,9 @@ type Limits struct {
 	ResponseTimeout time.Duration
 	// Recent is how many decisions Recent keeps.
 	Recent int
+	// MaxConns bounds the guest connections served at once (both
+	// protocols); more are refused (too-many-connections).
+	MaxConns int
 }
 
 // Defaults for zero Config fields.
@@ -86,6 +90,7 @@ const (
 	DefaultDialTimeout     = 10 * time.Second
 	DefaultResponseTimeout = 60 * time.Second
 	DefaultRecent          = 1000
+	DefaultMaxConns        = 1024
 )
 
 func (l Limits) withDefaults() Limits {
@@ -104,6 +109,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Recent <= 0 {
 		l.Recent = DefaultRecent
+	}
+	if l.MaxConns <= 0 {
+		l.MaxConns = DefaultMaxConns
 	}
 	return l
 }
@@ -125,6 +133,8 @@ type Gate struct {
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	guestConns atomic.Int64
 
 	mu        sync.Mutex
 	closed    bool
@@ -184,13 +194,13 @@ func New(cfg Config) (*Gate, error) {
 // ServeHTTPProxy serves the HTTP proxy protocol (CONNECT and absolute-URI
 // requests) on l until Close, which it returns ErrClosed after. l is closed
 // on return.
-func (g *Gate) ServeHTTPProxy(l net.Listener) error { return g.serve(l, g.handleHTTP) }
+func (g *Gate) ServeHTTPProxy(l net.Listener) error { return g.serve(l, ProtoHTTP, g.handleHTTP) }
 
 // ServeSOCKS serves SOCKS5 on l until Close, which it returns ErrClosed
 // after. l is closed on return.
-func (g *Gate) ServeSOCKS(l net.Listener) error { return g.serve(l, g.handleSOCKS) }
+func (g *Gate) ServeSOCKS(l net.Listener) error { return g.serve(l, ProtoSOCKS, g.handleSOCKS) }
 
-func (g *Gate) serve(l net.Listener, handle func(net.Conn)) error {
+func (g *Gate) serve(l net.Listener, proto Protocol, handle func(net.Conn)) error {
 	if !g.track(l, nil) {
 		l.Close()
 		return ErrClosed
@@ -217,7 +227,15 @@ func (g *Gate) serve(l net.Listener, handle func(net.Conn)) error {
 			c.Close()
 			return ErrClosed
 		}
+		if g.guestConns.Add(1) > int64(g.limits.MaxConns) {
+			g.guestConns.Add(-1)
+			g.untrack(nil, c)
+			g.record(Decision{Time: g.now(), Protocol: proto, Reason: ReasonTooManyConns,
+				Detail: fmt.Sprintf("more than %d connections at once", g.limits.MaxConns)})
+			continue
+		}
 		g.wg.Go(func() {
+			defer g.guestConns.Add(-1)
 			defer g.untrack(nil, c)
 			handle(c)
 		})

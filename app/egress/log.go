@@ -65,7 +65,9 @@ const (
 	ReasonTimeout Reason = "timeout"
 	// ReasonAuthFailed: a missing (when required) or unknown credential.
 	ReasonAuthFailed Reason = "auth-failed"
-	// ReasonUnsupported: SOCKS BIND or UDP ASSOCIATE, HTTP Upgrade.
+	// ReasonTooManyConns: the guest has Limits.MaxConns connections open.
+	ReasonTooManyConns Reason = "too-many-connections"
+	// ReasonUnsupported: SOCKS BIND or UDP ASSOCIATE.
 	ReasonUnsupported Reason = "unsupported"
 	// ReasonResolveFailed: the name did not resolve.
 	ReasonResolveFailed Reason = "resolve-failed"

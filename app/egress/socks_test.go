@@ -236,3 +236,37 @@ func TestSOCKSHandshakeTimeout(t *testing.T) {
 	}
 	wantDecision(t, tg.Gate, ProtoSOCKS, "", ReasonTimeout)
 }
+
+func TestMaxConns(t *testing.T) {
+	tg := startGate(t, Config{Limits: Limits{MaxConns: 2}})
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", tg.socksAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte{5, 1, 0})
+		io.ReadFull(c, make([]byte, 2)) // served: the gate holds it
+		held = append(held, c)
+	}
+	c, err := net.Dial("tcp", tg.socksAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("third connection: read %v; want EOF", err)
+	}
+	wantDecision(t, tg.Gate, ProtoSOCKS, "", ReasonTooManyConns)
+	held[0].Close()
+	waitDecision(t, tg.Gate, func(d Decision) bool { return d.Reason == ReasonBadRequest || d.Reason == ReasonTimeout })
+	for deadline := time.Now().Add(5 * time.Second); tg.guestConns.Load() > 1 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	_, method, _, _ := socksClient{}.dial(t, tg.socksAddr, "x.test", 80)
+	if method != 0 {
+		t.Fatalf("after one closed: method %#x", method)
+	}
+}

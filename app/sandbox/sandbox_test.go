@@ -162,4 +162,3 @@ func (stuck) Shutdown(ctx context.Context, _ *agentv1.ShutdownRequest) (*agentv1
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
-

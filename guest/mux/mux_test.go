@@ -357,9 +357,13 @@ func TestManyStreams(t *testing.T) {
 							return
 						}
 						seed := binary.BigEndian.Uint64(id[:])
-						go c.Write(pattern(seed+1000, size))
+						// Close only after the write is done: closing
+						// while writing would cut the stream short.
+						wrote := make(chan struct{})
+						go func() { c.Write(pattern(seed+1000, size)); close(wrote) }()
 						h := sha256.New()
 						io.CopyN(h, c, size)
+						<-wrote
 						if !bytes.Equal(h.Sum(nil), sum(pattern(seed, size))) {
 							c.Write([]byte("bad"))
 						}

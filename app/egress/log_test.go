@@ -43,10 +43,13 @@ func TestDecisionLogFile(t *testing.T) {
 	defer cancel()
 	sub := tg.Subscribe(ctx)
 
-	rawRequest(t, tg.httpAddr, "GET http://origin.test:"+port+"/echo HTTP/1.1\r\nConnection: close\r\n\r\n")
-	rawRequest(t, tg.httpAddr, "GET http://nope.test/ HTTP/1.1\r\n\r\n")
 	var got []Decision
 	for len(got) < 2 {
+		if len(got) == 0 {
+			rawRequest(t, tg.httpAddr, "GET http://origin.test:"+port+"/echo HTTP/1.1\r\nConnection: close\r\n\r\n")
+		} else {
+			rawRequest(t, tg.httpAddr, "GET http://nope.test/ HTTP/1.1\r\n\r\n")
+		}
 		select {
 		case d := <-sub:
 			got = append(got, d)

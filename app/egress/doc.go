@@ -75,6 +75,10 @@
 // waited for: a slow one misses decisions and sees a gap in Seq. A long
 // tunnel appears when it closes. Reasons are the stable Reason codes.
 //
+// Limits bounds what the guest can make the gate hold: request head size,
+// head and handshake deadlines (slow clients are cut off), keep-alive idle
+// time, and the number of connections at once.
+//
 // A refused HTTP request gets a plain-text body naming the host and how to
 // allow it, and X-Airlock-Decision: deny; reason=CODE; a refused SOCKS5
 // request gets the matching reply code (0x02 by rule, 0x04 unresolvable

@@ -28,8 +28,10 @@ type Action string
 
 // The actions.
 const (
+	// ActionAllow: the connection was made (or the request forwarded).
 	ActionAllow Action = "allow"
-	ActionDeny  Action = "deny"
+	// ActionDeny: it was refused, or failed before any byte flowed.
+	ActionDeny Action = "deny"
 )
 
 // Reason is a stable, machine-readable code for a decision. It appears in

@@ -1,0 +1,76 @@
+package tasks
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"sort"
+	"time"
+)
+
+// retain drops the oldest finished tasks (by end time, then creation time)
+// until at most MaxTasks tasks remain and their logs total at most
+// MaxBytes. Queued and running tasks are never dropped but do count, so a
+// store busy with live tasks can stay over its limits until they end.
+func (s *Store) retain() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	type candidate struct {
+		t              *task
+		ended, created time.Time
+		bytes          int64
+	}
+	var (
+		total    int64
+		finished []candidate
+	)
+	for _, t := range s.tasks {
+		t.mu.Lock()
+		total += t.t.Output.LogBytes
+		if t.t.State.Final() {
+			finished = append(finished, candidate{t, t.t.Ended, t.t.Created, t.t.Output.LogBytes})
+		}
+		t.mu.Unlock()
+	}
+	count := len(s.tasks)
+	if count <= s.opt.MaxTasks && total <= s.opt.MaxBytes {
+		return
+	}
+	sort.Slice(finished, func(i, j int) bool {
+		a, b := finished[i], finished[j]
+		if !a.ended.Equal(b.ended) {
+			return a.ended.Before(b.ended)
+		}
+		if !a.created.Equal(b.created) {
+			return a.created.Before(b.created)
+		}
+		return a.t.t.ID < b.t.t.ID
+	})
+	for _, c := range finished {
+		if count <= s.opt.MaxTasks && total <= s.opt.MaxBytes {
+			break
+		}
+		s.remove(c.t)
+		count--
+		total -= c.bytes
+	}
+}
+
+// remove deletes a final task: metadata first, so an interrupted removal
+// leaves an orphan log that the next Open deletes, never a task without
+// its log. Called with s.mu held, which keeps a new task from reusing the
+// id while its files go.
+func (s *Store) remove(t *task) {
+	id := t.t.ID
+	delete(s.tasks, id)
+	for _, p := range []string{s.metaPath(id), s.logPath(id)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("tasks: retention: remove", "task", id, "err", err)
+		}
+	}
+	t.mu.Lock()
+	snap := t.t
+	t.notify()
+	t.mu.Unlock()
+	s.hub.publish(func() Event { return Event{Kind: EventRemoved, Task: snap} })
+}

@@ -1,0 +1,327 @@
+package tasks
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Errors returned by the Store; check them with errors.Is.
+var (
+	// ErrNotFound: no task with that id (never created, or dropped by retention).
+	ErrNotFound = errors.New("no such task")
+	// ErrTransition: the requested state change is not legal from the current state.
+	ErrTransition = errors.New("illegal state change")
+	// ErrFinal: output arrived for a task that has already ended.
+	ErrFinal = errors.New("task has ended")
+	// ErrOffset: a read offset beyond the log or not at the start of an intact record.
+	ErrOffset = errors.New("bad log offset")
+	// ErrClosed: the Store was closed.
+	ErrClosed = errors.New("task store closed")
+	// ErrLagged ends a subscription whose reader fell a full buffer behind.
+	ErrLagged = errors.New("subscriber fell behind")
+)
+
+// Defaults for Options left zero.
+const (
+	DefaultMaxTasks = 1000
+	DefaultMaxBytes = 1 << 30
+)
+
+// Options configures a Store.
+type Options struct {
+	// MaxTasks bounds how many tasks are kept, running ones included.
+	MaxTasks int
+	// MaxBytes bounds the total size of all output logs.
+	MaxBytes int64
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// Logger receives warnings about damaged files and failed writes; env
+	// values and output never reach it. slog.Default when nil.
+	Logger *slog.Logger
+}
+
+// Store keeps tasks, their metadata and their output logs in one folder.
+// It is safe for concurrent use.
+type Store struct {
+	dir  string
+	opt  Options
+	log  *slog.Logger
+	hub  hub
+	done chan struct{} // closed by Close; ends followers
+	wg   sync.WaitGroup
+
+	closed atomic.Bool
+	mu     sync.Mutex // guards tasks; taken before any task.mu
+	tasks  map[string]*task
+
+	// Seams for tests that simulate a full disk.
+	openLog   func(path string) (logFile, error)
+	writeMeta func(path string, data []byte) error
+}
+
+// logFile is the part of *os.File the writer needs.
+type logFile interface {
+	io.Writer
+	Truncate(size int64) error
+	Close() error
+}
+
+// task is the live state behind one Task.
+type task struct {
+	mu    sync.Mutex
+	t     Task
+	file  logFile       // open until the task is final; nil when the log broke
+	buf   []byte        // framing buffer, reused across writes
+	wake  chan struct{} // closed on the next change, when a follower waits
+	dirty bool          // metadata changed since the last successful write
+}
+
+// Open opens (creating it 0700 if needed) the store folder dir, loads the
+// task history, repairs torn log tails, marks tasks that were queued or
+// running when the previous process ended as Lost, and applies retention.
+func Open(dir string, opt Options) (*Store, error) {
+	if opt.MaxTasks <= 0 {
+		opt.MaxTasks = DefaultMaxTasks
+	}
+	if opt.MaxBytes <= 0 {
+		opt.MaxBytes = DefaultMaxBytes
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("tasks: open: %w", err)
+	}
+	s := &Store{
+		dir: dir, opt: opt, log: opt.Logger, done: make(chan struct{}),
+		tasks: map[string]*task{}, openLog: openAppend, writeMeta: writeFileAtomic,
+	}
+	s.hub.subs = map[*Subscription]struct{}{}
+	if err := s.load(); err != nil {
+		return nil, fmt.Errorf("tasks: open: %w", err)
+	}
+	s.retain()
+	return s, nil
+}
+
+// Close closes the open logs and writes pending metadata. Tasks still
+// running stay so on disk and are marked Lost by the next Open. Followers
+// and subscriptions end.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	close(s.done)
+	s.wg.Wait()
+	s.hub.closeAll()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for _, t := range s.tasks {
+		t.mu.Lock()
+		if t.file != nil {
+			errs = append(errs, t.file.Close())
+			t.file = nil
+		}
+		if t.dirty {
+			errs = append(errs, s.persist(t))
+		}
+		t.mu.Unlock()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("tasks: close: %w", err)
+	}
+	return nil
+}
+
+// Create records a new Queued task for cmd and opens its log. The returned
+// Task keeps only the names of cmd.Env; the caller keeps cmd to run it.
+func (s *Store) Create(cmd Command) (Task, error) {
+	if err := cmd.validate(); err != nil {
+		return Task{}, fmt.Errorf("tasks: create: %w", err)
+	}
+	if s.closed.Load() {
+		return Task{}, fmt.Errorf("tasks: create: %w", ErrClosed)
+	}
+	s.mu.Lock()
+	id := newID()
+	for s.tasks[id] != nil {
+		id = newID()
+	}
+	t := &task{t: Task{ID: id, Command: cmd.withoutValues(), State: Queued, Created: s.opt.Now()}}
+	f, err := s.openLog(s.logPath(id))
+	if err == nil {
+		err = s.persist(t)
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(s.logPath(id))
+		}
+	}
+	if err != nil {
+		s.mu.Unlock()
+		return Task{}, fmt.Errorf("tasks: create: %w", err)
+	}
+	t.file = f
+	s.tasks[id] = t
+	s.mu.Unlock()
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s.hub.publish(func() Event { return Event{Kind: EventCreated, Task: t.t} })
+	return t.t, nil
+}
+
+// Start moves a Queued task to Running and starts its deadline.
+func (s *Store) Start(id string) (Task, error) {
+	return s.transition(id, Running, func(t *Task) {
+		t.Started = s.opt.Now()
+		if t.Command.Timeout > 0 {
+			t.Deadline = t.Started.Add(t.Command.Timeout)
+		}
+	})
+}
+
+// Finish moves a task to the final state to (Exited, Killed, TimedOut or
+// Lost) with its exit status and, for people, a reason. The log is closed;
+// output written afterwards is refused with ErrFinal. Retention then runs.
+func (s *Store) Finish(id string, to State, exit Exit, reason string) (Task, error) {
+	if !to.Final() {
+		return Task{}, fmt.Errorf("tasks: finish %s: %w: %q is not a final state", id, ErrTransition, to)
+	}
+	t, err := s.transition(id, to, func(t *Task) {
+		t.Exit, t.Reason, t.Ended = exit, reason, s.opt.Now()
+	})
+	if err == nil {
+		s.retain()
+	}
+	return t, err
+}
+
+// MarkLost marks every listed task that has not ended as Lost, for when the
+// caller sees their VM die. Unknown and already final ids are skipped. It
+// returns how many tasks it marked.
+func (s *Store) MarkLost(reason string, ids ...string) int {
+	n := 0
+	for _, id := range ids {
+		if _, err := s.transition(id, Lost, func(t *Task) { t.Reason, t.Ended = reason, s.opt.Now() }); err == nil {
+			n++
+		}
+	}
+	if n > 0 {
+		s.retain()
+	}
+	return n
+}
+
+func (s *Store) transition(id string, to State, change func(*Task)) (Task, error) {
+	t, err := s.lookup(id)
+	if err != nil {
+		return Task{}, fmt.Errorf("tasks: %s %s: %w", to, id, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	from := t.t.State
+	if !from.CanBecome(to) {
+		return t.t, fmt.Errorf("tasks: %s %s: %w: %s → %s", to, id, ErrTransition, from, to)
+	}
+	t.t.State = to
+	change(&t.t)
+	if to.Final() && t.file != nil {
+		if err := t.file.Close(); err != nil {
+			s.noteError(t, fmt.Errorf("close log: %w", err))
+		}
+		t.file, t.buf = nil, nil
+	}
+	// A metadata write error is recorded in the task, not returned: the
+	// state change happened and is kept in memory; Close retries the write.
+	_ = s.persist(t)
+	t.notify()
+	s.hub.publish(func() Event { return Event{Kind: EventState, Task: t.t} })
+	return t.t, nil
+}
+
+// Get returns a snapshot of one task.
+func (s *Store) Get(id string) (Task, error) {
+	t, err := s.lookup(id)
+	if err != nil {
+		return Task{}, fmt.Errorf("tasks: get %s: %w", id, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.t, nil
+}
+
+// List returns snapshots of every task, oldest first.
+func (s *Store) List() []Task {
+	s.mu.Lock()
+	out := make([]Task, 0, len(s.tasks))
+	for _, t := range s.tasks {
+		t.mu.Lock()
+		out = append(out, t.t)
+		t.mu.Unlock()
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Created.Equal(out[j].Created) {
+			return out[i].Created.Before(out[j].Created)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+func (s *Store) lookup(id string) (*task, error) {
+	if !validID(id) {
+		return nil, ErrNotFound
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.tasks[id]; t != nil {
+		return t, nil
+	}
+	return nil, ErrNotFound
+}
+
+// noteError keeps the first storage error in the task and logs every one.
+// Called with t.mu held.
+func (s *Store) noteError(t *task, err error) {
+	s.log.Warn("tasks: storage error", "task", t.t.ID, "err", err)
+	if t.t.Output.Error == "" {
+		t.t.Output.Error = err.Error()
+		t.dirty = true
+	}
+}
+
+// notify wakes followers waiting for a change. Called with t.mu held.
+func (t *task) notify() {
+	if t.wake != nil {
+		close(t.wake)
+		t.wake = nil
+	}
+}
+
+// waitChan returns a channel closed at the next change. Called with t.mu held.
+func (t *task) waitChan() <-chan struct{} {
+	if t.wake == nil {
+		t.wake = make(chan struct{})
+	}
+	return t.wake
+}
+
+func (s *Store) logPath(id string) string  { return filepath.Join(s.dir, id+".log") }
+func (s *Store) metaPath(id string) string { return filepath.Join(s.dir, id+".json") }
+
+func openAppend(path string) (logFile, error) {
+	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+}

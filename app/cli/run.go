@@ -7,14 +7,19 @@ import (
 	"errors"
 	"fmt"
 
+	"io"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/workspace"
 	"github.com/airlock-sandbox/airlock/guest/client"
@@ -39,6 +44,10 @@ type runFlags struct {
 	consoleLog  string
 	kernelArgs  []string
 	verbose     bool
+	allow       []string
+	deny        []string
+	mapHosts    []string
+	egressLog   string
 }
 
 func newRunCmd(stdio Stdio) *cobra.Command {
@@ -68,6 +77,10 @@ VM down and exits with CMD's exit code (128+N when a signal N ended it, 124 when
 	fl.StringVar(&f.consoleLog, "console-log", "", "file to write the guest's console to (default: a file in the user cache folder)")
 	fl.StringArrayVar(&f.kernelArgs, "kernel-arg", nil, "extra kernel command line word, for debugging (repeatable)")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log what Airlock does to stderr")
+	fl.StringArrayVar(&f.allow, "allow", nil, "let the command connect to HOST, *.DOMAIN, an address or CIDR, optionally :PORT (repeatable)")
+	fl.StringArrayVar(&f.deny, "deny", nil, "never let the command connect to PATTERN; wins over --allow (repeatable)")
+	fl.StringArrayVar(&f.mapHosts, "map-host", nil, "connect NAME to ADDR for this run, and allow it (NAME=ADDR, repeatable)")
+	fl.StringVar(&f.egressLog, "egress-log", "", "append every connection decision to FILE as JSON lines")
 	_ = fl.MarkHidden("kernel-arg")
 	fl.SetInterspersed(false)
 	return cmd
@@ -82,6 +95,20 @@ func run(ctx context.Context, stdio Stdio, f runFlags, argv []string) error {
 	if err != nil {
 		return err
 	}
+	gate, err := egress.New(egress.Config{
+		Allow: f.allow, Deny: f.deny, MapHosts: f.mapHosts, LogFile: f.egressLog, Logger: opts.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("egress rules: %w", err)
+	}
+	defer gate.Close()
+	opts.Egress = gate
+	gctx, stopReport := context.WithCancel(ctx)
+	defer stopReport()
+	go reportDenials(gctx, gate, stdio.Err)
+	user, pass := gate.Credentials(spec.ID)
+	spec.Env = append(egress.ProxyEnv(user, pass), spec.Env...)
+
 	sb, err := sandbox.Start(ctx, opts)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -235,6 +262,32 @@ func attachTerminal(stdio Stdio, spec *client.Spec) (restore func(), resize <-ch
 		close(done)
 		_ = term.Restore(fd, old)
 	}, ch
+}
+
+// reportDenials tells the user, once per destination, that the gate refused
+// a connection and how to allow it: the task itself often hides why its
+// network failed.
+func reportDenials(ctx context.Context, g *egress.Gate, w io.Writer) {
+	seen := map[string]bool{}
+	for d := range g.Subscribe(ctx) {
+		if d.Action != egress.ActionDeny || d.Host == "" {
+			continue
+		}
+		dest := net.JoinHostPort(d.Host, strconv.Itoa(int(d.Port)))
+		if seen[dest] {
+			continue
+		}
+		seen[dest] = true
+		hint := "--allow " + d.Host
+		if d.Reason == egress.ReasonPrivateAddress || d.Reason == egress.ReasonMetadataAddress {
+			// A name that resolves inside the host's networks needs the
+			// address itself allowed (or a pin), not just the name.
+			if ip, err := netip.ParseAddr(d.Addr); err == nil && d.Host != ip.String() {
+				hint = "--allow " + ip.String() + " or --map-host " + d.Host + "=" + ip.String()
+			}
+		}
+		fmt.Fprintf(w, "airlock: egress: refused %s (%s); allow it with %s\n", dest, d.Reason, hint)
+	}
 }
 
 func newID() string {

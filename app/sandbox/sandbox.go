@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/guest/api"
 	"github.com/airlock-sandbox/airlock/guest/client"
 	"github.com/airlock-sandbox/airlock/vm"
@@ -47,6 +48,10 @@ type Options struct {
 	Logger   *slog.Logger
 	// NewMachine creates the machine; nil means the platform's default.
 	NewMachine func(vm.Config) (vm.Machine, error)
+	// Egress, when set, serves the guest's outbound connections (the
+	// guest's proxies forward them to PortEgressHTTP and PortEgressSOCKS).
+	// Without it the guest's connections are refused at once.
+	Egress egress.Server
 }
 
 // Defaults for Options fields left zero.
@@ -64,6 +69,7 @@ type Sandbox struct {
 	bootTime  time.Duration
 	runDir    string
 	ownRunDir bool
+	listeners []net.Listener // egress listeners, closed on Close
 	log       *slog.Logger
 }
 
@@ -114,6 +120,12 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	}
 	if s.m, err = o.NewMachine(cfg); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	if o.Egress != nil {
+		if err := s.serveEgress(o.Egress); err != nil {
+			s.stopMachine()
+			return nil, err
+		}
 	}
 	readyL, err := s.m.Listen(api.PortReady)
 	if err != nil {
@@ -195,6 +207,27 @@ func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.D
 	}
 }
 
+// serveEgress listens for the guest's proxies before the guest boots, so its
+// first connection already finds the gate.
+func (s *Sandbox) serveEgress(g egress.Server) error {
+	for _, p := range []struct {
+		port  uint32
+		serve func(net.Listener) error
+	}{{api.PortEgressHTTP, g.ServeHTTPProxy}, {api.PortEgressSOCKS, g.ServeSOCKS}} {
+		l, err := s.m.Listen(p.port)
+		if err != nil {
+			return fmt.Errorf("sandbox: listen for egress on port %d: %w", p.port, err)
+		}
+		s.listeners = append(s.listeners, l)
+		go func() {
+			if err := p.serve(l); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, egress.ErrClosed) {
+				s.log.Debug("egress listener ended", "port", p.port, "err", err)
+			}
+		}()
+	}
+	return nil
+}
+
 // Agent is the client of the guest agent.
 func (s *Sandbox) Agent() *client.Client { return s.agent }
 
@@ -232,6 +265,9 @@ func (s *Sandbox) Close(ctx context.Context) error {
 }
 
 func (s *Sandbox) stopMachine() error {
+	for _, l := range s.listeners {
+		l.Close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.m.Stop(ctx); err != nil {

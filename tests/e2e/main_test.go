@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/workspace"
 )
@@ -24,8 +25,16 @@ var (
 	airlockBin string // the CLI under test
 	imageRoot  string // images/out
 	shared     *sandbox.Sandbox
-	sharedWS   string // the shared VM's workspace on the host
+	sharedWS   string       // the shared VM's workspace on the host
+	sharedGate *egress.Gate // the shared VM's egress gate (policy: sharedPolicy)
 )
+
+// sharedPolicy is the shared VM's egress policy; egress_test.go attacks it.
+var sharedPolicy = egress.Config{
+	Allow:    []string{"localhost", "*.corp.test", "ports.test:1"},
+	Deny:     []string{"secret.corp.test", "files.test:9"},
+	MapHosts: []string{"files.test=127.0.0.1", "example.com=127.0.0.1"},
+}
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
@@ -51,11 +60,19 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	uid, gid := workspace.Owner(sharedWS)
+	policy := sharedPolicy
+	policy.LogFile = filepath.Join(ws, "..", filepath.Base(ws)+"-egress.jsonl")
+	defer os.Remove(policy.LogFile)
+	if sharedGate, err = egress.New(policy); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: egress gate:", err)
+		return 1
+	}
+	defer sharedGate.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	began := time.Now()
 	shared, err = sandbox.Start(ctx, sandbox.Options{
-		Workspace: sharedWS, Image: img, UID: uid, GID: gid, MemoryMiB: 1024,
+		Workspace: sharedWS, Image: img, UID: uid, GID: gid, MemoryMiB: 1024, Egress: sharedGate,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {

@@ -11,7 +11,7 @@ E2E_TIMEOUT ?= 40m
 
 APT_PACKAGES := qemu-system-x86 qemu-system-arm busybox-static kmod cpio xz-utils protobuf-compiler
 
-.PHONY: all build airlock image image-all deps run test test-unit test-e2e vet proto check-proto clean
+.PHONY: all build airlock image image-all deps run test test-unit test-e2e bench vet proto check-proto clean
 
 all: build
 
@@ -58,6 +58,12 @@ test-e2e: airlock
 	$(GO) run ./images/cmd/airlock-image -arch all -out $(IMAGE_DIR)
 	AIRLOCK_E2E_BIN=$(CURDIR)/bin/airlock AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) \
 		$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./tests/e2e/ ./vm/qemu/ 2>&1 | tee /tmp/airlock-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
+
+## bench: benchmarks, each printed as a ratio against a baseline measured in the same run
+bench: airlock
+	$(GO) run ./images/cmd/airlock-image -arch $(ARCH) -out $(IMAGE_DIR) -q
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./app/egress/ ./guest/mux/
+	AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) $(GO) test -tags e2e -run '^$$' -bench . -benchtime 3x ./tests/bench/
 
 .bin/protoc-gen-go .bin/protoc-gen-go-grpc: go.mod
 	$(GO) build -o .bin/ google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc

@@ -5,6 +5,7 @@
 //	probe socks URL            GET through ALL_PROXY (SOCKS5, names resolved by the gate)
 //	probe raw REQUEST          send REQUEST (line ends written as a literal \n) to the HTTP proxy
 //	probe dial HOST:PORT       connect directly, bypassing every proxy
+//	probe drain HOST:PORT      connect and read until EOF (benchmarks)
 //	probe resolve NAME         look a name up in the guest
 package main
 
@@ -81,6 +82,17 @@ func main() {
 		}
 		c.Close()
 		fmt.Println("connected")
+	case "drain":
+		c, err := net.DialTimeout("tcp", arg, 10*time.Second)
+		if err != nil {
+			fail("dial: %v", err)
+		}
+		began := time.Now()
+		n, err := io.Copy(io.Discard, c)
+		if err != nil {
+			fail("read: %v", err)
+		}
+		fmt.Printf("bytes=%d secs=%.6f\n", n, time.Since(began).Seconds())
 	case "resolve":
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -95,6 +107,7 @@ func main() {
 }
 
 func get(c *http.Client, u string) {
+	began := time.Now()
 	resp, err := c.Get(u)
 	if err != nil {
 		fail("get: %v", err)
@@ -105,7 +118,7 @@ func get(c *http.Client, u string) {
 	if err != nil {
 		fail("body: %v", err)
 	}
-	fmt.Printf("status=%d bytes=%d sha256=%x decision=%q\n", resp.StatusCode, n, h.Sum(nil), resp.Header.Get("X-Airlock-Decision"))
+	fmt.Printf("status=%d bytes=%d sha256=%x decision=%q secs=%.6f\n", resp.StatusCode, n, h.Sum(nil), resp.Header.Get("X-Airlock-Decision"), time.Since(began).Seconds())
 	if resp.StatusCode != 200 {
 		os.Exit(1)
 	}

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +25,77 @@ import (
 )
 
 const downloadSize = 64 << 20
+
+// benchEnv is one booted guest shared by every run of the benchmark (the
+// testing package calls a benchmark more than once).
+type benchEnv struct {
+	sb   *sandbox.Sandbox
+	env  []string
+	port string
+	stop func()
+}
+
+var (
+	envOnce sync.Once
+	shared  *benchEnv
+	envErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		shared.stop()
+	}
+	os.Exit(code)
+}
+
+func egressEnv(b *testing.B) *benchEnv {
+	b.Helper()
+	envOnce.Do(func() { shared, envErr = bootEgressEnv() })
+	if envErr != nil {
+		b.Fatal(envErr)
+	}
+	return shared
+}
+
+func bootEgressEnv() (*benchEnv, error) {
+	imageRoot := os.Getenv("AIRLOCK_IMAGE_DIR")
+	if imageRoot == "" {
+		return nil, fmt.Errorf("set AIRLOCK_IMAGE_DIR (make bench does)")
+	}
+	img, err := sandbox.LoadImage(filepath.Join(imageRoot, runtime.GOARCH))
+	if err != nil {
+		return nil, err
+	}
+	ws, err := os.MkdirTemp("", "airlock-bench-")
+	if err != nil {
+		return nil, err
+	}
+	os.Chmod(ws, 0o777)
+	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(ws, "probe"), "../e2e/testdata/probe")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build probe: %v\n%s", err, out)
+	}
+	payload := make([]byte, downloadSize)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(payload) }))
+	gate, err := egress.New(egress.Config{MapHosts: []string{"files.test=127.0.0.1"}})
+	if err != nil {
+		return nil, err
+	}
+	sb, err := sandbox.Start(context.Background(), sandbox.Options{Workspace: ws, Image: img, Egress: blaster{gate}})
+	if err != nil {
+		return nil, err
+	}
+	user, pass := gate.Credentials("bench")
+	_, p, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	return &benchEnv{sb: sb, env: egress.ProxyEnv(user, pass), port: p, stop: func() {
+		sb.Close(context.Background())
+		gate.Close()
+		srv.Close()
+		os.RemoveAll(ws)
+	}}, nil
+}
 
 // blaster stands in for the gate on the HTTP port: every stream the guest
 // opens gets downloadSize bytes straight from the transport, no proxying.
@@ -54,41 +126,10 @@ func (b blaster) ServeSOCKS(l net.Listener) error { return b.gate.ServeSOCKS(l) 
 // transport's throughput (the same guest forwarder, no gate), both measured
 // by the same program in the same VM, alternating.
 func BenchmarkEgressIntoGuest(b *testing.B) {
-	imageRoot := os.Getenv("AIRLOCK_IMAGE_DIR")
-	if imageRoot == "" {
-		b.Skip("set AIRLOCK_IMAGE_DIR (make bench does)")
-	}
-	img, err := sandbox.LoadImage(filepath.Join(imageRoot, runtime.GOARCH))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ws := b.TempDir()
-	os.Chmod(ws, 0o777)
-	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(ws, "probe"), "../e2e/testdata/probe")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build probe: %v\n%s", err, out)
-	}
-	payload := make([]byte, downloadSize)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(payload) }))
-	defer srv.Close()
-	gate, err := egress.New(egress.Config{MapHosts: []string{"files.test=127.0.0.1"}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer gate.Close()
-	ctx := context.Background()
-	sb, err := sandbox.Start(ctx, sandbox.Options{Workspace: ws, Image: img, Egress: blaster{gate}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sb.Close(ctx)
-	user, pass := gate.Credentials("bench")
-	env := egress.ProxyEnv(user, pass)
-	_, p, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	e := egressEnv(b)
 	run := func(cmd string) float64 {
 		var out strings.Builder
-		exit, err := sb.Agent().Exec(ctx, client.Spec{Argv: []string{"sh", "-c", cmd}, Env: env}, client.Stdio{Stdout: &out})
+		exit, err := e.sb.Agent().Exec(context.Background(), client.Spec{Argv: []string{"sh", "-c", cmd}, Env: e.env}, client.Stdio{Stdout: &out})
 		if err != nil || exit.Code != 0 {
 			b.Fatalf("%s: %+v %v %q", cmd, exit, err, out.String())
 		}
@@ -100,6 +141,7 @@ func BenchmarkEgressIntoGuest(b *testing.B) {
 		}
 		return secs
 	}
+	p := e.port
 	var raw, gated time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

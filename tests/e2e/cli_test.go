@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -166,5 +167,34 @@ func TestRunCtrlC(t *testing.T) {
 	}
 	if l := leftovers(console); l != "" {
 		t.Fatalf("processes left behind: %s", l)
+	}
+}
+
+// TestRunRefusesBrokenImage: a damaged artifact is caught before boot.
+func TestRunRefusesBrokenImage(t *testing.T) {
+	src := filepath.Join(imageRoot, runtime.GOARCH)
+	dst := t.TempDir()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(e.Name(), "initramfs") {
+			b[len(b)/2] ^= 0xff // one flipped byte
+		}
+		os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644)
+	}
+	code, _, errOut := airlock(t, "", "run", "--image-dir", dst, "--", "true")
+	if code != 125 || !strings.Contains(errOut, "does not match its manifest") || !strings.Contains(errOut, "make image") {
+		t.Fatalf("corrupt image: code %d stderr %q", code, errOut)
+	}
+	os.Remove(filepath.Join(dst, "initramfs.cpio"))
+	code, _, errOut = airlock(t, "", "run", "--image-dir", dst, "--", "true")
+	if code != 125 || !strings.Contains(errOut, "incomplete") {
+		t.Fatalf("incomplete image: code %d stderr %q", code, errOut)
 	}
 }

@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/Code-Hex/go-infinity-channel v1.0.0 // indirect
 	github.com/Code-Hex/vz/v3 v3.7.1 // indirect
+	github.com/Microsoft/go-winio v0.6.2 // indirect
 	github.com/creack/pty v1.1.24 // indirect
 	github.com/hashicorp/yamux v0.1.2 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect

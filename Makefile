@@ -77,3 +77,10 @@ check-proto: proto
 
 clean:
 	rm -rf bin .bin $(IMAGE_DIR)
+
+## check-darwin: type-check the whole module for macOS (darwin/arm64 and darwin/amd64, cgo and the
+## vz backend included) with go/types from any OS; DARWIN_TAGS are the desktop app's build tags
+DARWIN_TAGS ?= desktop,production
+.PHONY: check-darwin
+check-darwin:
+	$(GO) run ./build/typecheck -os darwin -arch arm64,amd64 -tags '$(DARWIN_TAGS)' ./...

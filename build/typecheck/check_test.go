@@ -47,14 +47,15 @@ func TestCatchesWrongVzCall(t *testing.T) {
 	}
 }
 
-// TestDarwinBackend checks the macOS backend and its platform picker, so
-// plain go test catches a broken vz call even where make check-darwin is
-// not run.
+// TestDarwinBackend checks the macOS backend (with its e2e tests) and its
+// platform picker, so
+// plain go test catches a broken vz call where make check-darwin is not
+// run.
 func TestDarwinBackend(t *testing.T) {
 	for _, arch := range []string{"arm64", "amd64"} {
 		t.Run(arch, func(t *testing.T) {
 			res, err := Check(context.Background(), Options{
-				GOOS: "darwin", GOARCH: arch, Dir: "../..",
+				GOOS: "darwin", GOARCH: arch, Dir: "../..", Tags: "e2e",
 				Patterns: []string{"./vm/vz/...", "./vm/platform"},
 			})
 			if err != nil {

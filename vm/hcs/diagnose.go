@@ -1,0 +1,198 @@
+package hcs
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/vm"
+)
+
+// MinBuild is the oldest Windows build Airlock runs on: Windows 10 version
+// 2004 (19041). LinuxKernelDirect needs 18286 or later (hcsshim refuses
+// kernel-direct boot below it), so 1809 and 1903 are out; 19041 is also
+// the first build WSL 2 supports on arm64, and every older Windows 10
+// release is out of servicing. Windows 11 (22000+) passes.
+const MinBuild = 19041
+
+// Errors a user can act on. Each message says what to do next; test them
+// with errors.Is. The first four also match vm.ErrNoHypervisor.
+var (
+	ErrPlatformMissing = fmt.Errorf("%w: the Windows feature \"Virtual Machine Platform\" is not enabled or virtualization is off: "+
+		"enable it in \"Turn Windows features on or off\" (or run `dism /online /enable-feature /featurename:VirtualMachinePlatform /all` as administrator) and restart Windows; "+
+		"if it is already on, enable virtualization (Intel VT-x / AMD-V, SVM) in the firmware settings", vm.ErrNoHypervisor)
+	ErrWindowsTooOld       = fmt.Errorf("%w: this version of Windows is too old: Airlock needs Windows 10 version 2004 (build %d) or later; install the latest Windows update", vm.ErrNoHypervisor, MinBuild)
+	ErrServiceNotInstalled = fmt.Errorf("%w: the Airlock VM service (%s) is not installed: reinstall Airlock, which installs it", vm.ErrNoHypervisor, ServiceName)
+	ErrServiceNotRunning   = fmt.Errorf("%w: the Airlock VM service (%s) is installed but not running: start it from services.msc or with `sc start %s` as administrator, or restart Windows", vm.ErrNoHypervisor, ServiceName, ServiceName)
+	ErrServiceDenied       = errors.New("the Airlock VM service refused this account: it serves interactive users only; sign in to Windows as yourself (not through a network or service logon) and run Airlock again")
+	ErrBootFilesAccess     = errors.New("the VM cannot read its kernel or initramfs: Windows refused to grant the VM access to the guest image; reinstall Airlock so the image sits in its install folder on a local NTFS drive")
+	ErrPlan9Mount          = errors.New("the guest could not mount the workspace over Plan9: a known Windows update broke Plan9 shares for Hyper-V guests; install the latest Windows update and restart, and check that the folder is on a local NTFS drive")
+)
+
+// HRESULT is a Windows status code as HCS returns it.
+type HRESULT uint32
+
+// HRESULTs the diagnostics know.
+const (
+	hrAccessDenied         HRESULT = 0x80070005 // E_ACCESSDENIED
+	hrFileNotFound         HRESULT = 0x80070002 // ERROR_FILE_NOT_FOUND
+	hrPathNotFound         HRESULT = 0x80070003 // ERROR_PATH_NOT_FOUND
+	hrModNotFound          HRESULT = 0x8007007E // ERROR_MOD_NOT_FOUND (computecore.dll missing)
+	hrProcNotFound         HRESULT = 0x8007007F // ERROR_PROC_NOT_FOUND (export missing: Windows too old)
+	hrServiceDisabled      HRESULT = 0x80070422 // ERROR_SERVICE_DISABLED (vmcompute disabled)
+	hrHyperVNotInstalled   HRESULT = 0x80370102 // HCS_E_HYPERV_NOT_INSTALLED
+	hrSystemNotFound       HRESULT = 0x8037010E // HCS_E_SYSTEM_NOT_FOUND
+	hrSystemAlreadyStopped HRESULT = 0x80370110 // HCS_E_SYSTEM_ALREADY_STOPPED
+	hrServiceNotAvailable  HRESULT = 0x80370114 // HCS_E_SERVICE_NOT_AVAILABLE
+	hrOperationTimeout     HRESULT = 0x80370118 // HCS_E_OPERATION_TIMEOUT
+	hrHvNotPresent         HRESULT = 0xC0351000 // HV_E_NOT_PRESENT: no hypervisor running
+)
+
+var hrNames = map[HRESULT]string{
+	hrAccessDenied: "E_ACCESSDENIED", hrFileNotFound: "ERROR_FILE_NOT_FOUND", hrPathNotFound: "ERROR_PATH_NOT_FOUND",
+	hrModNotFound: "ERROR_MOD_NOT_FOUND", hrProcNotFound: "ERROR_PROC_NOT_FOUND", hrServiceDisabled: "ERROR_SERVICE_DISABLED",
+	hrHyperVNotInstalled: "HCS_E_HYPERV_NOT_INSTALLED", hrSystemNotFound: "HCS_E_SYSTEM_NOT_FOUND",
+	hrSystemAlreadyStopped: "HCS_E_SYSTEM_ALREADY_STOPPED", hrServiceNotAvailable: "HCS_E_SERVICE_NOT_AVAILABLE",
+	hrOperationTimeout: "HCS_E_OPERATION_TIMEOUT", hrHvNotPresent: "HV_E_NOT_PRESENT",
+}
+
+func (h HRESULT) String() string {
+	if n, ok := hrNames[h]; ok {
+		return fmt.Sprintf("0x%08X (%s)", uint32(h), n)
+	}
+	return fmt.Sprintf("0x%08X", uint32(h))
+}
+
+// Failed reports whether h is an error (the severity bit is set).
+func (h HRESULT) Failed() bool { return int32(h) < 0 }
+
+// Ops an HCS error is attributed to; Diagnose maps some failures by op.
+const (
+	OpLoad      = "load computecore.dll"
+	OpCreate    = "create"
+	OpGrant     = "grant VM access"
+	OpStart     = "start"
+	OpProps     = "properties"
+	OpModify    = "add workspace share"
+	OpTerminate = "terminate"
+	OpEnumerate = "enumerate"
+)
+
+// Error is a failed HCS call. It unwraps to the diagnosis (one of the
+// sentinels above) when there is one.
+type Error struct {
+	Op     string
+	HR     HRESULT
+	Detail string // the HCS error document's message, when there was one
+	diag   error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("hcs: " + e.Op + ": " + e.HR.String())
+	if e.Detail != "" {
+		b.WriteString(": " + e.Detail)
+	}
+	if e.diag != nil {
+		b.WriteString(": " + e.diag.Error())
+	}
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.diag }
+
+// IsNotFound reports whether err says the compute system does not exist.
+func IsNotFound(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.HR == hrSystemNotFound
+}
+
+// IsAlreadyStopped reports whether err says the compute system had
+// stopped already.
+func IsAlreadyStopped(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.HR == hrSystemAlreadyStopped
+}
+
+// Diagnose turns a failed HCS call into an *Error carrying the diagnosis
+// a user can act on.
+func Diagnose(op string, hr HRESULT, detail string) error {
+	return &Error{Op: op, HR: hr, Detail: detail, diag: diagnosis(op, hr)}
+}
+
+func diagnosis(op string, hr HRESULT) error {
+	switch hr {
+	case hrHyperVNotInstalled, hrServiceNotAvailable, hrServiceDisabled, hrModNotFound, hrHvNotPresent:
+		return ErrPlatformMissing
+	case hrProcNotFound:
+		return ErrWindowsTooOld
+	}
+	switch op {
+	case OpGrant:
+		return ErrBootFilesAccess
+	case OpCreate, OpStart:
+		if hr == hrAccessDenied || hr == hrFileNotFound || hr == hrPathNotFound {
+			return ErrBootFilesAccess
+		}
+	}
+	return nil
+}
+
+// CheckBuild returns ErrWindowsTooOld for a build older than MinBuild.
+func CheckBuild(build uint32) error {
+	if build < MinBuild {
+		return fmt.Errorf("hcs: Windows build %d: %w", build, ErrWindowsTooOld)
+	}
+	return nil
+}
+
+// ServiceProblem explains why the service's pipe could not be opened,
+// from what the service manager says about the service.
+func ServiceProblem(dialErr error, installed, running bool) error {
+	switch {
+	case !installed:
+		return fmt.Errorf("hcs: connect to %s: %v: %w", ServicePipe, dialErr, ErrServiceNotInstalled)
+	case !running:
+		return fmt.Errorf("hcs: connect to %s: %v: %w", ServicePipe, dialErr, ErrServiceNotRunning)
+	}
+	return fmt.Errorf("hcs: connect to %s: %w", ServicePipe, dialErr)
+}
+
+// The guest's init reports a fatal boot error on the console, as
+// "airlock-guest: error: fatal: powering off err=..." (guest/console), and
+// a workspace it could not mount as an err value starting "workspace: ".
+const (
+	guestFatal     = "airlock-guest: error: fatal: powering off err="
+	guestWorkspace = "workspace: "
+)
+
+// GuestFailure reads the end of the guest console for the guest's own
+// account of a failed boot and returns ErrPlan9Mount (with the guest's
+// words) when it could not mount the workspace, or nil.
+func GuestFailure(console string) error {
+	for _, line := range strings.Split(console, "\n") {
+		_, v, ok := strings.Cut(strings.TrimRight(line, "\r"), guestFatal)
+		if !ok {
+			continue
+		}
+		if s, err := unquote(v); err == nil {
+			v = s
+		}
+		if strings.HasPrefix(v, guestWorkspace) {
+			if len(v) > 300 {
+				v = v[:300] + "..."
+			}
+			return fmt.Errorf("hcs: the guest said %q: %w", v, ErrPlan9Mount)
+		}
+	}
+	return nil
+}
+
+func unquote(s string) (string, error) {
+	if !strings.HasPrefix(s, `"`) {
+		return s, nil
+	}
+	var out string
+	_, err := fmt.Sscanf(s, "%q", &out)
+	return out, err
+}

@@ -1,0 +1,169 @@
+package hcs
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
+)
+
+// UPDATE_GOLDEN=1 go test ./vm/hcs rewrites testdata/*.json.
+var update = os.Getenv("UPDATE_GOLDEN") != ""
+
+const testSID = "S-1-5-21-1004336348-1177238915-682003330-1001"
+
+func baseSpec() Spec {
+	return Spec{
+		Arch:        "amd64",
+		Kernel:      `C:\Program Files\Airlock\images\amd64\vmlinuz`,
+		Initrd:      `C:\Program Files\Airlock\images\amd64\initramfs.cpio.gz`,
+		Cmdline:     []string{"airlock.uid=1000", "airlock.gid=1000"},
+		CPUs:        2,
+		MemoryMiB:   1024,
+		ConsolePipe: ConsolePipePrefix + "00112233445566778899aabbccddeeff",
+		UserSID:     testSID,
+	}
+}
+
+func TestDocumentGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Spec)
+	}{
+		{"amd64-no-share", func(*Spec) {}},
+		{"amd64-share", func(s *Spec) { s.Share = true }},
+		{"amd64-share-ro", func(s *Spec) { s.Share, s.ShareReadOnly = true, true }},
+		{"arm64-share-odd-memory-no-console", func(s *Spec) {
+			s.Arch, s.Share, s.MemoryMiB, s.CPUs, s.ConsolePipe = "arm64", true, 1023, 4, ""
+			s.Kernel = strings.ReplaceAll(s.Kernel, "amd64", "arm64")
+			s.Initrd = strings.ReplaceAll(s.Initrd, "amd64", "arm64")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := baseSpec()
+			tc.edit(&s)
+			d := Document(s)
+			checkDocument(t, s, d)
+			got, err := json.MarshalIndent(d, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, tc.name+".json", append(got, '\n'))
+		})
+	}
+}
+
+// checkDocument holds for every document, golden or not.
+func checkDocument(t *testing.T, s Spec, d ComputeSystem) {
+	t.Helper()
+	b, _ := json.Marshal(d)
+	if strings.Contains(string(b), "NetworkAdapters") {
+		t.Error("the document has a network adapter")
+	}
+	if d.Owner != "Airlock" || d.SchemaVersion == nil || *d.SchemaVersion != (Version{2, 1}) {
+		t.Errorf("owner %q, schema %+v", d.Owner, d.SchemaVersion)
+	}
+	dev := d.VirtualMachine.Devices
+	if dev.Plan9 == nil {
+		t.Error("no Plan9 device: shares could not be added after start")
+	}
+	if dev.HvSocket.HvSocketConfig.DefaultBindSecurityDescriptor != "D:P(A;;FA;;;SY)(A;;FA;;;"+testSID+")" ||
+		dev.HvSocket.HvSocketConfig.DefaultConnectSecurityDescriptor != dev.HvSocket.HvSocketConfig.DefaultBindSecurityDescriptor {
+		t.Errorf("socket SDDL %+v", dev.HvSocket.HvSocketConfig)
+	}
+	if d.VirtualMachine.ComputeTopology.Memory.SizeInMB%2 != 0 {
+		t.Error("memory is not a multiple of 2 MB")
+	}
+	// The guest must read back exactly what the host meant.
+	cl := d.VirtualMachine.Chipset.LinuxKernelDirect.KernelCmdLine
+	got, err := api.ParseCmdline(cl)
+	if err != nil {
+		t.Fatalf("guest cannot parse %q: %v", cl, err)
+	}
+	want := api.BootConfig{Transport: api.TransportHVSock, UID: 1000, GID: 1000}
+	if s.Share {
+		want.Share, want.SharePort, want.ShareReadOnly = api.Share9PVsock, 564, s.ShareReadOnly
+	}
+	if got != want {
+		t.Errorf("guest reads %+v, want %+v", got, want)
+	}
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with UPDATE_GOLDEN=1 to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the golden file (UPDATE_GOLDEN=1 rewrites it):\n%s", name, got)
+	}
+}
+
+func TestAddPlan9ShareGolden(t *testing.T) {
+	for _, ro := range []bool{false, true} {
+		name := "plan9-add.json"
+		if ro {
+			name = "plan9-add-ro.json"
+		}
+		got, err := json.MarshalIndent(AddPlan9Share(`D:\work\project`, ro), "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		golden(t, name, append(got, '\n'))
+	}
+}
+
+func TestServiceID(t *testing.T) {
+	for port, want := range map[uint32]string{
+		api.PortReady: "000003ff-facb-11e6-bd58-64006a7986d3",
+		api.PortAgent: "00000400-facb-11e6-bd58-64006a7986d3",
+		Plan9Port:     "00000234-facb-11e6-bd58-64006a7986d3",
+	} {
+		if got := ServiceID(port).String(); got != want {
+			t.Errorf("ServiceID(%d) = %s, want %s", port, got, want)
+		}
+	}
+}
+
+func TestValidators(t *testing.T) {
+	for _, tc := range []struct {
+		f    func(string) bool
+		in   string
+		want bool
+	}{
+		{ValidSID, testSID, true},
+		{ValidSID, "S-1-5-18", true},
+		{ValidSID, "S-1-5-21)(A;;FA;;;WD", false},
+		{ValidSID, "", false},
+		{ValidGUID, "0e8bd9a0-1b7c-4d6f-9a3b-2c1d0e9f8a7b", true},
+		{ValidGUID, "0e8bd9a0-1b7c-4d6f-9a3b-2c1d0e9f8a7", false},
+		{ValidConsolePipe, ConsolePipePrefix + "00112233445566778899aabbccddeeff", true},
+		{ValidConsolePipe, ConsolePipePrefix + "00112233445566778899AABBCCDDEEFF", false},
+		{ValidConsolePipe, `\\.\pipe\airlock-vmservice`, false},
+		{ValidConsolePipe, `\\otherhost\pipe\airlock-console-00112233445566778899aabbccddeeff`, false},
+	} {
+		if got := tc.f(tc.in); got != tc.want {
+			t.Errorf("%q: got %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestMemorySizeMB(t *testing.T) {
+	for in, want := range map[int]uint64{1024: 1024, 1023: 1024, 129: 130, 0: 0, -5: 0} {
+		if got := MemorySizeMB(in); got != want {
+			t.Errorf("MemorySizeMB(%d) = %d, want %d", in, got, want)
+		}
+	}
+}

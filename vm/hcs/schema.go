@@ -1,0 +1,133 @@
+package hcs
+
+// The Host Compute Service schema, version 2.1: only the fields Airlock
+// sets or reads. Names and JSON keys follow the published schema (the
+// same ones hcsshim's internal/hcs/schema2 generates); zero values are
+// omitted so the document says only what was chosen.
+
+// Version is a schema version.
+type Version struct {
+	Major int32 `json:"Major"`
+	Minor int32 `json:"Minor"`
+}
+
+// ComputeSystem is the document HcsCreateComputeSystem takes.
+type ComputeSystem struct {
+	Owner          string          `json:"Owner,omitempty"`
+	SchemaVersion  *Version        `json:"SchemaVersion,omitempty"`
+	VirtualMachine *VirtualMachine `json:"VirtualMachine,omitempty"`
+	// ShouldTerminateOnLastHandleClosed ends the VM when the service's
+	// handle goes away, so a crashed service leaves nothing running.
+	ShouldTerminateOnLastHandleClosed bool `json:"ShouldTerminateOnLastHandleClosed,omitempty"`
+}
+
+// VirtualMachine configures a utility VM.
+type VirtualMachine struct {
+	// StopOnReset turns a guest reboot into a stop.
+	StopOnReset     bool      `json:"StopOnReset,omitempty"`
+	Chipset         *Chipset  `json:"Chipset,omitempty"`
+	ComputeTopology *Topology `json:"ComputeTopology,omitempty"`
+	Devices         *Devices  `json:"Devices,omitempty"`
+}
+
+// Chipset selects the boot path; Airlock boots the kernel directly.
+type Chipset struct {
+	LinuxKernelDirect *LinuxKernelDirect `json:"LinuxKernelDirect,omitempty"`
+}
+
+// LinuxKernelDirect boots a Linux kernel without firmware.
+type LinuxKernelDirect struct {
+	KernelFilePath string `json:"KernelFilePath,omitempty"`
+	InitRdPath     string `json:"InitRdPath,omitempty"`
+	KernelCmdLine  string `json:"KernelCmdLine,omitempty"`
+}
+
+// Topology sizes the VM.
+type Topology struct {
+	Memory    *Memory    `json:"Memory,omitempty"`
+	Processor *Processor `json:"Processor,omitempty"`
+}
+
+// Memory is the VM's memory.
+type Memory struct {
+	SizeInMB uint64 `json:"SizeInMB,omitempty"`
+}
+
+// Processor is the VM's virtual processors.
+type Processor struct {
+	Count uint32 `json:"Count,omitempty"`
+}
+
+// Devices lists the VM's devices. There is deliberately no NetworkAdapters
+// field: the guest has no network card.
+type Devices struct {
+	// ComPorts maps "0" (COM1) to the named pipe its output goes to.
+	ComPorts map[string]ComPort `json:"ComPorts,omitempty"`
+	HvSocket *HvSocket          `json:"HvSocket,omitempty"`
+	// Plan9 must be present (even empty) at creation for shares to be
+	// added after start.
+	Plan9 *Plan9 `json:"Plan9,omitempty"`
+}
+
+// ComPort connects a serial port to a named pipe.
+type ComPort struct {
+	NamedPipe string `json:"NamedPipe,omitempty"`
+}
+
+// HvSocket configures the VM's Hyper-V sockets.
+type HvSocket struct {
+	HvSocketConfig *HvSocketSystemConfig `json:"HvSocketConfig,omitempty"`
+}
+
+// HvSocketSystemConfig holds the SDDL checked when a host process binds
+// to (listens on) or connects to a service of this VM.
+type HvSocketSystemConfig struct {
+	DefaultBindSecurityDescriptor    string `json:"DefaultBindSecurityDescriptor,omitempty"`
+	DefaultConnectSecurityDescriptor string `json:"DefaultConnectSecurityDescriptor,omitempty"`
+}
+
+// Plan9 is the host's Plan9 file server for the VM.
+type Plan9 struct {
+	Shares []Plan9Share `json:"Shares,omitempty"`
+}
+
+// Plan9Share is one folder served over Plan9 on a Hyper-V socket port.
+type Plan9Share struct {
+	Name string `json:"Name,omitempty"`
+	// AccessName is the aname the guest attaches with.
+	AccessName string `json:"AccessName,omitempty"`
+	Path       string `json:"Path,omitempty"`
+	Port       int32  `json:"Port,omitempty"`
+	Flags      int32  `json:"Flags,omitempty"`
+}
+
+// ModifySettingRequest is the document HcsModifyComputeSystem takes.
+type ModifySettingRequest struct {
+	ResourcePath string `json:"ResourcePath,omitempty"`
+	RequestType  string `json:"RequestType,omitempty"`
+	Settings     any    `json:"Settings,omitempty"`
+}
+
+// Properties is the part of HcsGetComputeSystemProperties' and
+// HcsEnumerateComputeSystems' answers Airlock reads.
+type Properties struct {
+	ID        string `json:"Id,omitempty"`
+	Owner     string `json:"Owner,omitempty"`
+	RuntimeID string `json:"RuntimeId,omitempty"`
+	State     string `json:"State,omitempty"`
+	Stopped   bool   `json:"Stopped,omitempty"`
+}
+
+// SystemExitStatus is the event data of HcsEventSystemExited.
+type SystemExitStatus struct {
+	// Status is the exit HRESULT.
+	Status int32 `json:"Status,omitempty"`
+	// ExitType is "GracefulExit", "ForcedExit", "UnexpectedExit" or "Unknown".
+	ExitType string `json:"ExitType,omitempty"`
+}
+
+// ResultError is the error document an HCS operation may return.
+type ResultError struct {
+	Error        int32  `json:"Error,omitempty"`
+	ErrorMessage string `json:"ErrorMessage,omitempty"`
+}

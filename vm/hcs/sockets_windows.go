@@ -1,0 +1,67 @@
+package hcs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/Microsoft/go-winio"
+	"github.com/Microsoft/go-winio/pkg/guid"
+	"golang.org/x/sys/windows"
+
+	"github.com/airlock-sandbox/airlock/vm"
+)
+
+// hvSockets reaches the guest over Hyper-V sockets bound to one VM's
+// runtime id, and serves the console pipe.
+type hvSockets struct {
+	userSID string
+}
+
+func newHVSockets() (*hvSockets, error) {
+	u, err := windows.GetCurrentProcessToken().GetTokenUser()
+	if err != nil {
+		return nil, fmt.Errorf("hcs: who am I: %w", err)
+	}
+	return &hvSockets{userSID: u.User.Sid.String()}, nil
+}
+
+func addr(vmID string, port uint32) (*winio.HvsockAddr, error) {
+	id, err := guid.FromString(vmID)
+	if err != nil || id == (guid.GUID{}) {
+		return nil, fmt.Errorf("hcs: bad VM id %q", vmID)
+	}
+	return &winio.HvsockAddr{VMID: id, ServiceID: ServiceID(port)}, nil
+}
+
+func (s *hvSockets) Listen(vmID string, port uint32) (net.Listener, error) {
+	a, err := addr(vmID, port)
+	if err != nil {
+		return nil, err
+	}
+	l, err := winio.ListenHvsock(a)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return l, nil
+}
+
+func (s *hvSockets) Dial(ctx context.Context, vmID string, port uint32) (net.Conn, error) {
+	a, err := addr(vmID, port)
+	if err != nil {
+		return nil, err
+	}
+	c, err := winio.Dial(ctx, a)
+	if err != nil {
+		if errors.Is(err, windows.WSAECONNREFUSED) {
+			return nil, fmt.Errorf("%w: %v", vm.ErrConnRefused, err)
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+func (s *hvSockets) ListenConsole(pipe string) (net.Listener, error) {
+	return winio.ListenPipe(pipe, &winio.PipeConfig{SecurityDescriptor: ConsoleSDDL(s.userSID)})
+}

@@ -29,13 +29,14 @@ var (
 	procSetComputeSystemCallback   = dll.NewProc("HcsSetComputeSystemCallback")
 	procEnumerateComputeSystems    = dll.NewProc("HcsEnumerateComputeSystems")
 	procGrantVMAccess              = dll.NewProc("HcsGrantVmAccess")
+	procRevokeVMAccess             = dll.NewProc("HcsRevokeVmAccess")
 
 	allProcs = []*windows.LazyProc{
 		procCreateOperation, procCloseOperation, procWaitForOperationResult,
 		procCreateComputeSystem, procOpenComputeSystem, procCloseComputeSystem,
 		procStartComputeSystem, procTerminateComputeSystem, procGetComputeSystemProperties,
 		procModifyComputeSystem, procSetComputeSystemCallback, procEnumerateComputeSystems,
-		procGrantVMAccess,
+		procGrantVMAccess, procRevokeVMAccess,
 	}
 )
 
@@ -399,6 +400,27 @@ func GrantVMAccess(id, path string) error {
 	r, _, _ := procGrantVMAccess.Call(ptr(pid), ptr(pp))
 	if hr := hcs.HRESULT(r); hr.Failed() {
 		return hcs.Diagnose(hcs.OpGrant, hr, path)
+	}
+	return nil
+}
+
+// RevokeVMAccess removes what GrantVMAccess added, so the boot files' ACLs
+// do not grow with every VM.
+func RevokeVMAccess(id, path string) error {
+	if err := Load(); err != nil {
+		return err
+	}
+	pid, err := utf16(id)
+	if err != nil {
+		return err
+	}
+	pp, err := utf16(path)
+	if err != nil {
+		return err
+	}
+	r, _, _ := procRevokeVMAccess.Call(ptr(pid), ptr(pp))
+	if hr := hcs.HRESULT(r); hr.Failed() {
+		return hcs.Diagnose("revoke VM access", hr, path)
 	}
 	return nil
 }

@@ -1,0 +1,110 @@
+package vmservice
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/vm"
+	"github.com/airlock-sandbox/airlock/vm/hcs"
+)
+
+func TestValidate(t *testing.T) {
+	f := newFakeFiles()
+	p := testPolicy()
+	for _, tc := range []struct {
+		name string
+		edit func(*hcs.CreateRequest, *Caller)
+		want error // nil: accepted
+	}{
+		{"good", func(*hcs.CreateRequest, *Caller) {}, nil},
+		{"no share", func(r *hcs.CreateRequest, _ *Caller) { r.Share = nil }, nil},
+		{"no console", func(r *hcs.CreateRequest, _ *Caller) { r.ConsolePipe = "" }, nil},
+		{"read-only share", func(r *hcs.CreateRequest, _ *Caller) { r.Share.ReadOnly = true }, nil},
+		{"case differs", func(r *hcs.CreateRequest, _ *Caller) { r.Share.Path = `c:\users\ALICE\src\project` }, nil},
+
+		{"no caller", func(_ *hcs.CreateRequest, c *Caller) { c.SID = "" }, ErrDenied},
+		{"sddl injection in SID", func(_ *hcs.CreateRequest, c *Caller) { c.SID = "S-1-1-0)(A;;FA;;;WD" }, ErrDenied},
+		{"zero cpus", func(r *hcs.CreateRequest, _ *Caller) { r.CPUs = 0 }, vm.ErrInvalidConfig},
+		{"too many cpus", func(r *hcs.CreateRequest, _ *Caller) { r.CPUs = 9 }, vm.ErrInvalidConfig},
+		{"too much memory", func(r *hcs.CreateRequest, _ *Caller) { r.MemoryMiB = 1 << 20 }, vm.ErrInvalidConfig},
+		{"too little memory", func(r *hcs.CreateRequest, _ *Caller) { r.MemoryMiB = 64 }, vm.ErrInvalidConfig},
+		{"foreign console pipe", func(r *hcs.CreateRequest, _ *Caller) { r.ConsolePipe = `\\.\pipe\airlock-vmservice` }, vm.ErrInvalidConfig},
+		{"reserved cmdline key", func(r *hcs.CreateRequest, _ *Caller) { r.Cmdline = append(r.Cmdline, "airlock.share=virtiofs") }, vm.ErrInvalidConfig},
+		{"console key", func(r *hcs.CreateRequest, _ *Caller) { r.Cmdline = []string{"console=tty0"} }, vm.ErrInvalidConfig},
+		{"space in word", func(r *hcs.CreateRequest, _ *Caller) { r.Cmdline = []string{"a b"} }, vm.ErrInvalidConfig},
+		{"too many words", func(r *hcs.CreateRequest, _ *Caller) { r.Cmdline = make([]string, 33) }, vm.ErrInvalidConfig},
+
+		{"kernel relative", func(r *hcs.CreateRequest, _ *Caller) { r.Kernel = `vmlinuz` }, vm.ErrInvalidConfig},
+		{"kernel dotdot", func(r *hcs.CreateRequest, _ *Caller) { r.Kernel = imgDir + `\..\amd64\vmlinuz` }, vm.ErrInvalidConfig},
+		{"kernel forward slashes", func(r *hcs.CreateRequest, _ *Caller) { r.Kernel = `C:/Program Files/Airlock/images/amd64/vmlinuz` }, vm.ErrInvalidConfig},
+		{"kernel short name", func(r *hcs.CreateRequest, _ *Caller) { r.Kernel = `C:\PROGRA~1\Airlock\images\amd64\vmlinuz` }, vm.ErrInvalidConfig},
+		{"kernel UNC", func(r *hcs.CreateRequest, _ *Caller) { r.Kernel = `\\server\share\vmlinuz` }, vm.ErrInvalidConfig},
+		{"kernel device path", func(r *hcs.CreateRequest, _ *Caller) { r.Kernel = `\\?\C:\Program Files\Airlock\images\amd64\vmlinuz` }, vm.ErrInvalidConfig},
+		{"kernel stream", func(r *hcs.CreateRequest, _ *Caller) { r.Kernel = kernel + `:evil` }, vm.ErrInvalidConfig},
+		{"kernel outside image", func(r *hcs.CreateRequest, _ *Caller) { r.Kernel = `C:\Windows\evil.img` }, ErrDenied},
+		{"kernel link out of image", func(r *hcs.CreateRequest, _ *Caller) { r.Kernel = imgDir + `\evil` }, vm.ErrInvalidConfig},
+		{"kernel is the folder", func(r *hcs.CreateRequest, _ *Caller) { r.Initrd = imgDir }, ErrDenied},
+		{"initrd missing", func(r *hcs.CreateRequest, _ *Caller) { r.Initrd = imgDir + `\nope` }, vm.ErrInvalidConfig},
+
+		{"share of another user", func(r *hcs.CreateRequest, _ *Caller) { r.Share.Path = `C:\Users\bob\code` }, ErrDenied},
+		{"share through a link", func(r *hcs.CreateRequest, _ *Caller) { r.Share.Path = `C:\Users\alice\link` }, vm.ErrInvalidConfig},
+		{"share owned by administrators", func(r *hcs.CreateRequest, _ *Caller) { r.Share.Path = `D:\shared` }, ErrDenied},
+		{"share is the profile", func(r *hcs.CreateRequest, _ *Caller) { r.Share.Path = `C:\Users\alice` }, vm.ErrInvalidConfig},
+		{"share is a drive", func(r *hcs.CreateRequest, _ *Caller) { r.Share.Path = `D:\` }, vm.ErrInvalidConfig},
+		{"share is Users", func(r *hcs.CreateRequest, _ *Caller) { r.Share.Path = `C:\Users` }, vm.ErrInvalidConfig},
+		{"share is Windows", func(r *hcs.CreateRequest, _ *Caller) { r.Share.Path = `C:\Windows` }, vm.ErrInvalidConfig},
+		{"share is a file", func(r *hcs.CreateRequest, _ *Caller) { r.Share.Path = project + `\notes.txt` }, vm.ErrInvalidConfig},
+		{"share missing", func(r *hcs.CreateRequest, _ *Caller) { r.Share.Path = project + `\gone` }, vm.ErrInvalidConfig},
+		{"share trailing dot", func(r *hcs.CreateRequest, _ *Caller) { r.Share.Path = project + `.` }, vm.ErrInvalidConfig},
+		{"share trailing backslash", func(r *hcs.CreateRequest, _ *Caller) { r.Share.Path = project + `\` }, vm.ErrInvalidConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, c := goodRequest(), aliceCaller()
+			tc.edit(&req, &c)
+			plan, err := p.Validate(req, c, f)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				checkPlan(t, req, c, plan)
+				return
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Validate = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func checkPlan(t *testing.T, req hcs.CreateRequest, c Caller, plan Plan) {
+	t.Helper()
+	if plan.Spec.UserSID != c.SID || plan.Spec.Kernel != kernel || plan.Spec.Initrd != initrd {
+		t.Errorf("spec %+v", plan.Spec)
+	}
+	if len(plan.BootFiles) != 2 {
+		t.Errorf("boot files %v", plan.BootFiles)
+	}
+	if req.Share == nil {
+		if plan.SharePath != "" || plan.Spec.Share {
+			t.Errorf("share without a request: %+v", plan)
+		}
+		return
+	}
+	// The canonical spelling, as the file system stores it, is what HCS gets.
+	if plan.SharePath != project || !plan.Spec.Share || plan.ShareReadOnly != req.Share.ReadOnly || plan.Spec.ShareReadOnly != req.Share.ReadOnly {
+		t.Errorf("share %+v", plan)
+	}
+}
+
+func TestCanonicalForm(t *testing.T) {
+	for p, ok := range map[string]bool{
+		`C:\`: true, `C:\a\b`: true, `d:\x y\z.txt`: true,
+		`C:`: false, `C:a`: false, `\a`: false, `C:\a\\b`: false, `C:\a\.\b`: false, `C:\a\..\b`: false,
+		`C:\a\`: false, `C:\a.`: false, `C:\a `: false, `C:\a:b`: false, `C:\a/b`: false, "C:\\a\x01": false,
+		`\\?\C:\a`: false, `\\.\pipe\x`: false, `\\srv\share\a`: false, `C:\a*`: false,
+	} {
+		if err := CanonicalForm(p); (err == nil) != ok {
+			t.Errorf("CanonicalForm(%q) = %v", p, err)
+		}
+	}
+}

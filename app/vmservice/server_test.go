@@ -230,3 +230,16 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("killed %v", hs.h.killed)
 	}
 }
+
+func TestPipeSDDL(t *testing.T) {
+	// Interactive users and SYSTEM only; network logons denied first;
+	// never Everyone, Users or Authenticated Users.
+	if !strings.HasPrefix(PipeSDDL, "D:P(D;;GA;;;NU)") || !strings.Contains(PipeSDDL, "(A;;GRGW;;;IU)") {
+		t.Errorf("PipeSDDL %q", PipeSDDL)
+	}
+	for _, broad := range []string{";WD)", ";BU)", ";AU)", ";AN)"} {
+		if strings.Contains(PipeSDDL, broad) {
+			t.Errorf("PipeSDDL admits %s", broad)
+		}
+	}
+}

@@ -1,0 +1,11 @@
+// Command airlock-vmservice is Airlock's Windows service: it creates the
+// Host Compute Service VMs the unprivileged app asks for (see
+// app/vmservice). The NSIS installer registers it; by hand, as
+// administrator:
+//
+//	airlock-vmservice install [-image-dir DIR]   register (LocalSystem, automatic start) and start it
+//	airlock-vmservice remove                     stop and unregister it
+//	airlock-vmservice debug   [-image-dir DIR]   serve in this console (Ctrl+C stops)
+//
+// Started by the service control manager it serves until stopped.
+package main

@@ -93,9 +93,9 @@ func install(imageDir string) error {
 	}
 	defer m.Disconnect()
 	s, err := m.CreateService(hcs.ServiceName, exe, mgr.Config{
-		DisplayName:  "Airlock VM service",
-		Description:  "Creates the Linux VMs of Airlock sandboxes for signed-in users.",
-		StartType:    mgr.StartAutomatic,
+		DisplayName: "Airlock VM service",
+		Description: "Creates the Linux VMs of Airlock sandboxes for signed-in users.",
+		StartType:   mgr.StartAutomatic,
 	}, "-image-dir", imageDir)
 	if err != nil {
 		return fmt.Errorf("create service: %w", err)

@@ -40,13 +40,17 @@ for f in manifest.json initramfs.cpio Image vmlinux; do
 done
 echo "post-build.sh: guest image ($arch) -> $dst"
 
+# A real identity signs for notarization: a secure timestamp is required.
+timestamp=
+if [ "$identity" != "-" ]; then timestamp=--timestamp; fi
+
 main=$(defaults read "$app/Contents/Info" CFBundleExecutable)
 for f in "$app"/Contents/MacOS/*; do
 	if [ "$(basename "$f")" != "$main" ] && [ -f "$f" ] && [ -x "$f" ]; then
-		codesign --force --options runtime --entitlements "$entitlements" --sign "$identity" "$f"
+		codesign --force --options runtime $timestamp --entitlements "$entitlements" --sign "$identity" "$f"
 	fi
 done
-codesign --force --options runtime --entitlements "$entitlements" --sign "$identity" "$app"
+codesign --force --options runtime $timestamp --entitlements "$entitlements" --sign "$identity" "$app"
 codesign --verify --strict --verbose=2 "$app"
 if ! codesign -d --entitlements - "$app" 2>/dev/null | grep -q com.apple.security.virtualization; then
 	echo "post-build.sh: $app lacks the virtualization entitlement after signing" >&2

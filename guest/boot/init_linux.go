@@ -78,6 +78,9 @@ func (in *pid1) setup() error {
 		in.log.Warn("busybox --install", "err", err, "out", strings.TrimSpace(string(out)))
 	}
 	in.loadModules(ModulesList)
+	// The console may be a module (virtio_console for hvc0 on Apple's
+	// framework): open it again now that it exists.
+	in.openConsole()
 	if err := loopbackUp(); err != nil {
 		in.log.Warn("loopback", "err", err)
 	}

@@ -39,6 +39,10 @@ func baseEntries() []cpioEntry {
 		// The kernel opens /dev/console for init's stdio before /init runs,
 		// so the node must exist before devtmpfs is mounted.
 		{Name: "dev/console", Mode: modeChar | 0o600, RMajor: 5, RMinor: 1},
+		// With a console that is a module (hvc0 on Apple's framework), init
+		// starts with fds 0-2 closed and the Go runtime needs /dev/null to
+		// fill them before devtmpfs is mounted.
+		{Name: "dev/null", Mode: modeChar | 0o666, RMajor: 1, RMinor: 3},
 		dirEntry("proc", 0o555),
 		dirEntry("sys", 0o555),
 		dirEntry("tmp", 0o1777),

@@ -47,6 +47,9 @@ func TestBaseEntries(t *testing.T) {
 			t.Errorf("base entries hold %s", name)
 		}
 	}
+	if c := byName["dev/null"]; c.Mode != modeChar|0o666 || c.RMajor != 1 || c.RMinor != 3 {
+		t.Errorf("dev/null = %+v, want char 1,3 mode 0666", c)
+	}
 	if c := byName["dev/console"]; c.Mode != modeChar|0o600 || c.RMajor != 5 || c.RMinor != 1 {
 		t.Errorf("dev/console = %+v, want char 5,1", c)
 	}

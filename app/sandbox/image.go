@@ -19,7 +19,8 @@ type Image struct {
 
 // ImageSearchPath lists the folders a guest image for arch is looked for in,
 // in order: $AIRLOCK_IMAGE_DIR, next to the executable (a source checkout's
-// bin/ or an installed prefix), then the current folder's images/out.
+// bin/, an installed prefix, a macOS app bundle's Resources), then the
+// current folder's images/out.
 func ImageSearchPath(arch string) []string {
 	var dirs []string
 	if d := os.Getenv("AIRLOCK_IMAGE_DIR"); d != "" {
@@ -31,6 +32,8 @@ func ImageSearchPath(arch string) []string {
 			dirs = append(dirs,
 				filepath.Join(base, "..", "images", "out", arch),
 				filepath.Join(base, "..", "share", "airlock", "images", arch),
+				// Inside a macOS app bundle: Contents/MacOS/<exe> → Contents/Resources.
+				filepath.Join(base, "..", "Resources", "images", arch),
 				filepath.Join(base, "images", arch))
 		}
 	}

@@ -94,5 +94,5 @@ check-windows:
 		echo "windows/$$arch: build, vet, test binaries"; \
 		GOOS=windows GOARCH=$$arch $(GO) build ./... ; \
 		GOOS=windows GOARCH=$$arch $(GO) vet ./... ; \
-		GOOS=windows GOARCH=$$arch $(GO) test -exec=true -vet=off ./... > /dev/null ; \
+		out=$$(GOOS=windows GOARCH=$$arch $(GO) test -exec=true -vet=off ./... 2>&1) || { echo "$$out" | grep -v '^ok\|no test files'; exit 1; }; \
 	done

@@ -11,8 +11,9 @@ import (
 // readLimit bounds one ReadFrom answer; it holds at least one record.
 const readLimit = 1 << 20
 
-// keepBuf is the largest framing buffer a task keeps between writes.
-const keepBuf = 256 << 10
+// piecePayload is the most output framed and written per system call, so
+// the framing buffer a live task keeps stays within 256 KiB.
+const piecePayload = 4 * MaxPayload
 
 // Stdout returns the writer for a task's standard output, ready for
 // guest/client.Stdio. See Store.Write for its error behaviour.
@@ -41,13 +42,13 @@ func (w streamWriter) Write(p []byte) (int, error) {
 	return w.s.append(w.t, w.stream, p)
 }
 
-// append frames p as records and writes them with one system call, so the
-// output is with the OS (and survives a crash of this process) when Write
-// returns. There is no fsync per write: a power loss may lose the tail,
+// append frames p as records and writes them (one system call per 256 KiB),
+// so the output is with the OS (and survives a crash of this process) when
+// Write returns. There is no fsync per write: a power loss may lose the tail,
 // which Open then trims to the last intact record.
 //
 // A failing write (a full disk) must not end the task: the log is cut back
-// to its last complete record, the bytes are counted in Output.Dropped, the
+// to where this Write began, its bytes are counted in Output.Dropped, the
 // first error is kept in Output.Error, and Write still reports success so
 // the guest stream goes on. Later writes try again. Only ErrFinal and
 // ErrClosed are returned.
@@ -68,11 +69,13 @@ func (s *Store) append(t *task, stream Stream, p []byte) (int, error) {
 		t.dirty = true
 		return len(p), nil
 	}
-	t.buf = appendRecords(t.buf[:0], stream, p)
 	at := t.t.Output.LogBytes
-	_, err := t.file.Write(t.buf)
-	if cap(t.buf) > keepBuf {
-		t.buf = nil
+	var err error
+	for rest := p; len(rest) > 0 && err == nil; {
+		n := min(len(rest), piecePayload)
+		t.buf = appendRecords(t.buf[:0], stream, rest[:n])
+		_, err = t.file.Write(t.buf)
+		rest = rest[n:]
 	}
 	if err != nil {
 		s.noteError(t, fmt.Errorf("write log: %w", err))

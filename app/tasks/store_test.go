@@ -276,18 +276,7 @@ func TestOpenCleansLeftovers(t *testing.T) {
 	}
 }
 
-func dirNames(t *testing.T, dir string) string {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return strings.Join(names, " ")
-}
+func dirNames(t *testing.T, dir string) string { return strings.Join(dirNamesList(t, dir), " ") }
 
 func TestFilePermissions(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "tasks")

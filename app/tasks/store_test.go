@@ -260,8 +260,8 @@ func TestOpenCleansLeftovers(t *testing.T) {
 	s.Finish(task.ID, Killed, Exit{}, "cancelled")
 	s.Close()
 	os.WriteFile(filepath.Join(dir, ".abcdefgh.json.123.tmp"), []byte("{"), 0o600) // rename never happened
-	os.WriteFile(filepath.Join(dir, "bcdefghi.log"), []byte("x"), 0o600)            // removal cut short
-	os.WriteFile(filepath.Join(dir, "cdefghij.json"), []byte("not json"), 0o600)    // damaged: kept, skipped
+	os.WriteFile(filepath.Join(dir, "bcdefghi.log"), []byte("x"), 0o600)           // removal cut short
+	os.WriteFile(filepath.Join(dir, "cdefghij.json"), []byte("not json"), 0o600)   // damaged: kept, skipped
 	os.WriteFile(filepath.Join(dir, "cdefghij.log"), []byte("x"), 0o600)
 
 	s2 := openIn(t, dir, Options{})

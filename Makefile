@@ -44,8 +44,8 @@ run: deps build
 	bin/airlock run --workspace "$(WORKSPACE)" -- sh -c 'echo "hello from $$(uname -sr) as $$(id -un)" | tee /workspace/hello.txt; ls -la /workspace'
 	@echo "--> $(WORKSPACE)/hello.txt was written by the sandbox"
 
-## test: everything: vet, unit tests, generated-code drift, end-to-end tests in real VMs
-test: vet test-unit check-proto test-e2e
+## test: everything: vet, darwin type-check, windows cross-build, unit tests, generated-code drift, e2e in real VMs
+test: vet check-darwin check-windows test-unit check-proto test-e2e
 
 vet:
 	$(GO) vet ./...

@@ -240,7 +240,7 @@ func attachTerminal(stdio Stdio, spec *client.Spec) (restore func(), resize <-ch
 	}
 	ch := make(chan client.Size, 1)
 	winch := make(chan os.Signal, 1)
-	signal.Notify(winch, syscall.SIGWINCH)
+	notifyResize(winch)
 	done := make(chan struct{})
 	go func() {
 		for {

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/clock"
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/guest/api"
 	"github.com/airlock-sandbox/airlock/guest/client"
@@ -70,6 +71,7 @@ type Sandbox struct {
 	runDir    string
 	ownRunDir bool
 	listeners []net.Listener // egress listeners, closed on Close
+	stopClock context.CancelFunc
 	log       *slog.Logger
 }
 
@@ -153,6 +155,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		s.stopMachine()
 		return nil, fmt.Errorf("sandbox: guest agent does not answer after readiness: %w%s", err, consoleHint(o.ConsoleLog))
 	}
+	s.watchClock()
 	s.log.Info("guest ready", "boot", s.bootTime, "agent", s.ready.AgentVersion, "accel", s.m.Info().Accelerator)
 	return s, nil
 }
@@ -228,6 +231,23 @@ func (s *Sandbox) serveEgress(g egress.Server) error {
 	return nil
 }
 
+// watchClock resets the guest's clock whenever the host's wall clock jumps
+// (sleep and wake, or a manual change), until Close.
+func (s *Sandbox) watchClock() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopClock = cancel
+	w := clock.New(clock.Options{}, func(ctx context.Context, j clock.Jump) {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := s.agent.SetTime(sctx, time.Now()); err != nil {
+			s.log.Warn("guest clock resync failed", "skew", j.Skew, "err", err)
+			return
+		}
+		s.log.Info("guest clock resynced after a host clock jump", "skew", j.Skew)
+	})
+	go w.Run(ctx)
+}
+
 // Agent is the client of the guest agent.
 func (s *Sandbox) Agent() *client.Client { return s.agent }
 
@@ -244,6 +264,9 @@ func (s *Sandbox) BootTime() time.Duration { return s.bootTime }
 // does not within the grace period, the machine is stopped by force. Nothing
 // is left running when Close returns.
 func (s *Sandbox) Close(ctx context.Context) error {
+	if s.stopClock != nil {
+		s.stopClock()
+	}
 	if s.agent != nil {
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		err := s.agent.Shutdown(sctx, false)

@@ -1,0 +1,149 @@
+// Package settings holds the user's Airlock settings: the workspace folder,
+// the VM's size, read-only sharing, and the egress allow, deny and
+// map-host lists. They live in one JSON file in the OS config folder
+// (DefaultPath), are validated field by field on load with errors that name
+// the field, and are written atomically.
+//
+// Entry grammars belong to their owners: Validate takes Validators, so the
+// caller plugs in the egress policy parser and the workspace check without
+// this package importing either.
+package settings
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// Settings is the content of settings.json.
+type Settings struct {
+	// Workspace is the folder shared with the guest; empty until chosen.
+	Workspace string `json:"workspace"`
+	// CPUs is the number of virtual CPUs.
+	CPUs int `json:"cpus"`
+	// MemoryMiB is the guest's memory.
+	MemoryMiB int `json:"memory_mib"`
+	// ReadOnly shares the workspace read-only.
+	ReadOnly bool `json:"read_only"`
+	// Allow lists the hosts the guest may reach (egress.ParseEntry grammar).
+	Allow []string `json:"allow"`
+	// Deny lists hosts refused even when allowed; deny wins.
+	Deny []string `json:"deny"`
+	// MapHosts pins names to addresses, NAME=ADDR.
+	MapHosts []string `json:"map_hosts"`
+}
+
+// Bounds and defaults. The defaults match app/sandbox's.
+const (
+	DefaultCPUs      = 2
+	DefaultMemoryMiB = 1024
+	MinCPUs          = 1
+	MaxCPUs          = 64
+	MinMemoryMiB     = 256
+	MaxMemoryMiB     = 1 << 20
+	// MaxEntries bounds each list, so a damaged file cannot make the gate
+	// scan millions of rules.
+	MaxEntries = 10000
+)
+
+// Default returns the settings used when there is no file: no workspace,
+// the default VM size, read-write, and empty lists (deny all egress).
+func Default() Settings {
+	return Settings{CPUs: DefaultCPUs, MemoryMiB: DefaultMemoryMiB, Allow: []string{}, Deny: []string{}, MapHosts: []string{}}
+}
+
+// Validators check entries whose grammar another package owns. A nil
+// function skips that check (the structural checks of Validate still run).
+type Validators struct {
+	// Workspace checks the folder and returns its canonical form; app
+	// passes workspace.Host.Validate.
+	Workspace func(dir string) (string, error)
+	// Allow, Deny and MapHost check one list entry each; app passes the
+	// egress policy parser (egress.ParseEntry, egress.ParseMapHost).
+	Allow, Deny, MapHost func(entry string) error
+}
+
+// FieldError is one invalid field, or one invalid entry of a list field.
+type FieldError struct {
+	// Field is the JSON name of the field.
+	Field string
+	// Index is the entry's position in a list field, or -1.
+	Index int
+	// Err says what is wrong.
+	Err error
+}
+
+// Error returns `"cpus": REASON` or `"allow"[2]: REASON`.
+func (e *FieldError) Error() string {
+	if e.Index >= 0 {
+		return fmt.Sprintf("%q[%d]: %v", e.Field, e.Index, e.Err)
+	}
+	return fmt.Sprintf("%q: %v", e.Field, e.Err)
+}
+
+// Unwrap returns the reason, so errors.Is sees a validator's sentinel.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Validate checks every field and returns all problems joined, each a
+// *FieldError naming its field.
+func (s Settings) Validate(v Validators) error {
+	var errs []error
+	bad := func(field string, index int, err error) {
+		errs = append(errs, &FieldError{Field: field, Index: index, Err: err})
+	}
+	if s.Workspace != "" {
+		if !filepath.IsAbs(s.Workspace) {
+			bad("workspace", -1, fmt.Errorf("%q is not an absolute path", s.Workspace))
+		} else if v.Workspace != nil {
+			if _, err := v.Workspace(s.Workspace); err != nil {
+				bad("workspace", -1, err)
+			}
+		}
+	}
+	if s.CPUs < MinCPUs || s.CPUs > MaxCPUs {
+		bad("cpus", -1, fmt.Errorf("%d is not between %d and %d", s.CPUs, MinCPUs, MaxCPUs))
+	}
+	if s.MemoryMiB < MinMemoryMiB || s.MemoryMiB > MaxMemoryMiB {
+		bad("memory_mib", -1, fmt.Errorf("%d is not between %d and %d", s.MemoryMiB, MinMemoryMiB, MaxMemoryMiB))
+	}
+	lists := []struct {
+		field   string
+		entries []string
+		check   func(string) error
+	}{
+		{"allow", s.Allow, v.Allow},
+		{"deny", s.Deny, v.Deny},
+		{"map_hosts", s.MapHosts, mapHostShape(v.MapHost)},
+	}
+	for _, l := range lists {
+		if len(l.entries) > MaxEntries {
+			bad(l.field, -1, fmt.Errorf("%d entries, at most %d are allowed", len(l.entries), MaxEntries))
+			continue
+		}
+		for i, e := range l.entries {
+			if strings.TrimSpace(e) == "" {
+				bad(l.field, i, errors.New("empty entry"))
+			} else if l.check != nil {
+				if err := l.check(e); err != nil {
+					bad(l.field, i, err)
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mapHostShape checks NAME=ADDR even without the egress parser, then runs it.
+func mapHostShape(parse func(string) error) func(string) error {
+	return func(e string) error {
+		name, addr, ok := strings.Cut(e, "=")
+		if !ok || strings.TrimSpace(name) == "" || strings.TrimSpace(addr) == "" {
+			return fmt.Errorf("%q is not NAME=ADDR", e)
+		}
+		if parse != nil {
+			return parse(e)
+		}
+		return nil
+	}
+}

@@ -25,6 +25,7 @@ const (
 // went, not the bytes, so that events stay small and the log stays the one
 // source of output.
 type Event struct {
+	// Kind says what changed.
 	Kind EventKind
 	// Task is the task's snapshot right after the change.
 	Task Task

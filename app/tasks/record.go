@@ -8,9 +8,11 @@ import (
 // Stream says which of a task's outputs a chunk came from.
 type Stream uint8
 
-// The two output streams.
+// The two output streams; the values are the stream byte of a record.
 const (
+	// Stdout is the task's standard output.
 	Stdout Stream = 1
+	// Stderr is the task's standard error.
 	Stderr Stream = 2
 )
 
@@ -29,8 +31,10 @@ func (s Stream) String() string {
 type Chunk struct {
 	// Offset is where the record starts in the log; pass End() to resume after it.
 	Offset int64
+	// Stream is where the bytes were written.
 	Stream Stream
-	Data   []byte
+	// Data is the output; it may share memory with other chunks of one read.
+	Data []byte
 }
 
 // End returns the offset just past this chunk's record.

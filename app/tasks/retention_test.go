@@ -50,7 +50,6 @@ func TestRetentionByCount(t *testing.T) {
 	}
 	// More live tasks than the limit: nothing live goes, the finished do.
 	l2, l3 := create(t, s), create(t, s)
-	s.Finish(c, Exited, Exit{}, "") // no-op (already final) but no harm
 	d := finished(t, s, 0)
 	have = ids(s)
 	if !have[live.ID] || !have[l2.ID] || !have[l3.ID] || len(have) != 3 {

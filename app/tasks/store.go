@@ -31,7 +31,9 @@ var (
 
 // Defaults for Options left zero.
 const (
+	// DefaultMaxTasks is the default bound on kept tasks.
 	DefaultMaxTasks = 1000
+	// DefaultMaxBytes is the default bound on the logs' total size (1 GiB).
 	DefaultMaxBytes = 1 << 30
 )
 

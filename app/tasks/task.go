@@ -154,17 +154,24 @@ type Output struct {
 // Task is a snapshot of one task. Values are copies; change a task only
 // through the Store.
 type Task struct {
-	ID      string  `json:"id"`
+	// ID is 8 characters of lower-case base32, safe in URLs and file names.
+	ID string `json:"id"`
+	// Command is what runs, with Env reduced to names.
 	Command Command `json:"command"`
-	State   State   `json:"state"`
-	Exit    Exit    `json:"exit"`
+	// State is where the task is in its life.
+	State State `json:"state"`
+	// Exit is the status a final task ended with (zero when unknown).
+	Exit Exit `json:"exit"`
 	// Reason says why a task was killed or lost, for people.
-	Reason   string    `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Created, Started and Ended are when the task entered Queued, Running
+	// and its final state; Deadline is Started plus the timeout, if any.
 	Created  time.Time `json:"created"`
 	Started  time.Time `json:"started,omitzero"`
 	Ended    time.Time `json:"ended,omitzero"`
 	Deadline time.Time `json:"deadline,omitzero"`
-	Output   Output    `json:"output"`
+	// Output describes the task's log.
+	Output Output `json:"output"`
 }
 
 // idLen is the length of a task id: 40 random bits in lower-case base32.

@@ -19,8 +19,8 @@
 //   - ID.json: the Task as JSON plus "v": 1, replaced atomically (temporary
 //     file in the same folder, then rename) at creation and at every state
 //     change. Output counters in it are as of that moment.
-//   - ID.log: the output, append-only, written as it arrives with one
-//     write(2) per Write, without fsync. It is a sequence of records: an
+//   - ID.log: the output, append-only, written as it arrives (one write(2)
+//     per Write, per 256 KiB for larger ones), without fsync. It is a sequence of records: an
 //     8-byte header (magic 0xA7, stream 1=stdout 2=stderr, uint16 payload
 //     length, CRC-32C of the header's first four bytes and the payload,
 //     little endian) then 1..65528 payload bytes, so one record is at most

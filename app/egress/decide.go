@@ -122,7 +122,7 @@ type plan struct {
 // address. The addresses in the returned plan are the only ones that may
 // be dialled: there is no second lookup.
 func (g *Gate) decide(ctx context.Context, task string, proto Protocol, t target) plan {
-	p := g.policy
+	p := g.policy.Load()
 	if e, ok := p.denied(t); ok {
 		return plan{reason: ReasonDeniedByRule, rule: e.String(), detail: "denied by rule " + e.String()}
 	}

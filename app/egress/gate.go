@@ -118,7 +118,7 @@ func (l Limits) withDefaults() Limits {
 
 // Gate decides, relays and logs the guest's outbound connections.
 type Gate struct {
-	policy   *policy
+	policy   atomic.Pointer[policy]
 	journal  *journal
 	resolver Resolver
 	dialer   Dialer
@@ -154,7 +154,6 @@ func New(cfg Config) (*Gate, error) {
 		return nil, fmt.Errorf("egress: policy: %w", err)
 	}
 	g := &Gate{
-		policy:    p,
 		resolver:  cfg.Resolver,
 		dialer:    cfg.Dialer,
 		decider:   cfg.Decider,
@@ -186,9 +185,27 @@ func New(cfg Config) (*Gate, error) {
 	if g.journal, err = newJournal(cfg.LogFile, g.limits.Recent, g.logger); err != nil {
 		return nil, err
 	}
+	g.policy.Store(p)
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.asks.calls = map[string]*askCall{}
 	return g, nil
+}
+
+// SetPolicy replaces the allow, deny and map-host lists, for connections
+// decided from now on (open connections keep the decision they had). On a
+// parse error nothing changes. Entries a Decider added with allow-always are
+// kept.
+func (g *Gate) SetPolicy(allow, deny, mapHosts []string) error {
+	p, err := newPolicy(allow, deny, mapHosts)
+	if err != nil {
+		return fmt.Errorf("egress: policy: %w", err)
+	}
+	old := g.policy.Load()
+	old.mu.RLock()
+	p.session = append([]Entry(nil), old.session...)
+	old.mu.RUnlock()
+	g.policy.Store(p)
+	return nil
 }
 
 // ServeHTTPProxy serves the HTTP proxy protocol (CONNECT and absolute-URI

@@ -213,15 +213,23 @@ type policy struct {
 	session []Entry
 }
 
+// ParseAllowEntry parses an entry for an allow list: ParseEntry, and a
+// wildcard needs at least two labels (*.com would allow a whole top-level
+// domain; it is fine in a deny list).
+func ParseAllowEntry(s string) (Entry, error) {
+	e, err := ParseEntry(s)
+	if err == nil && e.Kind == KindWildcard && !strings.Contains(e.Name, ".") {
+		err = &EntryError{Entry: s, Reason: "wildcard needs at least two labels in an allow list (it would allow a whole top-level domain)"}
+	}
+	return e, err
+}
+
 // newPolicy parses the lists, returning every error joined.
 func newPolicy(allow, deny, mapHosts []string) (*policy, error) {
 	p := &policy{pins: map[string][]netip.Addr{}}
 	var errs []error
 	for _, s := range allow {
-		e, err := ParseEntry(s)
-		if err == nil && e.Kind == KindWildcard && !strings.Contains(e.Name, ".") {
-			err = &EntryError{Entry: s, Reason: "wildcard needs at least two labels in an allow list (it would allow a whole top-level domain)"}
-		}
+		e, err := ParseAllowEntry(s)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("allow: %w", err))
 			continue

@@ -24,12 +24,13 @@ import (
 // fakeAgent plays the guest agent of one fake VM.
 type fakeAgent struct {
 	agentv1.UnimplementedAgentServer
-	off     chan struct{} // closed by Shutdown: orderly power-off
-	offOnce sync.Once
-	die     chan struct{} // closed by the test: the VM crashes
-	dieOnce sync.Once
-	hang    atomic.Bool // Info never answers
-	infos   atomic.Int64
+	off       chan struct{} // closed by Shutdown: orderly power-off
+	offOnce   sync.Once
+	die       chan struct{} // closed by the test: the VM crashes
+	dieOnce   sync.Once
+	hang      atomic.Bool // Info never answers
+	dieOnInfo bool        // the VM crashes at the first health check
+	infos     atomic.Int64
 }
 
 func newFakeAgent() *fakeAgent {
@@ -42,6 +43,9 @@ func (a *fakeAgent) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.
 		return nil, ctx.Err()
 	}
 	a.infos.Add(1)
+	if a.dieOnInfo {
+		a.kill()
+	}
 	return &agentv1.InfoResponse{AgentVersion: "fake"}, nil
 }
 
@@ -64,7 +68,7 @@ const (
 	guestGood       guestKind = iota // boots, serves the agent, powers off on request
 	guestDieInBoot                   // exits before it is ready
 	guestNeverReady                  // boots but never signals readiness
-	guestDieAtOnce                   // becomes ready, then exits at once
+	guestDieAtOnce                   // runs, and exits at the first health check
 )
 
 // fakeVMs makes the fake machines of a session and remembers them.
@@ -84,6 +88,7 @@ func (f *fakeVMs) newMachine(cfg vm.Config) (vm.Machine, error) {
 		kind = f.kind(n)
 	}
 	a := newFakeAgent()
+	a.dieOnInfo = kind == guestDieAtOnce
 	m := vmtest.New(cfg, func(ctx context.Context, g *vmtest.Guest) error { return runGuest(ctx, g, a, kind) })
 	f.machines = append(f.machines, m)
 	f.agents = append(f.agents, a)
@@ -138,14 +143,6 @@ func runGuest(ctx context.Context, g *vmtest.Guest, a *fakeAgent, kind guestKind
 		}
 		api.WriteReady(c, api.Ready{AgentVersion: "fake"})
 		c.Close()
-	}
-	if kind == guestDieAtOnce {
-		// Give the host a moment to take the readiness message.
-		select {
-		case <-time.After(20 * time.Millisecond):
-		case <-ctx.Done():
-		}
-		return errors.New("signal: killed")
 	}
 	select {
 	case <-a.off:

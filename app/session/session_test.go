@@ -293,6 +293,29 @@ func TestStopDuringBoot(t *testing.T) {
 	f.allFinal(t)
 }
 
+func TestSetWorkspaceRevivesAFailedSession(t *testing.T) {
+	noLeaks(t)
+	var broken atomic.Bool
+	broken.Store(true)
+	f := &fakeVMs{kind: func(int) guestKind {
+		if broken.Load() {
+			return guestDieInBoot
+		}
+		return guestGood
+	}}
+	s := newSession(t, testConfig(t, f))
+	if err := s.Start(ctxGuard(t)); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Start: %v", err)
+	}
+	broken.Store(false)
+	if err := s.SetWorkspace(ctxGuard(t), "/work/fixed", false); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Status(); st.State != StateRunning || st.Generation != 1 || st.Failures != 0 {
+		t.Fatalf("after the change: %+v", st)
+	}
+}
+
 func TestRestart(t *testing.T) {
 	noLeaks(t)
 	f := &fakeVMs{}

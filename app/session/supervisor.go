@@ -165,6 +165,9 @@ func (l *supervisor) startBoot() {
 	}
 	go func() {
 		sb, err := l.s.cfg.Start(ctx, opts)
+		if sb == nil && err == nil {
+			err = errors.New("the start function returned no sandbox")
+		}
 		b.done <- bootResult{sb: sb, err: err}
 	}()
 }
@@ -182,6 +185,7 @@ func (l *supervisor) bootOptions(b *bootRun) (sandbox.Options, error) {
 	}
 	b.dir = filepath.Join(l.runDir, fmt.Sprintf("vm-%d", b.attempt))
 	o.RunDir = b.dir
+	os.RemoveAll(b.dir) // leftovers of an earlier process: stale sockets confuse the backend
 	if err := os.MkdirAll(b.dir, 0o700); err != nil {
 		return o, fmt.Errorf("session: runtime folder: %w", err)
 	}
@@ -227,7 +231,7 @@ func (l *supervisor) booted(r bootResult) {
 	l.s.update(func(sn *snapshot) {
 		sn.state, sn.phase, sn.since, sn.gen = StateRunning, "", now, l.gen
 		sn.accel, sn.pid, sn.bootTime, sn.upSince = info.Accelerator, info.PID, boot, now
-		sn.agent = r.sb.Agent()
+		sn.agent, sn.failures = r.sb.Agent(), l.backoff.failures
 		if info.ConsoleLog != "" {
 			sn.consoleLog = info.ConsoleLog
 		}

@@ -58,6 +58,10 @@ func FindImage(dirs []string) (Image, error) {
 // LoadImage reads and verifies the image in dir: every artifact must match
 // its manifest, and the kernel must be in the form the platform boots.
 func LoadImage(dir string) (Image, error) {
+	// The hypervisor does not run in the caller's folder.
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
 	m, err := manifest.Load(dir)
 	if err != nil {
 		return Image{}, err

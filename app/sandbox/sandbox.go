@@ -152,6 +152,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := s.agent.SetTime(tctx, time.Now()); err != nil {
+		s.agent.Close()
 		s.stopMachine()
 		return nil, fmt.Errorf("sandbox: guest agent does not answer after readiness: %w%s", err, consoleHint(o.ConsoleLog))
 	}

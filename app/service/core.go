@@ -1,0 +1,61 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/session"
+	"github.com/airlock-sandbox/airlock/app/settings"
+	"github.com/airlock-sandbox/airlock/app/tasks"
+)
+
+// Core is everything a front door can ask of Airlock. *Service implements it
+// in process; app/api's Client implements it over the control socket, so
+// the CLI and the MCP server work the same against either.
+type Core interface {
+	Status(ctx context.Context) (Status, error)
+	Settings(ctx context.Context) (settings.Settings, error)
+	StartVM(ctx context.Context) error
+	StopVM(ctx context.Context) error
+	RestartVM(ctx context.Context) error
+	SetWorkspace(ctx context.Context, dir string, readOnly bool) error
+
+	Run(ctx context.Context, req RunRequest) (tasks.Task, error)
+	Task(ctx context.Context, id string) (tasks.Task, error)
+	Tasks(ctx context.Context) ([]tasks.Task, error)
+	Wait(ctx context.Context, id string) (tasks.Task, error)
+	Cancel(ctx context.Context, id string) error
+	Logs(ctx context.Context, id string, offset int64) ([]tasks.Chunk, int64, error)
+	FollowLogs(ctx context.Context, id string, offset int64) (<-chan tasks.Chunk, error)
+
+	EgressLog(ctx context.Context) ([]egress.Decision, error)
+	FollowEgress(ctx context.Context) (<-chan egress.Decision, error)
+	EgressRule(ctx context.Context, action, pattern string) (settings.Settings, error)
+	SessionEvents(ctx context.Context) (<-chan session.Event, error)
+}
+
+// Status is a snapshot of the service.
+type Status struct {
+	Session      session.Status    `json:"session"`
+	Settings     settings.Settings `json:"settings"`
+	RunningTasks int               `json:"running_tasks"`
+	StateDir     string            `json:"state_dir"`
+}
+
+// RunRequest asks for one task. Exactly one of Argv and Shell is set.
+type RunRequest struct {
+	Argv  []string `json:"argv,omitempty"`
+	Shell string   `json:"shell,omitempty"`
+	// Env entries are KEY=VALUE; their values are never stored.
+	Env  []string `json:"env,omitempty"`
+	Cwd  string   `json:"cwd,omitempty"`
+	Root bool     `json:"root,omitempty"`
+	// Timeout ends the task (state timed-out) after this long; 0 is none.
+	Timeout time.Duration `json:"timeout_ns,omitempty"`
+	// Stdin is given to the task whole, then closed; nil means /dev/null.
+	Stdin []byte `json:"stdin,omitempty"`
+}
+
+// MaxStdin bounds RunRequest.Stdin.
+const MaxStdin = 64 << 20

@@ -1,0 +1,273 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/session"
+	"github.com/airlock-sandbox/airlock/app/tasks"
+	"github.com/airlock-sandbox/airlock/guest/client"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ErrClosed is returned once the service is closed.
+var ErrClosed = errors.New("service: closed")
+
+// runningTask is a task this process is running.
+type runningTask struct {
+	cancel     context.CancelFunc
+	signal     chan int
+	generation int
+	started    bool // the guest started the process: from then on a dead VM means lost
+	cancelled  bool
+	done       chan struct{}
+}
+
+// Run creates a task and runs it in the background (booting the VM when
+// needed); it returns the queued task at once. Its output goes to the task
+// log as it arrives.
+func (s *Service) Run(_ context.Context, req RunRequest) (tasks.Task, error) {
+	if len(req.Stdin) > MaxStdin {
+		return tasks.Task{}, fmt.Errorf("stdin of %d bytes is over the %d byte limit", len(req.Stdin), MaxStdin)
+	}
+	for _, kv := range req.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return tasks.Task{}, fmt.Errorf("env %q: expected KEY=VALUE", kv)
+		}
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return tasks.Task{}, ErrClosed
+	}
+	t, err := s.store.Create(tasks.Command{
+		Argv: req.Argv, Shell: req.Shell, Env: req.Env, Cwd: req.Cwd, Root: req.Root, Timeout: req.Timeout,
+	})
+	if err != nil {
+		s.mu.Unlock()
+		return tasks.Task{}, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &runningTask{cancel: cancel, signal: make(chan int, 2), done: make(chan struct{})}
+	s.running[t.ID] = r
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer close(r.done)
+		defer cancel()
+		s.execute(ctx, t.ID, req, r)
+		s.mu.Lock()
+		delete(s.running, t.ID)
+		s.mu.Unlock()
+	}()
+	return t, nil
+}
+
+// execute runs one task to its end and records how it ended. A task whose
+// VM dies before the guest started it is run on the next VM instead: it was
+// never running, so nothing is lost.
+func (s *Service) execute(ctx context.Context, id string, req RunRequest, r *runningTask) {
+	// A task wants a VM: boot one when none is running or wanted (a failed
+	// session is retried too, so the user's next task is its next chance).
+	if st := s.sess.Status().State; st == session.StateStopped || st == session.StateFailed {
+		if err := s.sess.Start(ctx); err != nil {
+			s.finish(id, tasks.Lost, tasks.Exit{}, "no VM to run on: "+err.Error())
+			return
+		}
+	}
+	user, pass := s.gate.Credentials(id)
+	defer s.gate.Revoke(id)
+	spec := client.Spec{
+		ID: id, Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Root: req.Root, Timeout: req.Timeout,
+		Env: append(egress.ProxyEnv(user, pass), req.Env...),
+	}
+	stdio := client.Stdio{
+		Stdout: s.store.Stdout(id), Stderr: s.store.Stderr(id), Signal: r.signal,
+		Started: func(int) { s.mu.Lock(); r.started = true; s.mu.Unlock() },
+	}
+	lastGen := 0
+	for attempt := 0; ; attempt++ {
+		agent, gen, err := s.agentAfter(ctx, lastGen)
+		if err != nil {
+			s.finish(id, tasks.Lost, tasks.Exit{}, "no VM to run on: "+err.Error())
+			return
+		}
+		s.mu.Lock()
+		r.generation = gen
+		s.mu.Unlock()
+		if attempt == 0 {
+			if _, err := s.store.Start(id); err != nil {
+				s.log.Warn("task start", "task", id, "err", err)
+				return
+			}
+		}
+		if req.Stdin != nil {
+			stdio.Stdin = bytes.NewReader(req.Stdin)
+		}
+		exit, err := agent.Exec(ctx, spec, stdio)
+		s.mu.Lock()
+		cancelled, started := r.cancelled, r.started
+		s.mu.Unlock()
+		if err != nil && !cancelled && !started && attempt < 2 && isTransport(err) {
+			s.log.Info("the VM went away before the task started; running it on the next one", "task", id, "generation", gen)
+			lastGen = gen
+			continue
+		}
+		s.record(id, req, exit, err, cancelled)
+		return
+	}
+}
+
+// agentAfter returns the agent of a VM newer than generation after (0: any),
+// waiting while the session notices a dead VM and boots the next.
+func (s *Service) agentAfter(ctx context.Context, after int) (*client.Client, int, error) {
+	for {
+		agent, gen, err := s.sess.Agent(ctx)
+		if err != nil || gen != after {
+			return agent, gen, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// isTransport reports whether an Exec error means the connection to the
+// agent broke, rather than the agent refusing the task.
+func isTransport(err error) bool {
+	switch status.Code(errors.Unwrap(err)) {
+	case codes.Unavailable, codes.Canceled, codes.Unknown, codes.Internal:
+		return true
+	}
+	return errors.Is(err, client.ErrNoExit)
+}
+
+// record turns how Exec ended into the task's final state.
+func (s *Service) record(id string, req RunRequest, exit client.Exit, err error, cancelled bool) {
+	ex := tasks.Exit{Code: exit.Code, Signal: exit.Signal}
+	switch {
+	case err == nil && exit.TimedOut:
+		s.finish(id, tasks.TimedOut, ex, fmt.Sprintf("timed out after %s", req.Timeout))
+	case err == nil && cancelled:
+		s.finish(id, tasks.Killed, ex, "cancelled")
+	case err == nil:
+		s.finish(id, tasks.Exited, ex, "")
+	case cancelled:
+		s.finish(id, tasks.Killed, tasks.Exit{Signal: int(syscall.SIGKILL)}, "cancelled")
+	default:
+		switch st := status.Convert(errors.Unwrap(err)); st.Code() {
+		case codes.NotFound:
+			s.finish(id, tasks.Exited, tasks.Exit{Code: 127}, st.Message())
+		case codes.PermissionDenied:
+			s.finish(id, tasks.Exited, tasks.Exit{Code: 126}, st.Message())
+		case codes.InvalidArgument, codes.FailedPrecondition, codes.ResourceExhausted:
+			s.finish(id, tasks.Exited, tasks.Exit{Code: 125}, st.Message())
+		default:
+			// The transport or the VM went away under the task.
+			s.finish(id, tasks.Lost, tasks.Exit{}, "the VM or its agent stopped: "+err.Error())
+		}
+	}
+}
+
+func (s *Service) finish(id string, state tasks.State, exit tasks.Exit, reason string) {
+	if _, err := s.store.Finish(id, state, exit, reason); err != nil && !errors.Is(err, tasks.ErrFinal) {
+		s.log.Warn("task finish", "task", id, "state", state, "err", err)
+	}
+}
+
+// onLost marks the tasks that ran on a VM that died as lost, at once: their
+// Exec calls may take a moment to notice.
+func (s *Service) onLost(generation int, err error) {
+	s.mu.Lock()
+	var ids []string
+	for id, r := range s.running {
+		// A task the guest had not started yet is retried on the next VM.
+		if r.generation == generation && r.started {
+			ids = append(ids, id)
+		}
+	}
+	s.mu.Unlock()
+	if len(ids) > 0 {
+		s.store.MarkLost(fmt.Sprintf("the VM died: %v", err), ids...)
+	}
+}
+
+// Cancel ends a running task: SIGTERM to its process group, then, after the
+// grace period, its whole tree is killed.
+func (s *Service) Cancel(_ context.Context, id string) error {
+	s.mu.Lock()
+	r, ok := s.running[id]
+	if ok {
+		r.cancelled = true
+	}
+	s.mu.Unlock()
+	if !ok {
+		if _, err := s.store.Get(id); err != nil {
+			return err
+		}
+		return fmt.Errorf("task %s is not running", id)
+	}
+	select {
+	case r.signal <- int(syscall.SIGTERM):
+	default:
+	}
+	go func() {
+		select {
+		case <-r.done:
+		case <-time.After(s.cfg.CancelGrace):
+			r.cancel() // the guest kills the task's tree when its call is cancelled
+		}
+	}()
+	return nil
+}
+
+// Task returns one task.
+func (s *Service) Task(_ context.Context, id string) (tasks.Task, error) { return s.store.Get(id) }
+
+// Tasks lists the task history, oldest first.
+func (s *Service) Tasks(context.Context) ([]tasks.Task, error) { return s.store.List(), nil }
+
+// Wait blocks until the task is final or ctx is done.
+func (s *Service) Wait(ctx context.Context, id string) (tasks.Task, error) {
+	for {
+		sub := s.store.Subscribe(ctx, 64)
+		t, err := s.store.Get(id)
+		if err != nil || t.State.Final() {
+			return t, err
+		}
+		for range sub.C {
+			if t, err = s.store.Get(id); err != nil || t.State.Final() {
+				return t, err
+			}
+		}
+		if ctx.Err() != nil {
+			return t, ctx.Err()
+		}
+		if err := sub.Err(); err != nil && !errors.Is(err, tasks.ErrLagged) {
+			return t, err
+		}
+		// Dropped for lagging: subscribe again.
+	}
+}
+
+// Logs reads a task's output from offset (0 for the start).
+func (s *Service) Logs(_ context.Context, id string, offset int64) ([]tasks.Chunk, int64, error) {
+	return s.store.ReadFrom(id, offset)
+}
+
+// FollowLogs streams a task's output from offset until the task is final
+// and all of it was sent, or ctx is done.
+func (s *Service) FollowLogs(ctx context.Context, id string, offset int64) (<-chan tasks.Chunk, error) {
+	return s.store.Follow(ctx, id, offset)
+}
+

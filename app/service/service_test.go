@@ -1,0 +1,258 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/sandbox"
+	"github.com/airlock-sandbox/airlock/app/session"
+	"github.com/airlock-sandbox/airlock/app/tasks"
+	"github.com/airlock-sandbox/airlock/guest/agent"
+	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/vm"
+	"github.com/airlock-sandbox/airlock/vm/vmtest"
+)
+
+// world is a service whose VMs are fake machines running the real guest
+// agent on this host (tasks run as uid 1000 when the tests run as root).
+type world struct {
+	t       *testing.T
+	dir     string
+	home    string
+	mu      sync.Mutex
+	kill    chan struct{} // closing it makes the current VM die
+	boots   int
+	service *Service
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("the agent switches to uid 1000: run as root")
+	}
+	// The task user (uid 1000) must reach its home: t.TempDir's parent is 0700.
+	home, err := os.MkdirTemp("", "airlock-service-home-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(home, 0o777)
+	t.Cleanup(func() { os.RemoveAll(home) })
+	w := &world{t: t, dir: t.TempDir(), home: home, kill: make(chan struct{})}
+	w.open()
+	return w
+}
+
+func (w *world) open() {
+	w.t.Helper()
+	s, err := Open(Config{
+		StateDir: filepath.Join(w.dir, "state"), SettingsPath: filepath.Join(w.dir, "settings.json"),
+		Image: sandbox.Image{Kernel: "k", Initrd: "i"}, CancelGrace: 500 * time.Millisecond,
+		Start: func(ctx context.Context, o sandbox.Options) (session.Sandbox, error) {
+			o.NewMachine = func(cfg vm.Config) (vm.Machine, error) { return vmtest.New(cfg, w.boot), nil }
+			return sandbox.Start(ctx, o)
+		},
+	})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.service = s
+	w.t.Cleanup(func() { s.Close(context.Background()) })
+}
+
+// boot plays the guest: the real agent, readiness, power-off on request.
+func (w *world) boot(ctx context.Context, g *vmtest.Guest) error {
+	w.mu.Lock()
+	w.boots++
+	kill := w.kill
+	w.mu.Unlock()
+	l, err := g.Listen(api.PortAgent)
+	if err != nil {
+		return err
+	}
+	off := make(chan struct{})
+	var once sync.Once
+	srv := agent.New(agent.Config{
+		UserHome: w.home, WorkspaceDir: w.home,
+		SetClock: func(time.Time) error { return nil },
+		PowerOff: func(bool) error { once.Do(func() { close(off) }); return nil },
+	})
+	gs := agent.NewGRPCServer(srv)
+	go gs.Serve(l)
+	defer gs.Stop()
+	c, err := g.Dial(ctx, api.PortReady)
+	if err != nil {
+		return err
+	}
+	api.WriteReady(c, api.Ready{AgentVersion: "test"})
+	c.Close()
+	select {
+	case <-off:
+		return nil
+	case <-ctx.Done():
+		return nil
+	case <-kill:
+		return errors.New("the VM process was killed")
+	}
+}
+
+func (w *world) run(req RunRequest) tasks.Task {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	t, err := w.service.Run(ctx, req)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if t, err = w.service.Wait(ctx, t.ID); err != nil {
+		w.t.Fatal(err)
+	}
+	return t
+}
+
+func (w *world) output(id string) (stdout, stderr string) {
+	w.t.Helper()
+	chunks, _, err := w.service.Logs(context.Background(), id, 0)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var o, e strings.Builder
+	for _, c := range chunks {
+		if c.Stream == tasks.Stderr {
+			e.Write(c.Data)
+		} else {
+			o.Write(c.Data)
+		}
+	}
+	return o.String(), e.String()
+}
+
+func TestRunWaitLogs(t *testing.T) {
+	w := newWorld(t)
+	task := w.run(RunRequest{Shell: "echo out; echo err >&2; cat; id -u; exit 3", Stdin: []byte("in\n")})
+	if task.State != tasks.Exited || task.Exit.Code != 3 {
+		t.Fatalf("task %+v", task)
+	}
+	out, errOut := w.output(task.ID)
+	if out != "out\nin\n1000\n" || errOut != "err\n" {
+		t.Fatalf("stdout %q stderr %q", out, errOut)
+	}
+	if task := w.run(RunRequest{Argv: []string{"no-such-command"}}); task.State != tasks.Exited || task.Exit.Code != 127 {
+		t.Fatalf("missing command: %+v", task)
+	}
+	// The proxy environment names the task's own credential.
+	task = w.run(RunRequest{Shell: "echo $HTTP_PROXY"})
+	if out, _ := w.output(task.ID); !strings.Contains(out, "@127.0.0.1:3128") {
+		t.Fatalf("proxy env %q", out)
+	}
+}
+
+func TestCancelAndTimeout(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	task, err := w.service.Run(ctx, RunRequest{Shell: "trap '' TERM; sleep 60"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if tk, _ := w.service.Task(ctx, task.ID); tk.State == tasks.Running {
+			break
+		}
+		if i > 500 {
+			t.Fatal("task never ran")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := w.service.Cancel(ctx, task.ID); err != nil {
+		t.Fatal(err)
+	}
+	if task, _ = w.service.Wait(ctx, task.ID); task.State != tasks.Killed {
+		t.Fatalf("cancelled task (ignoring SIGTERM) is %+v", task)
+	}
+	if task := w.run(RunRequest{Shell: "sleep 60", Timeout: 300 * time.Millisecond}); task.State != tasks.TimedOut {
+		t.Fatalf("timed task: %+v", task)
+	}
+}
+
+// TestVMDiesMidTask: the task is marked lost, the VM comes back, and the
+// next task runs on the new one.
+func TestVMDiesMidTask(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	task, err := w.service.Run(ctx, RunRequest{Shell: "echo started; sleep 60"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if out, _ := w.output(task.ID); out == "started\n" {
+			break
+		}
+		if i > 500 {
+			t.Fatal("task never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	w.mu.Lock()
+	close(w.kill)
+	w.kill = make(chan struct{})
+	w.mu.Unlock()
+	if task, _ = w.service.Wait(ctx, task.ID); task.State != tasks.Lost {
+		t.Fatalf("task on a dead VM: %+v", task)
+	}
+	if out, _ := w.output(task.ID); out != "started\n" {
+		t.Fatalf("output received before the VM died was lost: %q", out)
+	}
+	if next := w.run(RunRequest{Shell: "echo again"}); next.State != tasks.Exited {
+		t.Fatalf("after the VM died: %+v", next)
+	}
+	st, _ := w.service.Status(ctx)
+	if st.Session.Generation < 2 {
+		t.Fatalf("status after a restart: %+v", st.Session)
+	}
+}
+
+// TestHistorySurvivesRestart: a new service on the same state folder finds
+// the earlier tasks and their output.
+func TestHistorySurvivesRestart(t *testing.T) {
+	w := newWorld(t)
+	task := w.run(RunRequest{Shell: "echo kept"})
+	w.service.Close(context.Background())
+	w.open()
+	got, err := w.service.Task(context.Background(), task.ID)
+	if err != nil || got.State != tasks.Exited {
+		t.Fatalf("after restart: %+v %v", got, err)
+	}
+	if out, _ := w.output(task.ID); out != "kept\n" {
+		t.Fatalf("output after restart %q", out)
+	}
+}
+
+func TestEgressRulesAndWorkspace(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	if _, err := w.service.EgressRule(ctx, "allow", "*.com"); err == nil {
+		t.Fatal("allow *.com accepted")
+	}
+	if _, err := w.service.EgressRule(ctx, "allow", "pypi.org"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.service.EgressRule(ctx, "deny", "ads.test"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := w.service.EgressRule(ctx, "remove", "ads.test")
+	if err != nil || len(st.Allow) != 1 || len(st.Deny) != 0 {
+		t.Fatalf("rules %+v %v", st, err)
+	}
+	if err := w.service.SetWorkspace(ctx, "/", false); err == nil {
+		t.Fatal("sharing / was accepted")
+	}
+	b, err := os.ReadFile(filepath.Join(w.dir, "settings.json"))
+	if err != nil || !strings.Contains(string(b), "pypi.org") || strings.Contains(string(b), `"workspace": "/"`) {
+		t.Fatalf("settings file %s %v", b, err)
+	}
+}

@@ -270,4 +270,3 @@ func (s *Service) Logs(_ context.Context, id string, offset int64) ([]tasks.Chun
 func (s *Service) FollowLogs(ctx context.Context, id string, offset int64) (<-chan tasks.Chunk, error) {
 	return s.store.Follow(ctx, id, offset)
 }
-

@@ -255,4 +255,3 @@ func (s *Service) FollowEgress(ctx context.Context) (<-chan egress.Decision, err
 func (s *Service) SessionEvents(ctx context.Context) (<-chan session.Event, error) {
 	return s.sess.Subscribe(ctx, 0), nil
 }
-

@@ -1,0 +1,160 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/app/service"
+	"github.com/airlock-sandbox/airlock/app/tasks"
+	"github.com/airlock-sandbox/airlock/app/workspace"
+)
+
+// fakeCore answers a few calls; the embedded nil interface panics on the
+// rest, which the tests do not use.
+type fakeCore struct {
+	service.Core
+	runs []service.RunRequest
+}
+
+func (f *fakeCore) Status(context.Context) (service.Status, error) {
+	return service.Status{RunningTasks: 2, StateDir: "/state"}, nil
+}
+
+func (f *fakeCore) Run(_ context.Context, req service.RunRequest) (tasks.Task, error) {
+	if len(req.Argv) == 0 && req.Shell == "" {
+		return tasks.Task{}, errors.New("exactly one of argv and shell is needed")
+	}
+	f.runs = append(f.runs, req)
+	return tasks.Task{ID: "t1", State: tasks.Queued}, nil
+}
+
+func (f *fakeCore) Task(_ context.Context, id string) (tasks.Task, error) {
+	if id != "t1" {
+		return tasks.Task{}, fmt.Errorf("task %s: %w", id, tasks.ErrNotFound)
+	}
+	return tasks.Task{ID: "t1", State: tasks.Exited}, nil
+}
+
+func (f *fakeCore) SetWorkspace(_ context.Context, dir string, _ bool) error {
+	return fmt.Errorf("%w: %s is your home folder", workspace.ErrRefused, dir)
+}
+
+func (f *fakeCore) FollowLogs(ctx context.Context, id string, offset int64) (<-chan tasks.Chunk, error) {
+	ch := make(chan tasks.Chunk, 3)
+	ch <- tasks.Chunk{Offset: offset, Stream: tasks.Stdout, Data: []byte("one\n")}
+	ch <- tasks.Chunk{Offset: offset + 12, Stream: tasks.Stderr, Data: []byte("two\n")}
+	close(ch)
+	return ch, nil
+}
+
+func TestClientServerRoundTrip(t *testing.T) {
+	core := &fakeCore{}
+	sock := filepath.Join(t.TempDir(), "run", "airlock.sock")
+	l, err := ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go Serve(ctx, l, Handler(core, nil), nil)
+	c := NewUnixClient(sock)
+
+	if st, err := c.Status(ctx); err != nil || st.RunningTasks != 2 {
+		t.Fatalf("status %+v %v", st, err)
+	}
+	if _, err := c.Run(ctx, service.RunRequest{Argv: []string{"true"}, Stdin: []byte{0, 1, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := core.runs[0]; string(got.Stdin) != "\x00\x01\x02" || got.Argv[0] != "true" {
+		t.Fatalf("run arrived as %+v", got)
+	}
+	if _, err := c.Run(ctx, service.RunRequest{}); !errors.Is(err, errInvalid) || !strings.Contains(err.Error(), "exactly one") {
+		t.Fatalf("bad run: %v", err)
+	}
+	if _, err := c.Task(ctx, "nope"); !errors.Is(err, tasks.ErrNotFound) {
+		t.Fatalf("missing task: %v", err)
+	}
+	if err := c.SetWorkspace(ctx, "/home/x", false); !errors.Is(err, workspace.ErrRefused) || !strings.Contains(err.Error(), "home folder") {
+		t.Fatalf("refused workspace: %v", err)
+	}
+	ch, err := c.FollowLogs(ctx, "t1", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for c := range ch {
+		got = append(got, fmt.Sprintf("%d %s %q", c.Offset, c.Stream, c.Data))
+	}
+	if len(got) != 2 || !strings.HasPrefix(got[0], "100 ") || !strings.Contains(got[1], `"two\n"`) {
+		t.Fatalf("follow: %v", got)
+	}
+
+	// The socket is private and a second service is refused.
+	fi, _ := os.Stat(sock)
+	di, _ := os.Stat(filepath.Dir(sock))
+	if fi.Mode().Perm() != 0o600 || di.Mode().Perm() != 0o700 {
+		t.Fatalf("socket %v, folder %v", fi.Mode(), di.Mode())
+	}
+	if _, err := ListenUnix(sock); !errors.Is(err, ErrRunning) {
+		t.Fatalf("second listener: %v", err)
+	}
+}
+
+func TestStaleSocketReplaced(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "airlock.sock")
+	l, err := ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A crashed service leaves its socket file behind.
+	l.(*peerListener).Listener.(interface{ SetUnlinkOnClose(bool) }).SetUnlinkOnClose(false)
+	l.Close()
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatalf("no stale socket to test with: %v", err)
+	}
+	l, err = ListenUnix(sock)
+	if err != nil {
+		t.Fatalf("stale socket not replaced: %v", err)
+	}
+	l.Close()
+	if _, err := NewUnixClient(filepath.Join(t.TempDir(), "none.sock")).Status(context.Background()); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("no service: %v", err)
+	}
+}
+
+func TestRequireToken(t *testing.T) {
+	h := RequireToken("secret", Handler(&fakeCore{}, nil))
+	tests := []struct {
+		name, host, auth, query string
+		want                    int
+	}{
+		{"no token", "127.0.0.1:9", "", "", http.StatusUnauthorized},
+		{"wrong token", "127.0.0.1:9", "Bearer nope", "", http.StatusUnauthorized},
+		{"bearer", "127.0.0.1:9", "Bearer secret", "", http.StatusOK},
+		{"query", "localhost:9", "", "?token=secret", http.StatusOK},
+		{"foreign host (DNS rebinding)", "evil.example:9", "Bearer secret", "", http.StatusForbidden},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "http://"+tt.host+"/v1/status"+tt.query, nil)
+			if tt.auth != "" {
+				r.Header.Set("Authorization", tt.auth)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != tt.want {
+				t.Fatalf("%s: %d, want %d", tt.name, w.Code, tt.want)
+			}
+			if tt.query != "" && !strings.Contains(w.Header().Get("Set-Cookie"), "HttpOnly") {
+				t.Fatalf("no session cookie: %q", w.Header().Get("Set-Cookie"))
+			}
+		})
+	}
+}

@@ -1,0 +1,129 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// DefaultSocket is the control socket of the user running this program:
+// $XDG_RUNTIME_DIR/airlock/airlock.sock, else a per-user folder under the
+// cache folder.
+func DefaultSocket() (string, error) {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "airlock", "airlock.sock"), nil
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("api: no folder for the control socket: %w", err)
+	}
+	return filepath.Join(d, "airlock", "run", "airlock.sock"), nil
+}
+
+// ErrRunning means another Airlock service already answers on the socket.
+var ErrRunning = errors.New("an Airlock service is already running")
+
+// ListenUnix listens on the control socket at path: its folder is made
+// 0700 (and must belong to this user), the socket is 0600, and a stale
+// socket left by a crashed service is replaced; a live one is ErrRunning.
+func ListenUnix(path string) (net.Listener, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("api: socket folder: %w", err)
+	}
+	if err := checkPrivate(dir); err != nil {
+		return nil, err
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("%w (%s)", ErrRunning, path)
+	}
+	_ = os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("api: listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	return &peerListener{Listener: l}, nil
+}
+
+// Serve answers the API on l until ctx is done. On the unix socket only
+// this user's processes are served (the peer's uid is checked as well as
+// the file modes).
+func Serve(ctx context.Context, l net.Listener, h http.Handler, log *slog.Logger) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	if log != nil {
+		srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// NewToken returns a random token for the loopback HTTP listener.
+func NewToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// RequireToken lets a request through only with the token: as
+// "Authorization: Bearer TOKEN", or as ?token=TOKEN once (which sets an
+// HttpOnly, SameSite=Strict cookie for the browser UI's later requests).
+// Requests whose Host is not a loopback name are refused (DNS rebinding).
+func RequireToken(token string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !loopbackHost(r.Host) {
+			http.Error(w, "forbidden host", http.StatusForbidden)
+			return
+		}
+		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if c, err := r.Cookie("airlock_token"); got == "" && err == nil {
+			got = c.Value
+		}
+		if q := r.URL.Query().Get("token"); got == "" && q != "" {
+			got = q
+			if subtle.ConstantTimeCompare([]byte(q), []byte(token)) == 1 {
+				http.SetCookie(w, &http.Cookie{Name: "airlock_token", Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			}
+		}
+		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			writeJSON(w, http.StatusUnauthorized, apiError{Error: "a valid token is needed (see the URL airlock serve printed)", Code: "unauthorized"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}

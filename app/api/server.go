@@ -84,6 +84,15 @@ func (h *handler) fail(w http.ResponseWriter, err error) {
 
 var errInvalid = errors.New("invalid request")
 
+// invalid marks err as the client's mistake (HTTP 400) without changing its
+// message.
+func invalid(err error) error { return invalidError{err} }
+
+type invalidError struct{ error }
+
+func (e invalidError) Is(target error) bool { return target == errInvalid }
+func (e invalidError) Unwrap() error        { return e.error }
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -94,7 +103,7 @@ func (h *handler) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		h.fail(w, errors.Join(errInvalid, err))
+		h.fail(w, invalid(err))
 		return false
 	}
 	return true
@@ -128,7 +137,7 @@ func (h *handler) vm(w http.ResponseWriter, r *http.Request) {
 	case "restart":
 		err = h.core.RestartVM(r.Context())
 	default:
-		err = errors.Join(errInvalid, errors.New("unknown action: use start, stop or restart"))
+		err = invalid(errors.New("unknown action: use start, stop or restart"))
 	}
 	if err != nil {
 		h.fail(w, err)
@@ -162,7 +171,7 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request) {
 	}
 	t, err := h.core.Run(r.Context(), req)
 	if err != nil {
-		h.fail(w, errors.Join(errInvalid, err))
+		h.fail(w, invalid(err))
 		return
 	}
 	writeJSON(w, http.StatusCreated, t)
@@ -208,7 +217,7 @@ func (h *handler) logs(w http.ResponseWriter, r *http.Request) {
 		offset, err = 0, nil
 	}
 	if err != nil || offset < 0 {
-		h.fail(w, errors.Join(errInvalid, errors.New("offset must be a byte offset ≥ 0")))
+		h.fail(w, invalid(errors.New("offset must be a byte offset ≥ 0")))
 		return
 	}
 	if r.URL.Query().Get("follow") == "" {
@@ -258,7 +267,7 @@ func (h *handler) egressRule(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := h.core.EgressRule(r.Context(), req.Action, req.Pattern)
 	if err != nil {
-		err = errors.Join(errInvalid, err)
+		err = invalid(err)
 	}
 	h.answer(w, st, err)
 }

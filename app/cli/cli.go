@@ -68,7 +68,18 @@ func newRoot(stdio Stdio) *cobra.Command {
 	root.SetIn(stdio.In)
 	root.SetOut(stdio.Out)
 	root.SetErr(stdio.Err)
-	root.AddCommand(newRunCmd(stdio))
+	g := &globals{}
+	root.PersistentFlags().StringVar(&g.socket, "socket", "", "control socket of the service (default: the per-user socket)")
+	root.PersistentFlags().BoolVar(&g.json, "json", false, "print listings as JSON")
+	serve := newServeCmd(stdio, g)
+	serve.Flags().StringVar(&g.imageDir, "image-dir", "", "folder of the guest image (default: found next to the program)")
+	serve.Flags().BoolVarP(&g.verbose, "verbose", "v", false, "log what Airlock does to stderr")
+	root.AddCommand(newRunCmd(stdio, g), serve, newStatusCmd(stdio, g),
+		newVMCmd(stdio, g, "start", "Boot the service's VM"),
+		newVMCmd(stdio, g, "stop", "Shut the service's VM down"),
+		newVMCmd(stdio, g, "restart", "Replace the service's VM with a fresh one"),
+		newTasksCmd(stdio, g), newLogsCmd(stdio, g), newCancelCmd(stdio, g),
+		newEgressCmd(stdio, g), newWorkspaceCmd(stdio, g))
 	return root
 }
 

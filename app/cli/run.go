@@ -48,9 +48,10 @@ type runFlags struct {
 	deny        []string
 	mapHosts    []string
 	egressLog   string
+	ephemeral   bool
 }
 
-func newRunCmd(stdio Stdio) *cobra.Command {
+func newRunCmd(stdio Stdio, g *globals) *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARG...]",
@@ -58,9 +59,19 @@ func newRunCmd(stdio Stdio) *cobra.Command {
 		Long: `Boots a Linux VM that sees only the --workspace folder (at /workspace), runs
 CMD in it as an unprivileged user, streams stdin, stdout and stderr, shuts the
 VM down and exits with CMD's exit code (128+N when a signal N ended it, 124 when
---timeout ended it). Errors of Airlock itself exit with 125.`,
+--timeout ended it). Errors of Airlock itself exit with 125.
+
+When the Airlock service is running (airlock serve, or the desktop app), the
+command runs on its warm VM instead, in milliseconds, and appears in
+'airlock tasks'; flags that shape a VM (--workspace, --tty, --allow, ...) or
+--ephemeral boot a fresh one as above.`,
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return run(cmd.Context(), stdio, f, args) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if c := useService(cmd, g); c != nil {
+				return runViaService(cmd.Context(), stdio, c, f, args)
+			}
+			return run(cmd.Context(), stdio, f, args)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "the folder to share at /workspace (nothing is shared when empty)")
@@ -81,6 +92,7 @@ VM down and exits with CMD's exit code (128+N when a signal N ended it, 124 when
 	fl.StringArrayVar(&f.deny, "deny", nil, "never let the command connect to PATTERN; wins over --allow (repeatable)")
 	fl.StringArrayVar(&f.mapHosts, "map-host", nil, "connect NAME to ADDR for this run, and allow it (NAME=ADDR, repeatable)")
 	fl.StringVar(&f.egressLog, "egress-log", "", "append every connection decision to FILE as JSON lines")
+	fl.BoolVar(&f.ephemeral, "ephemeral", false, "boot a fresh VM for this command even when the service is running")
 	_ = fl.MarkHidden("kernel-arg")
 	fl.SetInterspersed(false)
 	return cmd

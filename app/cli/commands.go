@@ -1,0 +1,319 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/tasks"
+	"github.com/spf13/cobra"
+)
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newStatusCmd(stdio Stdio, g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use: "status", Short: "Show the service's VM, workspace and tasks", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			st, err := c.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(stdio.Out, st)
+			}
+			s := st.Session
+			ws := s.Workspace
+			if ws == "" {
+				ws = "(none)"
+			} else if s.ReadOnly {
+				ws += " (read-only)"
+			}
+			fmt.Fprintf(stdio.Out, "vm:        %s", s.State)
+			if s.Phase != "" {
+				fmt.Fprintf(stdio.Out, " (%s, %s)", s.Phase, s.Elapsed.Round(100*time.Millisecond))
+			}
+			fmt.Fprintln(stdio.Out)
+			fmt.Fprintf(stdio.Out, "workspace: %s\n", ws)
+			fmt.Fprintf(stdio.Out, "machine:   %d CPUs, %d MiB, %s, generation %d, booted in %s, up %s\n",
+				s.CPUs, s.MemoryMiB, orDash(s.Accelerator), s.Generation, s.BootTime.Round(time.Millisecond), s.Uptime.Round(time.Second))
+			fmt.Fprintf(stdio.Out, "tasks:     %d running\n", st.RunningTasks)
+			fmt.Fprintf(stdio.Out, "egress:    allow %s; deny %s\n", list(st.Settings.Allow), list(st.Settings.Deny))
+			if s.LastError != "" {
+				fmt.Fprintf(stdio.Out, "last error: %s\n", s.LastError)
+			}
+			fmt.Fprintf(stdio.Out, "data:      %s\nconsole:   %s\n", st.StateDir, orDash(s.ConsoleLog))
+			return nil
+		},
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func list(l []string) string {
+	if len(l) == 0 {
+		return "(none)"
+	}
+	return strings.Join(l, " ")
+}
+
+func newVMCmd(stdio Stdio, g *globals, action, short string) *cobra.Command {
+	return &cobra.Command{
+		Use: action, Short: short, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			switch action {
+			case "start":
+				err = c.StartVM(cmd.Context())
+			case "stop":
+				err = c.StopVM(cmd.Context())
+			case "restart":
+				err = c.RestartVM(cmd.Context())
+			}
+			if err != nil {
+				return err
+			}
+			st, err := c.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdio.Out, "vm: %s\n", st.Session.State)
+			return nil
+		},
+	}
+}
+
+func newTasksCmd(stdio Stdio, g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use: "tasks", Short: "List tasks, oldest first", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ts, err := c.Tasks(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(stdio.Out, ts)
+			}
+			tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATE\tEXIT\tCREATED\tCOMMAND")
+			for _, t := range ts {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.State, exitText(t), t.Created.Local().Format("01-02 15:04:05"), commandText(t.Command))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func exitText(t tasks.Task) string {
+	switch {
+	case !t.State.Final() || t.State == tasks.Lost:
+		return "-"
+	case t.Exit.Signal != 0:
+		return fmt.Sprintf("signal %d", t.Exit.Signal)
+	}
+	return fmt.Sprint(t.Exit.Code)
+}
+
+func commandText(c tasks.Command) string {
+	s := c.Shell
+	if s == "" {
+		s = strings.Join(c.Argv, " ")
+	}
+	if len(s) > 60 {
+		s = s[:57] + "..."
+	}
+	return s
+}
+
+func newLogsCmd(stdio Stdio, g *globals) *cobra.Command {
+	var followFlag bool
+	cmd := &cobra.Command{
+		Use: "logs ID", Short: "Print a task's output (stdout to stdout, stderr to stderr)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if followFlag {
+				ch, err := c.FollowLogs(cmd.Context(), args[0], 0)
+				if err != nil {
+					return err
+				}
+				for ch := range ch {
+					writeChunk(stdio, ch)
+				}
+				return nil
+			}
+			for off := int64(0); ; {
+				chunks, next, err := c.Logs(cmd.Context(), args[0], off)
+				if err != nil {
+					return err
+				}
+				for _, ch := range chunks {
+					writeChunk(stdio, ch)
+				}
+				if next == off || len(chunks) == 0 {
+					return nil
+				}
+				off = next
+			}
+		},
+	}
+	cmd.Flags().BoolVarP(&followFlag, "follow", "f", false, "keep printing output until the task ends")
+	return cmd
+}
+
+func writeChunk(stdio Stdio, c tasks.Chunk) {
+	if c.Stream == tasks.Stderr {
+		stdio.Err.Write(c.Data)
+		return
+	}
+	stdio.Out.Write(c.Data)
+}
+
+func newCancelCmd(stdio Stdio, g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use: "cancel ID", Short: "Cancel a running task (SIGTERM, then SIGKILL after a grace period)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := c.Cancel(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdio.Out, "cancelling %s\n", args[0])
+			return nil
+		},
+	}
+}
+
+func newEgressCmd(stdio Stdio, g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "egress", Short: "See and change what the sandbox may connect to"}
+	var followFlag, deniedOnly bool
+	logCmd := &cobra.Command{
+		Use: "log", Short: "Show connection decisions (newest last)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			show := func(d egress.Decision) {
+				if deniedOnly && d.Action != egress.ActionDeny {
+					return
+				}
+				if g.json {
+					b, _ := json.Marshal(d)
+					fmt.Fprintf(stdio.Out, "%s\n", b)
+					return
+				}
+				fmt.Fprintf(stdio.Out, "%s  %-5s %-7s %s:%d  %s  task %s  ↑%d ↓%d\n", d.Time.Local().Format("15:04:05"),
+					d.Action, d.Protocol, d.Host, d.Port, d.Reason, orDash(d.Task), d.BytesUp, d.BytesDown)
+			}
+			if followFlag {
+				ch, err := c.FollowEgress(cmd.Context())
+				if err != nil {
+					return err
+				}
+				for d := range ch {
+					show(d)
+				}
+				return nil
+			}
+			ds, err := c.EgressLog(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if g.json && !deniedOnly {
+				return printJSON(stdio.Out, ds)
+			}
+			for _, d := range ds {
+				show(d)
+			}
+			return nil
+		},
+	}
+	logCmd.Flags().BoolVarP(&followFlag, "follow", "f", false, "keep printing decisions as they are made")
+	logCmd.Flags().BoolVar(&deniedOnly, "denied", false, "only refused connections")
+	cmd.AddCommand(logCmd)
+	for _, action := range []string{"allow", "deny", "remove"} {
+		cmd.AddCommand(&cobra.Command{
+			Use: action + " PATTERN", Short: ruleShort[action], Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := g.client(cmd.Context())
+				if err != nil {
+					return err
+				}
+				st, err := c.EgressRule(cmd.Context(), action, args[0])
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(stdio.Out, map[string][]string{"allow": st.Allow, "deny": st.Deny})
+				}
+				fmt.Fprintf(stdio.Out, "allow: %s\ndeny:  %s\n", list(st.Allow), list(st.Deny))
+				return nil
+			},
+		})
+	}
+	return cmd
+}
+
+var ruleShort = map[string]string{
+	"allow":  "Allow connections to HOST, *.DOMAIN, an address or CIDR, optionally :PORT",
+	"deny":   "Refuse connections to PATTERN (wins over allow)",
+	"remove": "Remove PATTERN from the allow and deny lists",
+}
+
+func newWorkspaceCmd(stdio Stdio, g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "workspace", Short: "Choose the folder the sandbox sees"}
+	var readOnly bool
+	set := &cobra.Command{
+		Use: "set DIR", Short: "Share DIR at /workspace (the VM restarts on it)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
+			defer cancel()
+			if err := c.SetWorkspace(ctx, absPath(args[0]), readOnly); err != nil {
+				return err
+			}
+			st, err := c.Status(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdio.Out, "workspace: %s (vm %s)\n", st.Session.Workspace, st.Session.State)
+			return nil
+		},
+	}
+	set.Flags().BoolVar(&readOnly, "read-only", false, "share it read-only")
+	cmd.AddCommand(set)
+	return cmd
+}

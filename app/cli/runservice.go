@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/api"
+	"github.com/airlock-sandbox/airlock/app/service"
+	"github.com/airlock-sandbox/airlock/app/tasks"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+// vmShapingFlags need a VM of their own: with any of them, run boots an
+// ephemeral VM even when a service is running.
+var vmShapingFlags = []string{"workspace", "read-only", "tty", "cpus", "memory", "boot-timeout", "image-dir",
+	"console-log", "kernel-arg", "allow", "deny", "map-host", "egress-log", "ephemeral"}
+
+// useService returns a client of the running service when run can use it.
+func useService(cmd *cobra.Command, g *globals) *api.Client {
+	for _, name := range vmShapingFlags {
+		if cmd.Flags().Changed(name) {
+			return nil
+		}
+	}
+	c, err := g.client(cmd.Context())
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+// runViaService runs the task on the service's warm VM, streams its log,
+// and maps how it ended to the same exit codes as an ephemeral run.
+func runViaService(ctx context.Context, stdio Stdio, c *api.Client, f runFlags, argv []string) error {
+	req := service.RunRequest{Argv: argv, Env: f.env, Cwd: f.cwd, Root: f.root, Timeout: f.timeout}
+	if in, ok := stdio.In.(*os.File); !ok || !term.IsTerminal(int(in.Fd())) {
+		b, err := io.ReadAll(io.LimitReader(stdio.In, service.MaxStdin+1))
+		if err != nil {
+			return fmt.Errorf("read stdin: %w", err)
+		}
+		if len(b) > service.MaxStdin {
+			return fmt.Errorf("stdin is over %d MiB: run with --ephemeral to stream it", service.MaxStdin>>20)
+		}
+		if len(b) > 0 {
+			req.Stdin = b
+		}
+	}
+	t, err := c.Run(ctx, req)
+	if err != nil {
+		return err
+	}
+	logs, err := c.FollowLogs(ctx, t.ID, 0)
+	if err != nil {
+		return err
+	}
+	for ch := range logs {
+		writeChunk(stdio, ch)
+	}
+	bg := context.Background()
+	if ctx.Err() != nil {
+		_ = c.Cancel(bg, t.ID)
+		wctx, cancel := context.WithTimeout(bg, 15*time.Second)
+		defer cancel()
+		_, _ = c.Wait(wctx, t.ID)
+		fmt.Fprintf(stdio.Err, "airlock: interrupted; task %s was cancelled\n", t.ID)
+		return exitError{code: 128 + int(syscall.SIGINT)}
+	}
+	if t, err = c.Wait(ctx, t.ID); err != nil {
+		return err
+	}
+	return taskExit(stdio, t, f.timeout)
+}
+
+// taskExit maps a finished task to run's exit codes.
+func taskExit(stdio Stdio, t tasks.Task, timeout time.Duration) error {
+	switch t.State {
+	case tasks.TimedOut:
+		fmt.Fprintf(stdio.Err, "airlock: the task timed out after %s and was killed\n", timeout)
+		return exitError{code: ExitTimedOut}
+	case tasks.Lost:
+		return errors.New("task " + t.ID + " was lost: " + t.Reason)
+	case tasks.Killed:
+		if t.Exit.Signal != 0 {
+			return exitError{code: 128 + t.Exit.Signal}
+		}
+		return exitError{code: 128 + int(syscall.SIGKILL)}
+	}
+	if t.Reason != "" && (t.Exit.Code == ExitNotFound || t.Exit.Code == ExitNotRunnable || t.Exit.Code == ExitAirlockError) {
+		fmt.Fprintf(stdio.Err, "airlock: %s\n", t.Reason)
+	}
+	if t.Exit.Signal != 0 {
+		return exitError{code: 128 + t.Exit.Signal}
+	}
+	if t.Exit.Code != 0 {
+		return exitError{code: t.Exit.Code}
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/api"
+	"github.com/airlock-sandbox/airlock/app/sandbox"
+	"github.com/airlock-sandbox/airlock/app/service"
+	"github.com/airlock-sandbox/airlock/app/settings"
+	"github.com/spf13/cobra"
+)
+
+// globals are the flags every service command shares.
+type globals struct {
+	socket   string
+	json     bool
+	imageDir string
+	verbose  bool
+}
+
+func (g *globals) socketPath() (string, error) {
+	if g.socket != "" {
+		return g.socket, nil
+	}
+	return api.DefaultSocket()
+}
+
+// openService opens the in-process host core with the user's settings,
+// state folder and guest image.
+func (g *globals) openService(stdio Stdio) (*service.Service, error) {
+	home, _ := os.UserHomeDir()
+	state, err := service.StateDir(runtime.GOOS, home, os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("state folder: %w", err)
+	}
+	settingsPath, err := settings.DefaultPath()
+	if err != nil {
+		return nil, err
+	}
+	var dirs []string
+	if g.imageDir != "" {
+		dirs = []string{g.imageDir, g.imageDir + "/" + runtime.GOARCH}
+	}
+	img, err := sandbox.FindImage(dirs)
+	if err != nil {
+		return nil, err
+	}
+	log := slog.New(slog.DiscardHandler)
+	if g.verbose {
+		log = slog.New(slog.NewTextHandler(stdio.Err, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return service.Open(service.Config{StateDir: state, SettingsPath: settingsPath, Image: img, Logger: log})
+}
+
+// client returns a client of the running service, or ErrNotRunning.
+func (g *globals) client(ctx context.Context) (*api.Client, error) {
+	sock, err := g.socketPath()
+	if err != nil {
+		return nil, err
+	}
+	c := api.NewUnixClient(sock)
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := c.Ping(pctx); err != nil {
+		if errors.Is(err, api.ErrNotRunning) {
+			return nil, fmt.Errorf("%w: start it with `airlock serve` (or the desktop app)", api.ErrNotRunning)
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+func newServeCmd(stdio Stdio, g *globals) *cobra.Command {
+	var httpAddr string
+	var noBoot bool
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the Airlock service headless: a warm VM, the control API, task history",
+		Long: `Runs the host core in the foreground: keeps one VM warm for the workspace in the
+settings, serves the control API on a private unix socket (what the other
+commands and 'airlock mcp' use), and with --http also on a loopback port for the
+browser UI, guarded by a random token. Ctrl-C stops it and the VM.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			sock, err := g.socketPath()
+			if err != nil {
+				return err
+			}
+			l, err := api.ListenUnix(sock)
+			if err != nil {
+				return err
+			}
+			svc, err := g.openService(stdio)
+			if err != nil {
+				l.Close()
+				return err
+			}
+			defer func() {
+				cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				if err := svc.Close(cctx); err != nil {
+					fmt.Fprintf(stdio.Err, "airlock: %s\n", oneLine(err.Error()))
+				}
+			}()
+			h := api.Handler(svc, nil)
+			errc := make(chan error, 2)
+			go func() { errc <- api.Serve(ctx, l, h, nil) }()
+			fmt.Fprintf(stdio.Err, "airlock: serving on %s\n", sock)
+			if httpAddr != "" {
+				hl, err := listenLoopback(httpAddr)
+				if err != nil {
+					return err
+				}
+				token := api.NewToken()
+				go func() { errc <- api.Serve(ctx, hl, api.RequireToken(token, h), nil) }()
+				fmt.Fprintf(stdio.Err, "airlock: browser UI and API at http://%s/?token=%s\n", hl.Addr(), token)
+			}
+			if !noBoot {
+				go func() {
+					if err := svc.StartVM(ctx); err != nil && ctx.Err() == nil {
+						fmt.Fprintf(stdio.Err, "airlock: the VM did not start: %s\n", oneLine(err.Error()))
+					}
+				}()
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case err := <-errc:
+				return err
+			}
+		},
+	}
+	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the API and browser UI on this loopback address (127.0.0.1:PORT)")
+	cmd.Flags().BoolVar(&noBoot, "no-boot", false, "do not boot the VM until the first task or `airlock start`")
+	return cmd
+}
+
+// listenLoopback refuses anything but a loopback address: the token is the
+// only other guard of the API.
+func listenLoopback(addr string) (net.Listener, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--http %s: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("--http %s: only a loopback address (127.0.0.1:PORT) is allowed", addr)
+	}
+	return net.Listen("tcp", addr)
+}
+
+// absPath makes a folder argument absolute before it travels to the
+// service, which runs in another working folder.
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}

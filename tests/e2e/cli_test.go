@@ -20,7 +20,8 @@ import (
 func airlock(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	cmd := exec.Command(airlockBin, args...)
-	cmd.Env = append(os.Environ(), "AIRLOCK_IMAGE_DIR="+imageRoot)
+	// A private runtime folder: no service is found, so run boots its own VM.
+	cmd.Env = append(os.Environ(), "AIRLOCK_IMAGE_DIR="+imageRoot, "XDG_RUNTIME_DIR="+t.TempDir())
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/service"
-	"github.com/airlock-sandbox/airlock/app/session"
 	"github.com/airlock-sandbox/airlock/app/settings"
 	"github.com/airlock-sandbox/airlock/app/tasks"
 	"github.com/airlock-sandbox/airlock/app/workspace"
@@ -209,9 +208,9 @@ func (c *Client) EgressRule(ctx context.Context, action, pattern string) (st set
 	return st, c.do(ctx, "POST", "/v1/egress/rules", RuleRequest{Action: action, Pattern: pattern}, &st)
 }
 
-// SessionEvents implements service.Core.
-func (c *Client) SessionEvents(ctx context.Context) (<-chan session.Event, error) {
-	return follow[session.Event](ctx, c, "/v1/events")
+// Events implements service.Core.
+func (c *Client) Events(ctx context.Context) (<-chan service.Event, error) {
+	return follow[service.Event](ctx, c, "/v1/events")
 }
 
 // follow reads a stream of JSON lines into a channel that closes when the

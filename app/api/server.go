@@ -19,7 +19,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/service"
-	"github.com/airlock-sandbox/airlock/app/session"
 	"github.com/airlock-sandbox/airlock/app/tasks"
 	"github.com/airlock-sandbox/airlock/app/workspace"
 )
@@ -273,12 +272,12 @@ func (h *handler) egressRule(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) events(w http.ResponseWriter, r *http.Request) {
-	ch, err := h.core.SessionEvents(r.Context())
+	ch, err := h.core.Events(r.Context())
 	if err != nil {
 		h.fail(w, err)
 		return
 	}
-	stream[session.Event](w, r.Context(), ch)
+	stream(w, r.Context(), ch)
 }
 
 // stream writes each value of ch as one JSON line, flushing as it goes,

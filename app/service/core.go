@@ -32,7 +32,8 @@ type Core interface {
 	EgressLog(ctx context.Context) ([]egress.Decision, error)
 	FollowEgress(ctx context.Context) (<-chan egress.Decision, error)
 	EgressRule(ctx context.Context, action, pattern string) (settings.Settings, error)
-	SessionEvents(ctx context.Context) (<-chan session.Event, error)
+	// Events streams session, task and egress events (see Event).
+	Events(ctx context.Context) (<-chan Event, error)
 }
 
 // Status is a snapshot of the service.

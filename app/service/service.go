@@ -250,8 +250,3 @@ func (s *Service) EgressLog(context.Context) ([]egress.Decision, error) { return
 func (s *Service) FollowEgress(ctx context.Context) (<-chan egress.Decision, error) {
 	return s.gate.Subscribe(ctx), nil
 }
-
-// SessionEvents streams the session's state changes until ctx is done.
-func (s *Service) SessionEvents(ctx context.Context) (<-chan session.Event, error) {
-	return s.sess.Subscribe(ctx, 0), nil
-}

@@ -256,3 +256,29 @@ func TestEgressRulesAndWorkspace(t *testing.T) {
 		t.Fatalf("settings file %s %v", b, err)
 	}
 }
+
+func TestEvents(t *testing.T) {
+	w := newWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ch, err := w.service.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := w.run(RunRequest{Shell: "echo hello"})
+	var sawSession, sawOutput, sawExit bool
+	for e := range ch {
+		switch {
+		case e.Kind == "session" && e.Session != nil:
+			sawSession = true
+		case e.Kind == "task" && e.Task.Task.ID == task.ID && e.Task.Kind == tasks.EventOutput:
+			sawOutput = true
+		case e.Kind == "task" && e.Task.Task.ID == task.ID && e.Task.Task.State == tasks.Exited:
+			sawExit = true
+		}
+		if sawSession && sawOutput && sawExit {
+			return
+		}
+	}
+	t.Fatalf("events: session %v output %v exit %v", sawSession, sawOutput, sawExit)
+}

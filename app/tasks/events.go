@@ -26,13 +26,13 @@ const (
 // source of output.
 type Event struct {
 	// Kind says what changed.
-	Kind EventKind
+	Kind EventKind `json:"kind"`
 	// Task is the task's snapshot right after the change.
-	Task Task
+	Task Task `json:"task"`
 	// Stream, Offset and Len locate the stored output (EventOutput only).
-	Stream Stream
-	Offset int64
-	Len    int
+	Stream Stream `json:"stream,omitempty"`
+	Offset int64  `json:"offset,omitempty"`
+	Len    int    `json:"len,omitempty"`
 }
 
 // Subscription delivers events on C until it ends; Err then says why.

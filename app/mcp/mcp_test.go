@@ -156,7 +156,7 @@ func TestRunCommandTruncates(t *testing.T) {
 	if _, err := fmt.Sscanf(res.Note[strings.Index(res.Note, `"offset": `):], `"offset": %d`, &off); err != nil {
 		t.Fatalf("no offset in note %q: %v", res.Note, err)
 	}
-	head := res.Stdout[:strings.Index(res.Stdout, "\n[…")]
+	head := res.Stdout[:strings.Index(res.Stdout, "[…")]
 	firstOut := strings.Count(head, "\n") // the index of the first line not wholly shown
 	var rd ReadResult
 	call(t, ctx, cs, "read_task_output", map[string]any{"task_id": res.TaskID, "offset": off}, &rd)
@@ -173,7 +173,7 @@ func TestClipUTF8(t *testing.T) {
 	s := strings.Repeat("é", 40) // 80 bytes of two-byte characters
 	c.add(tasks.Chunk{Stream: tasks.Stdout, Data: []byte(s[:33])})
 	c.add(tasks.Chunk{Offset: 41, Stream: tasks.Stdout, Data: []byte(s[33:])})
-	text, omitted := c.text("x")
+	text, omitted, _ := c.text("x")
 	if strings.ContainsRune(text, '\uFFFD') || !strings.HasPrefix(text, "éé\n") || !strings.HasSuffix(text, "\néééééé") {
 		t.Errorf("text = %q", text)
 	}
@@ -424,4 +424,17 @@ func TestServe(t *testing.T) {
 		t.Error("Serve did not return after the client closed")
 	}
 	cancel()
+}
+
+func TestClipCutsAtLines(t *testing.T) {
+	c := newClip(64) // 16 bytes of head, 48 of tail; 103 bytes in all
+	c.add(tasks.Chunk{Offset: 0, Stream: tasks.Stdout, Data: []byte("aaaaaaaaa\nbbbbbb")})
+	c.add(tasks.Chunk{Offset: 24, Stream: tasks.Stdout, Data: []byte("bbbb\n" + strings.Repeat("c", 40) + "\n")})
+	c.add(tasks.Chunk{Offset: 77, Stream: tasks.Stdout, Data: []byte(strings.Repeat("d", 30) + "\n" + strings.Repeat("e", 9) + "\n")})
+	text, omitted, from := c.text("x")
+	want := "aaaaaaaaa\n[… 52 bytes left out here; read_task_output {\"task_id\": \"x\", \"offset\": 0} returns them …]\n" +
+		strings.Repeat("d", 30) + "\n" + strings.Repeat("e", 9) + "\n"
+	if text != want || omitted != 52 || from != 0 {
+		t.Errorf("text = %q, omitted %d, from %d", text, omitted, from)
+	}
 }

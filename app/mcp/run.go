@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -113,17 +114,27 @@ func (h *handlers) collect(ctx context.Context, t tasks.Task) (RunResult, error)
 		off = next
 	}
 	res := RunResult{TaskInfo: info(t, time.Now()), NextOffset: off}
-	res.Stdout, res.StdoutOmitted = out.text(t.ID)
-	res.Stderr, res.StderrOmitted = errs.text(t.ID)
+	var outFrom, errFrom int64
+	res.Stdout, res.StdoutOmitted, outFrom = out.text(t.ID)
+	res.Stderr, res.StderrOmitted, errFrom = errs.text(t.ID)
 	var notes []string
 	if res.StdoutOmitted > 0 || res.StderrOmitted > 0 {
-		from := out.spill
-		if from < 0 || errs.spill >= 0 && errs.spill < from {
-			from = errs.spill
+		from := outFrom
+		if from < 0 || errFrom >= 0 && errFrom < from {
+			from = errFrom
 		}
-		notes = append(notes, fmt.Sprintf("Output was cut: %d bytes of stdout and %d of stderr were left out of the middle. "+
+		var cut []string
+		for _, o := range []struct {
+			name string
+			n    int64
+		}{{"stdout", res.StdoutOmitted}, {"stderr", res.StderrOmitted}} {
+			if o.n > 0 {
+				cut = append(cut, fmt.Sprintf("%d bytes of %s", o.n, o.name))
+			}
+		}
+		notes = append(notes, fmt.Sprintf("Output was cut: %s left out of the middle. The full output is in the task's log: "+
 			"read_task_output {\"task_id\": %q, \"offset\": %d} returns everything from the first left-out part on (offset 0: from the start).",
-			res.StdoutOmitted, res.StderrOmitted, t.ID, from))
+			strings.Join(cut, " and "), t.ID, from))
 	}
 	if off >= maxScan && off < t.Output.LogBytes {
 		notes = append(notes, fmt.Sprintf("The log is %d bytes; only the first %d were read here. Continue with read_task_output {\"task_id\": %q, \"offset\": %d}.",
@@ -190,6 +201,13 @@ type clip struct {
 	// spill is the log offset of the first record not wholly kept in head
 	// (-1: none), where a reader finds the bytes left out.
 	spill int64
+	// marks locate head's records in the log, for a head cut shorter.
+	marks []mark
+}
+
+type mark struct {
+	pos int   // where in head the record's bytes start
+	off int64 // the record's log offset
 }
 
 func newClip(limit int) *clip {
@@ -200,6 +218,7 @@ func (c *clip) add(ch tasks.Chunk) {
 	d := ch.Data
 	c.total += int64(len(d))
 	if n := min(c.headMax-len(c.head), len(d)); n > 0 {
+		c.marks = append(c.marks, mark{len(c.head), ch.Offset})
 		c.head = append(c.head, d[:n]...)
 		d = d[n:]
 	}
@@ -216,20 +235,40 @@ func (c *clip) add(ch tasks.Chunk) {
 	}
 }
 
-// text returns what is kept, with a marker where bytes were left out, and
-// how many were. Cuts fall on UTF-8 character boundaries.
-func (c *clip) text(id string) (string, int64) {
+// text returns what is kept, with a marker where bytes were left out, how
+// many were, and the log offset from which a reader finds them (-1: none
+// left out). Cuts fall on UTF-8 character boundaries.
+func (c *clip) text(id string) (string, int64, int64) {
 	if c.total <= int64(c.headMax+c.tailMax) {
-		return string(c.head) + string(c.tail), 0
+		return string(c.head) + string(c.tail), 0, -1
 	}
 	head := c.head[:runeEnd(c.head)]
 	tail := c.tail[max(0, len(c.tail)-c.tailMax):]
+	// Whole lines read best: cut at a newline when one is near the cut.
+	if i := bytes.LastIndexByte(head, '\n'); i >= len(head)/2 {
+		head = head[:i+1]
+	}
+	if i := bytes.IndexByte(tail, '\n'); i >= 0 && i < len(tail)/4 {
+		tail = tail[i+1:]
+	}
 	for i := 0; i < utf8.UTFMax && len(tail) > 0 && !utf8.RuneStart(tail[0]); i++ {
 		tail = tail[1:]
 	}
 	omitted := c.total - int64(len(head)) - int64(len(tail))
-	marker := fmt.Sprintf("\n[… %d bytes left out here; read_task_output {\"task_id\": %q, \"offset\": %d} returns them …]\n", omitted, id, c.spill)
-	return string(head) + marker + string(tail), omitted
+	from := c.spill
+	if len(head) < len(c.head) {
+		// The cut went back into head's records: the gap starts in one of them.
+		for _, m := range c.marks {
+			if m.pos <= len(head) {
+				from = m.off
+			}
+		}
+	}
+	marker := fmt.Sprintf("[… %d bytes left out here; read_task_output {\"task_id\": %q, \"offset\": %d} returns them …]\n", omitted, id, from)
+	if len(head) > 0 && head[len(head)-1] != '\n' {
+		marker = "\n" + marker
+	}
+	return string(head) + marker + string(tail), omitted, from
 }
 
 // runeEnd returns the length of b without a UTF-8 sequence cut short at its end.

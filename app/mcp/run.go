@@ -178,6 +178,8 @@ func (t TaskInfo) summary() string {
 		took = fmt.Sprintf(" after %gs", t.DurationSeconds)
 	}
 	switch {
+	case t.ExitCode != nil && t.Reason != "":
+		return fmt.Sprintf("exit code %d (task %s%s): %s", *t.ExitCode, t.TaskID, took, t.Reason)
 	case t.ExitCode != nil:
 		return fmt.Sprintf("exit code %d (task %s%s)", *t.ExitCode, t.TaskID, took)
 	case t.Signal != "":

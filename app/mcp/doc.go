@@ -23,8 +23,8 @@
 // run_command waits for the task and returns each stream whole when it is
 // at most Options.OutputLimit bytes. A longer stream is cut to its first
 // quarter and its last three quarters of that budget (head and tail: the
-// first error and the final summary are what an agent usually needs), with
-// an inline marker saying how many bytes were left out and a note giving
+// first error and the final summary are what an agent usually needs; the cuts move to a
+// line end when one is near), with an inline marker saying how many bytes were left out and a note giving
 // the task id and the log offset from which read_task_output returns them.
 // The full output always stays in the task's log on the host.
 //

@@ -66,7 +66,7 @@ func (e *remoteError) Error() string { return e.apiError.Error }
 func (e *remoteError) Is(target error) bool {
 	switch e.Code {
 	case codeNotFound:
-		return target == tasks.ErrNotFound
+		return target == tasks.ErrNotFound || target == service.ErrNoSuchAsk
 	case codeRefused:
 		return target == workspace.ErrRefused
 	case codeInvalid:
@@ -209,8 +209,22 @@ func (c *Client) EgressRule(ctx context.Context, action, pattern string) (st set
 }
 
 // Events implements service.Core.
-func (c *Client) Events(ctx context.Context) (<-chan service.Event, error) {
-	return follow[service.Event](ctx, c, "/v1/events")
+func (c *Client) Events(ctx context.Context, answer bool) (<-chan service.Event, error) {
+	path := "/v1/events"
+	if answer {
+		path += "?answer=1"
+	}
+	return follow[service.Event](ctx, c, path)
+}
+
+// Asks implements service.Core.
+func (c *Client) Asks(ctx context.Context) (as []service.Ask, err error) {
+	return as, c.do(ctx, "GET", "/v1/asks", nil, &as)
+}
+
+// Answer implements service.Core.
+func (c *Client) Answer(ctx context.Context, id, verdict string) error {
+	return c.do(ctx, "POST", "/v1/asks/"+url.PathEscape(id), AnswerRequest{Verdict: verdict}, nil)
 }
 
 // follow reads a stream of JSON lines into a channel that closes when the

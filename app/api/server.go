@@ -46,6 +46,8 @@ func Handler(core service.Core, log *slog.Logger) http.Handler {
 	m.HandleFunc("GET /v1/egress/log", h.egressLog)
 	m.HandleFunc("POST /v1/egress/rules", h.egressRule)
 	m.HandleFunc("GET /v1/events", h.events)
+	m.HandleFunc("GET /v1/asks", h.asks)
+	m.HandleFunc("POST /v1/asks/{id}", h.answerAsk)
 	return m
 }
 
@@ -71,7 +73,7 @@ const (
 func (h *handler) fail(w http.ResponseWriter, err error) {
 	status, code := http.StatusInternalServerError, codeInternal
 	switch {
-	case errors.Is(err, tasks.ErrNotFound):
+	case errors.Is(err, tasks.ErrNotFound), errors.Is(err, service.ErrNoSuchAsk):
 		status, code = http.StatusNotFound, codeNotFound
 	case errors.Is(err, workspace.ErrRefused):
 		status, code = http.StatusBadRequest, codeRefused
@@ -272,12 +274,42 @@ func (h *handler) egressRule(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) events(w http.ResponseWriter, r *http.Request) {
-	ch, err := h.core.Events(r.Context())
+	ch, err := h.core.Events(r.Context(), r.URL.Query().Get("answer") != "")
 	if err != nil {
 		h.fail(w, err)
 		return
 	}
 	stream(w, r.Context(), ch)
+}
+
+func (h *handler) asks(w http.ResponseWriter, r *http.Request) {
+	as, err := h.core.Asks(r.Context())
+	if as == nil {
+		as = []service.Ask{}
+	}
+	h.answer(w, as, err)
+}
+
+// AnswerRequest is the body of POST /v1/asks/{id}.
+type AnswerRequest struct {
+	// Verdict is allow-once, allow-always or deny.
+	Verdict string `json:"verdict"`
+}
+
+func (h *handler) answerAsk(w http.ResponseWriter, r *http.Request) {
+	var req AnswerRequest
+	if !h.decode(w, r, &req) {
+		return
+	}
+	if err := h.core.Answer(r.Context(), r.PathValue("id"), req.Verdict); err != nil {
+		if errors.Is(err, service.ErrNoSuchAsk) {
+			h.fail(w, err)
+			return
+		}
+		h.fail(w, invalid(err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // stream writes each value of ch as one JSON line, flushing as it goes,

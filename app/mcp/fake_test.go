@@ -247,6 +247,11 @@ func (f *fakeCore) EgressRule(context.Context, string, string) (settings.Setting
 func (f *fakeCore) FollowEgress(context.Context) (<-chan egress.Decision, error) {
 	return nil, f.forbid("FollowEgress")
 }
-func (f *fakeCore) Events(context.Context) (<-chan service.Event, error) {
+func (f *fakeCore) Events(context.Context, bool) (<-chan service.Event, error) {
 	return nil, f.forbid("Events")
 }
+
+func (f *fakeCore) Asks(context.Context) ([]service.Ask, error) { return nil, f.forbid("Asks") }
+
+// Answer is forbidden: an agent must never answer its own network asks.
+func (f *fakeCore) Answer(context.Context, string, string) error { return f.forbid("Answer") }

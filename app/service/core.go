@@ -32,8 +32,13 @@ type Core interface {
 	EgressLog(ctx context.Context) ([]egress.Decision, error)
 	FollowEgress(ctx context.Context) (<-chan egress.Decision, error)
 	EgressRule(ctx context.Context, action, pattern string) (settings.Settings, error)
-	// Events streams session, task and egress events (see Event).
-	Events(ctx context.Context) (<-chan Event, error)
+	// Events streams session, task, egress and ask events (see Event).
+	// With answer, the caller is a UI that answers asks (Answer) while the
+	// stream lasts; without any such UI, unmatched connections are denied
+	// at once.
+	Events(ctx context.Context, answer bool) (<-chan Event, error)
+	Asks(ctx context.Context) ([]Ask, error)
+	Answer(ctx context.Context, id, verdict string) error
 }
 
 // Status is a snapshot of the service.

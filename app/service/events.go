@@ -12,18 +12,20 @@ import (
 // Task and Egress is set, as Kind says. Task output events locate the
 // output in the task's log (read it with Logs); they do not carry it.
 type Event struct {
-	Kind    string           `json:"kind"` // "session", "task", "egress" or "lag"
+	Kind    string           `json:"kind"` // "session", "task", "egress", "ask", "ask-answered" or "lag"
 	Session *session.Event   `json:"session,omitempty"`
 	Task    *tasks.Event     `json:"task,omitempty"`
 	Egress  *egress.Decision `json:"egress,omitempty"`
+	Ask     *Ask             `json:"ask,omitempty"`
 }
 
 // Events merges the session's state changes, task changes and egress
 // decisions into one stream until ctx is done. Each source drops events
 // for a consumer that does not keep up instead of slowing down; a "lag"
 // event says the consumer should re-read the state (Status, Tasks).
-func (s *Service) Events(ctx context.Context) (<-chan Event, error) {
+func (s *Service) Events(ctx context.Context, answer bool) (<-chan Event, error) {
 	ctx, cancel := context.WithCancel(ctx)
+	ae := s.asks.subscribe(ctx, answer)
 	se := s.sess.Subscribe(ctx, 0)
 	ts := s.store.Subscribe(ctx, 256)
 	te := ts.C
@@ -40,7 +42,7 @@ func (s *Service) Events(ctx context.Context) (<-chan Event, error) {
 				return false
 			}
 		}
-		for se != nil || te != nil || ee != nil {
+		for se != nil || te != nil || ee != nil || ae != nil {
 			var e Event
 			select {
 			case <-ctx.Done():
@@ -65,6 +67,12 @@ func (s *Service) Events(ctx context.Context) (<-chan Event, error) {
 					continue
 				}
 				e = Event{Kind: "task", Task: &v}
+			case v, ok := <-ae:
+				if !ok {
+					ae = nil
+					continue
+				}
+				e = v
 			case v, ok := <-ee:
 				if !ok {
 					ee = nil

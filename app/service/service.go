@@ -54,6 +54,8 @@ type Service struct {
 	gate  *egress.Gate
 	valid settings.Validators
 
+	asks asks
+
 	mu       sync.Mutex
 	settings settings.Settings
 	running  map[string]*runningTask
@@ -101,6 +103,7 @@ func Open(cfg Config) (*Service, error) {
 	s.gate, err = egress.New(egress.Config{
 		Allow: st.Allow, Deny: st.Deny, MapHosts: st.MapHosts,
 		LogFile: filepath.Join(cfg.StateDir, "egress.jsonl"), Logger: cfg.Logger,
+		Decider: askDecider{s}, AskTimeout: AskTimeout,
 	})
 	if err != nil {
 		s.store.Close()

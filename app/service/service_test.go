@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/session"
 	"github.com/airlock-sandbox/airlock/app/tasks"
@@ -263,7 +264,7 @@ func TestEvents(t *testing.T) {
 	w := newWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ch, err := w.service.Events(ctx)
+	ch, err := w.service.Events(ctx, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,4 +284,48 @@ func TestEvents(t *testing.T) {
 		}
 	}
 	t.Fatalf("events: session %v output %v exit %v", sawSession, sawOutput, sawExit)
+}
+
+// TestAsk: with a UI attached, an unmatched connection is asked about; the
+// answer decides, and allow-always is kept in the settings. Without a UI
+// the gate denies at once.
+func TestAsk(t *testing.T) {
+	w := newWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d := askDecider{w.service}
+	req := egress.Request{Task: "t", Protocol: egress.ProtoHTTP, Host: "new.test", Port: 80}
+	if v, _ := d.Decide(ctx, req); v != egress.Deny {
+		t.Fatalf("no UI attached: %v", v)
+	}
+	ui, stop := context.WithCancel(ctx)
+	defer stop()
+	events, _ := w.service.Events(ui, true)
+	got := make(chan egress.Verdict, 1)
+	go func() { v, _ := d.Decide(ctx, req); got <- v }()
+	var ask *Ask
+	for e := range events {
+		if e.Kind == "ask" {
+			ask = e.Ask
+			break
+		}
+	}
+	if as, _ := w.service.Asks(ctx); len(as) != 1 || as[0].Host != "new.test" {
+		t.Fatalf("pending asks %+v", as)
+	}
+	if err := w.service.Answer(ctx, ask.ID, "maybe"); err == nil {
+		t.Fatal("a bad verdict was accepted")
+	}
+	if err := w.service.Answer(ctx, ask.ID, VerdictAllowAlways); err != nil {
+		t.Fatal(err)
+	}
+	if v := <-got; v != egress.AllowAlways {
+		t.Fatalf("verdict %v", v)
+	}
+	if st, _ := w.service.Settings(ctx); len(st.Allow) != 1 || st.Allow[0] != "new.test:80" {
+		t.Fatalf("allow-always not kept: %+v", st.Allow)
+	}
+	if err := w.service.Answer(ctx, ask.ID, VerdictDeny); !errors.Is(err, ErrNoSuchAsk) {
+		t.Fatalf("second answer: %v", err)
+	}
 }

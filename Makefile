@@ -57,7 +57,7 @@ test-unit:
 test-e2e: airlock
 	$(GO) run ./images/cmd/airlock-image -arch all -out $(IMAGE_DIR)
 	AIRLOCK_E2E_BIN=$(CURDIR)/bin/airlock AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) \
-		$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./tests/e2e/ ./vm/qemu/ ./app/clock/ 2>&1 | tee /tmp/airlock-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
+		$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./tests/e2e/ ./vm/qemu/ ./app/clock/ ./app/session/ 2>&1 | tee /tmp/airlock-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
 
 ## bench: benchmarks, each printed as a ratio against a baseline measured in the same run
 bench: airlock

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/settings"
+	"github.com/airlock-sandbox/airlock/frontend"
 	"github.com/spf13/cobra"
 )
 
@@ -121,7 +123,12 @@ browser UI, guarded by a random token. Ctrl-C stops it and the VM.`,
 					return err
 				}
 				token := api.NewToken()
-				go func() { errc <- api.Serve(ctx, hl, api.RequireToken(token, h), nil) }()
+				// The browser UI and the API share the origin and the token:
+				// /v1/ is the API, everything else the embedded web UI.
+				web := http.NewServeMux()
+				web.Handle("/v1/", h)
+				web.Handle("/", frontend.Handler())
+				go func() { errc <- api.Serve(ctx, hl, api.RequireToken(token, web), nil) }()
 				fmt.Fprintf(stdio.Err, "airlock: browser UI and API at http://%s/?token=%s\n", hl.Addr(), token)
 			}
 			if !noBoot {

@@ -1,0 +1,198 @@
+package desktop
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/api"
+	"github.com/airlock-sandbox/airlock/app/session"
+)
+
+// Config configures the desktop app.
+type Config struct {
+	// UI is the built web UI, index.html at its root.
+	UI fs.FS
+	// NoBoot leaves the VM stopped until the first task or a start, like
+	// `airlock serve --no-boot`.
+	NoBoot bool
+	// GOOS is the platform the app runs on (runtime.GOOS); it decides
+	// whether the window gets streams or long polls.
+	GOOS   string
+	Logger *slog.Logger
+}
+
+// CloseTimeout bounds the service's shutdown on quit: stopping the VM in
+// order, then killing it.
+const CloseTimeout = 20 * time.Second
+
+// App is the desktop app over the host core: the window's handler, the
+// Wails lifecycle hooks, and the actions of the tray and the bindings.
+type App struct {
+	cfg     Config
+	log     *slog.Logger
+	be      backend
+	handler http.Handler
+	tray    *tray
+
+	mu     sync.Mutex
+	rt     Runtime            // set by Startup
+	cancel context.CancelFunc // ends the background work of Startup
+	bg     sync.WaitGroup
+	closed sync.Once
+}
+
+// New opens the user's Airlock service (or connects to the running one)
+// and returns the app over it. When neither works the app still opens its
+// window, whose API calls answer 503 with the reason.
+func New(cfg Config) *App {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	be := openBackend(cfg.Logger)
+	if be.err != nil {
+		cfg.Logger.Error("the Airlock service did not open", "err", be.err)
+	}
+	return newApp(cfg, be)
+}
+
+func newApp(cfg Config, be backend) *App {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.GOOS == "" {
+		cfg.GOOS = runtime.GOOS
+	}
+	a := &App{cfg: cfg, log: cfg.Logger, be: be}
+	a.handler = Handler(be.core, be.err, cfg.UI, StreamsSupported(cfg.GOOS), cfg.Logger)
+	a.tray = newTray(trayActions{show: a.ShowWindow, toggle: a.ToggleVM, quit: a.Quit})
+	return a
+}
+
+// Handler serves the window: the UI and the control API under /v1/.
+func (a *App) Handler() http.Handler { return a.handler }
+
+// Bindings returns what the window's JavaScript may call.
+func (a *App) Bindings() *Bindings { return &Bindings{app: a} }
+
+// Startup is Wails' OnStartup: it keeps the runtime, serves the control
+// socket for the CLI and MCP, boots the VM and keeps the tray current.
+func (a *App) Startup(rt Runtime) {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.mu.Lock()
+	a.rt, a.cancel = rt, cancel
+	a.mu.Unlock()
+	if a.be.socket != nil {
+		a.goBackground(func() {
+			if err := api.Serve(ctx, a.be.socket, api.Handler(a.be.core, a.log), a.log); err != nil {
+				a.log.Warn("control socket", "err", err)
+			}
+		})
+	}
+	if a.be.svc != nil && !a.cfg.NoBoot {
+		a.goBackground(func() {
+			if err := a.be.svc.StartVM(ctx); err != nil && ctx.Err() == nil {
+				a.log.Warn("the VM did not start", "err", err)
+			}
+		})
+	}
+	if a.be.core != nil {
+		a.goBackground(func() { a.tray.follow(ctx, a.be.core) })
+	} else {
+		a.tray.show(unavailableView(a.be.err))
+	}
+}
+
+func (a *App) goBackground(f func()) {
+	a.bg.Add(1)
+	go func() {
+		defer a.bg.Done()
+		f()
+	}()
+}
+
+// Shutdown is Wails' OnShutdown: see Close.
+func (a *App) Shutdown() { a.Close() }
+
+// Close stops the background work and closes the service the app owns,
+// VM included; a service the app only connected to keeps running. It is
+// safe to call more than once.
+func (a *App) Close() error {
+	var err error
+	a.closed.Do(func() {
+		a.mu.Lock()
+		cancel := a.cancel
+		a.mu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+		if a.be.svc != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
+			defer cancel()
+			err = a.be.svc.Close(ctx)
+		}
+		if a.be.socket != nil {
+			a.be.socket.Close() // Serve closed it if Startup ran
+		}
+		a.bg.Wait()
+	})
+	return err
+}
+
+func (a *App) runtime() Runtime {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.rt
+}
+
+// ShowWindow brings the window back; before Startup it does nothing.
+func (a *App) ShowWindow() {
+	if rt := a.runtime(); rt != nil {
+		rt.ShowWindow()
+	}
+}
+
+// Quit ends the app: Wails calls Shutdown, which stops the VM.
+func (a *App) Quit() {
+	if rt := a.runtime(); rt != nil {
+		rt.Quit()
+	}
+}
+
+// ChooseFolder shows the native folder dialog; "" means cancelled.
+func (a *App) ChooseFolder(title, dir string) (string, error) {
+	rt := a.runtime()
+	if rt == nil {
+		return "", errors.New("desktop: the window is not ready")
+	}
+	return rt.ChooseFolder(title, dir)
+}
+
+// ToggleVM starts a stopped VM and stops a running one (the tray's item).
+func (a *App) ToggleVM() {
+	core := a.be.core
+	if core == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	st, err := core.Status(ctx)
+	if err != nil {
+		a.log.Warn("status", "err", err)
+		return
+	}
+	switch st.Session.State {
+	case session.StateStopped, session.StateFailed:
+		err = core.StartVM(ctx)
+	default:
+		err = core.StopVM(ctx)
+	}
+	if err != nil {
+		a.log.Warn("start/stop from the tray", "err", err)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !bindings
+
+package desktop
+
+const generatingBindings = false

@@ -1,0 +1,228 @@
+package desktop
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/service"
+	"github.com/airlock-sandbox/airlock/app/session"
+)
+
+// trayHost is the system tray as the app uses it; systrayHost implements
+// it with fyne.io/systray, tests with a fake.
+type trayHost interface {
+	SetTooltip(string)
+	AddItem(title string) trayItem
+	AddSeparator()
+}
+
+// trayItem is one menu entry.
+type trayItem interface {
+	SetTitle(string)
+	Enable()
+	Disable()
+	Clicked() <-chan struct{}
+}
+
+// trayActions are what the tray's items do.
+type trayActions struct {
+	show, toggle, quit func()
+}
+
+// trayView is what the tray shows; viewOf derives it from a Status.
+type trayView struct {
+	Status    string // first line, not clickable
+	Workspace string // second line, not clickable
+	Toggle    string // "Start sandbox" or "Stop sandbox"
+	CanToggle bool
+	Tooltip   string
+}
+
+// tray keeps the menu in step with the service. Its items are made once
+// the platform's tray is ready; a view shown before that is kept.
+type tray struct {
+	act trayActions
+
+	mu                           sync.Mutex
+	host                         trayHost
+	status, folder, toggle, open trayItem
+	view                         trayView
+}
+
+func newTray(act trayActions) *tray {
+	return &tray{act: act, view: trayView{Status: "Airlock: starting", Toggle: "Start sandbox", Tooltip: "Airlock"}}
+}
+
+// ready builds the menu on host and starts answering clicks; the
+// platform's tray calls it once.
+func (t *tray) ready(host trayHost) {
+	t.mu.Lock()
+	t.host = host
+	t.status = host.AddItem("")
+	t.status.Disable()
+	t.folder = host.AddItem("")
+	t.folder.Disable()
+	host.AddSeparator()
+	t.open = host.AddItem("Open Airlock")
+	t.toggle = host.AddItem("")
+	host.AddSeparator()
+	quit := host.AddItem("Quit Airlock")
+	t.apply()
+	t.mu.Unlock()
+	go forEachClick(t.open, t.act.show)
+	go forEachClick(t.toggle, func() { go t.act.toggle() })
+	go forEachClick(quit, t.act.quit)
+}
+
+func forEachClick(it trayItem, f func()) {
+	for range it.Clicked() {
+		f()
+	}
+}
+
+// show displays v (now, or when the tray is ready).
+func (t *tray) show(v trayView) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if v == t.view && t.host != nil {
+		return
+	}
+	t.view = v
+	t.apply()
+}
+
+func (t *tray) apply() {
+	if t.host == nil {
+		return
+	}
+	v := t.view
+	t.host.SetTooltip(v.Tooltip)
+	t.status.SetTitle(v.Status)
+	t.folder.SetTitle(v.Workspace)
+	t.toggle.SetTitle(v.Toggle)
+	if v.CanToggle {
+		t.toggle.Enable()
+	} else {
+		t.toggle.Disable()
+	}
+}
+
+// refreshEvery re-reads the status when no event came: settings changed
+// by another client do not make events.
+const refreshEvery = 5 * time.Second
+
+// follow keeps the tray current until ctx is done: it re-reads the status
+// on each session or task event, and every refreshEvery.
+func (t *tray) follow(ctx context.Context, core service.Core) {
+	refresh := func() {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		st, err := core.Status(sctx)
+		if ctx.Err() == nil {
+			t.show(viewOf(st, err))
+		}
+	}
+	tick := time.NewTicker(refreshEvery)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		refresh()
+		events, err := core.Events(ctx, false)
+		if err != nil {
+			events = nil // tick only until the next try
+		}
+	stream:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				refresh()
+				if events == nil {
+					break stream
+				}
+			case ev, ok := <-events:
+				if !ok {
+					break stream
+				}
+				if ev.Kind != "egress" {
+					refresh()
+				}
+			}
+		}
+	}
+}
+
+// viewOf is what the tray says about st (or about err, when the status
+// could not be read).
+func viewOf(st service.Status, err error) trayView {
+	if err != nil {
+		return unavailableView(err)
+	}
+	s := st.Session
+	v := trayView{Toggle: "Stop sandbox", CanToggle: true}
+	state := string(s.State)
+	switch s.State {
+	case session.StateStopped:
+		v.Toggle = "Start sandbox"
+	case session.StateFailed:
+		v.Toggle = "Start sandbox"
+		state = "failed (see the window)"
+	case session.StateStopping:
+		v.CanToggle = false
+	case session.StateStarting, session.StateRestarting:
+		if s.Phase != "" {
+			state += " (" + s.Phase + ")"
+		}
+	}
+	v.Status = "Sandbox: " + state
+	switch n := st.RunningTasks; {
+	case n == 1:
+		v.Status += " · 1 task"
+	case n > 1:
+		v.Status += fmt.Sprintf(" · %d tasks", n)
+	}
+	name := folderName(st.Settings.Workspace)
+	switch {
+	case name == "":
+		v.Workspace = "No folder chosen"
+		v.Tooltip = "Airlock: " + string(s.State)
+	case st.Settings.ReadOnly:
+		v.Workspace = "Folder: " + name + " (read-only)"
+		v.Tooltip = "Airlock: " + string(s.State) + " · " + name
+	default:
+		v.Workspace = "Folder: " + name
+		v.Tooltip = "Airlock: " + string(s.State) + " · " + name
+	}
+	return v
+}
+
+func unavailableView(err error) trayView {
+	msg := "the service is not available"
+	if err != nil {
+		msg = firstLine(err.Error(), 60)
+	}
+	return trayView{Status: "Airlock: unavailable", Workspace: msg, Toggle: "Start sandbox", Tooltip: "Airlock: unavailable"}
+}
+
+// folderName is the last element of a workspace path of any OS (the app
+// may show a Windows path while tested on Linux).
+func folderName(p string) string {
+	p = strings.TrimRight(p, `/\`)
+	if i := strings.LastIndexAny(p, `/\`); i >= 0 {
+		p = p[i+1:]
+	}
+	return p
+}
+
+func firstLine(s string, max int) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if r := []rune(s); len(r) > max {
+		s = string(r[:max-1]) + "…"
+	}
+	return s
+}

@@ -1,0 +1,305 @@
+package desktop
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/service"
+	"github.com/airlock-sandbox/airlock/app/session"
+	"github.com/airlock-sandbox/airlock/app/settings"
+	"github.com/airlock-sandbox/airlock/app/tasks"
+)
+
+var testUI = fstest.MapFS{
+	"index.html":    {Data: []byte("<!doctype html><title>UI</title>")},
+	"assets/app.js": {Data: []byte("console.log(1)")},
+}
+
+func get(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
+	t.Helper()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+	return w
+}
+
+func TestHandlerRoutes(t *testing.T) {
+	core := newFakeCore(session.StateRunning, "/home/u/reports")
+	h := Handler(core, nil, testUI, true, nil)
+	down := Handler(nil, errors.New("no guest image found; build it with `make image`"), testUI, true, nil)
+	bare := Handler(core, nil, fstest.MapFS{}, true, nil)
+	for _, tc := range []struct {
+		name     string
+		h        http.Handler
+		path     string
+		code     int
+		contains string
+	}{
+		{"index", h, "/", 200, "<title>UI</title>"},
+		{"index by name", h, "/index.html", 200, "<title>UI</title>"},
+		{"asset", h, "/assets/app.js", 200, "console.log"},
+		{"UI route falls back to index", h, "/tasks/42", 200, "<title>UI</title>"},
+		{"API", h, "/v1/status", 200, `"workspace":"/home/u/reports"`},
+		{"API unknown route", h, "/v1/nope", 404, ""},
+		{"API without a core says why", down, "/v1/status", 503, "make image"},
+		{"UI without a core still loads", down, "/", 200, "<title>UI</title>"},
+		{"UI not built", bare, "/", 200, "make frontend"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := get(t, tc.h, tc.path)
+			if w.Code != tc.code || !strings.Contains(w.Body.String(), tc.contains) {
+				t.Fatalf("GET %s = %d %q, want %d containing %q", tc.path, w.Code, w.Body.String(), tc.code, tc.contains)
+			}
+		})
+	}
+}
+
+func TestStreamsSupported(t *testing.T) {
+	for goos, want := range map[string]bool{"linux": true, "darwin": true, "windows": false} {
+		if got := StreamsSupported(goos); got != want {
+			t.Errorf("StreamsSupported(%q) = %v, want %v", goos, got, want)
+		}
+	}
+}
+
+// streamOpen runs one request and reports whether it was still open after
+// wait, and what it wrote.
+func streamOpen(t *testing.T, h http.Handler, path string, wait time.Duration) (bool, *httptest.ResponseRecorder) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.ServeHTTP(w, httptest.NewRequest("GET", path, nil).WithContext(ctx))
+	}()
+	select {
+	case <-done:
+		return false, w
+	case <-time.After(wait):
+		cancel()
+		<-done
+		return true, w
+	}
+}
+
+func TestCutStreams(t *testing.T) {
+	streamer := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "{}\n")
+		<-r.Context().Done()
+	})
+	cut := cutStreams(streamer, 50*time.Millisecond)
+	for _, tc := range []struct {
+		path     string
+		wantOpen bool
+	}{
+		{"/v1/events", false},
+		{"/v1/events?answer=1", false},
+		{"/v1/tasks/7/log?follow=1&offset=10", false},
+		{"/v1/egress/log?follow=1", false},
+		{"/v1/tasks/7/wait", true}, // ends by itself; not cut
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			open, w := streamOpen(t, cut, tc.path, time.Second)
+			if open != tc.wantOpen {
+				t.Fatalf("still open after 1s = %v, want %v", open, tc.wantOpen)
+			}
+			if !tc.wantOpen && (w.Header().Get(StreamHeader) != "poll" || w.Body.String() != "{}\n") {
+				t.Fatalf("cut stream: header %q body %q", w.Header().Get(StreamHeader), w.Body.String())
+			}
+		})
+	}
+}
+
+func TestWindowsEventsArePolled(t *testing.T) {
+	core := newFakeCore(session.StateRunning, "")
+	core.events <- service.Event{Kind: "task", Task: &tasks.Event{Kind: "started"}}
+	win := newApp(Config{UI: testUI, GOOS: "windows"}, backend{core: core})
+	start := time.Now()
+	open, w := streamOpen(t, win.Handler(), "/v1/events", 10*time.Second)
+	if open || time.Since(start) < PollWindow/2 {
+		t.Fatalf("windows: /v1/events open=%v after %v, want cut after %v", open, time.Since(start), PollWindow)
+	}
+	if !strings.Contains(w.Body.String(), `"kind":"task"`) || w.Header().Get(StreamHeader) != "poll" {
+		t.Fatalf("windows: got %q (header %q), want the queued event", w.Body.String(), w.Header().Get(StreamHeader))
+	}
+	lin := newApp(Config{UI: testUI, GOOS: "linux"}, backend{core: core})
+	if open, _ := streamOpen(t, lin.Handler(), "/v1/events", PollWindow+time.Second); !open {
+		t.Fatal("linux: /v1/events ended, want a stream that stays open")
+	}
+}
+
+func TestViewOf(t *testing.T) {
+	st := func(state session.State, phase, ws string, ro bool, running int) service.Status {
+		return service.Status{
+			Session:      session.Status{State: state, Phase: phase},
+			Settings:     settings.Settings{Workspace: ws, ReadOnly: ro},
+			RunningTasks: running,
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		st   service.Status
+		err  error
+		want trayView
+	}{
+		{"running", st(session.StateRunning, "", "/home/u/reports", false, 0), nil,
+			trayView{"Sandbox: running", "Folder: reports", "Stop sandbox", true, "Airlock: running · reports"}},
+		{"tasks and read-only", st(session.StateRunning, "", "/home/u/reports/", true, 3), nil,
+			trayView{"Sandbox: running · 3 tasks", "Folder: reports (read-only)", "Stop sandbox", true, "Airlock: running · reports"}},
+		{"one task", st(session.StateRunning, "", `C:\Users\u\Reports`, false, 1), nil,
+			trayView{"Sandbox: running · 1 task", "Folder: Reports", "Stop sandbox", true, "Airlock: running · Reports"}},
+		{"booting", st(session.StateStarting, session.PhaseWaitingForGuest, "/w", false, 0), nil,
+			trayView{"Sandbox: starting (waiting for guest)", "Folder: w", "Stop sandbox", true, "Airlock: starting · w"}},
+		{"stopped, no folder", st(session.StateStopped, "", "", false, 0), nil,
+			trayView{"Sandbox: stopped", "No folder chosen", "Start sandbox", true, "Airlock: stopped"}},
+		{"stopping", st(session.StateStopping, "", "", false, 0), nil,
+			trayView{"Sandbox: stopping", "No folder chosen", "Stop sandbox", false, "Airlock: stopping"}},
+		{"failed", st(session.StateFailed, "", "/w", false, 0), nil,
+			trayView{"Sandbox: failed (see the window)", "Folder: w", "Start sandbox", true, "Airlock: failed · w"}},
+		{"unreachable", service.Status{}, errors.New("dial unix: connection refused\nmore"),
+			trayView{"Airlock: unavailable", "dial unix: connection refused", "Start sandbox", false, "Airlock: unavailable"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := viewOf(tc.st, tc.err); got != tc.want {
+				t.Fatalf("viewOf =\n %+v, want\n %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestTrayMenu(t *testing.T) {
+	var shown, toggled, quit chan struct{} = make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
+	tr := newTray(trayActions{
+		show:   func() { shown <- struct{}{} },
+		toggle: func() { toggled <- struct{}{} },
+		quit:   func() { quit <- struct{}{} },
+	})
+	// A view shown before the platform's tray is ready is kept.
+	tr.show(trayView{Status: "Sandbox: stopped", Workspace: "No folder chosen", Toggle: "Start sandbox", CanToggle: true, Tooltip: "Airlock: stopped"})
+	h := &fakeHost{}
+	tr.ready(h)
+	var titles []string
+	for _, it := range h.items {
+		title, _ := it.State()
+		titles = append(titles, title)
+	}
+	want := []string{"Sandbox: stopped", "No folder chosen", "Open Airlock", "Start sandbox", "Quit Airlock"}
+	if !slices.Equal(titles, want) || h.seps != 2 || h.Tooltip() != "Airlock: stopped" {
+		t.Fatalf("menu = %q (%d separators, tooltip %q), want %q", titles, h.seps, h.Tooltip(), want)
+	}
+	if _, enabled := h.items[0].State(); enabled {
+		t.Error("the status line is clickable")
+	}
+	tr.show(trayView{Status: "Sandbox: stopping", Toggle: "Stop sandbox", CanToggle: false})
+	if title, enabled := h.items[3].State(); title != "Stop sandbox" || enabled {
+		t.Errorf("toggle = %q enabled=%v, want a disabled Stop sandbox", title, enabled)
+	}
+	for i, ch := range map[int]chan struct{}{2: shown, 3: toggled, 4: quit} {
+		h.items[i].clicks <- struct{}{}
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("click on %q did nothing", want[i])
+		}
+	}
+}
+
+func TestAppLifecycle(t *testing.T) {
+	core := newFakeCore(session.StateStopped, "/home/u/reports")
+	a := newApp(Config{UI: testUI, GOOS: "linux"}, backend{core: core})
+	// Before Startup there is no window to act on.
+	a.ShowWindow()
+	a.Quit()
+	if _, err := a.Bindings().ChooseFolder("Choose", ""); err == nil {
+		t.Fatal("ChooseFolder before Startup: no error")
+	}
+	h := &fakeHost{}
+	a.tray.ready(h)
+	rt := &fakeRuntime{folder: "/home/u/new"}
+	a.Startup(rt)
+	<-core.subbed
+	waitFor(t, "the tray to show the status", func() bool { s, _ := h.items[0].State(); return s == "Sandbox: stopped" })
+
+	// A session event refreshes the tray.
+	core.setState(session.StateRunning)
+	core.events <- service.Event{Kind: "session"}
+	waitFor(t, "the tray to follow the session", func() bool { s, _ := h.items[0].State(); return s == "Sandbox: running" })
+
+	b := a.Bindings()
+	if dir, err := b.ChooseFolder("Choose a folder", "/home/u"); err != nil || dir != "/home/u/new" {
+		t.Fatalf("ChooseFolder = %q, %v", dir, err)
+	}
+	b.ShowWindow()
+	b.Quit()
+	if !b.Streams() {
+		t.Error("Streams() = false on linux")
+	}
+	if got, want := rt.Calls(), []string{"choose Choose a folder /home/u", "show", "quit"}; !slices.Equal(got, want) {
+		t.Fatalf("runtime calls = %q, want %q", got, want)
+	}
+
+	a.ToggleVM() // running → stop
+	core.setState(session.StateStopped)
+	a.ToggleVM() // stopped → start
+	if got, want := core.Calls(), []string{"stop", "start"}; !slices.Equal(got, want) {
+		t.Fatalf("core calls = %q, want %q", got, want)
+	}
+
+	done := make(chan struct{})
+	go func() { a.Close(); a.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not stop the background work")
+	}
+}
+
+func TestUnavailableApp(t *testing.T) {
+	a := newApp(Config{UI: testUI}, backend{err: errors.New("no guest image found")})
+	h := &fakeHost{}
+	a.tray.ready(h)
+	a.Startup(&fakeRuntime{})
+	if s, _ := h.items[1].State(); s != "no guest image found" {
+		t.Fatalf("tray says %q, want the reason", s)
+	}
+	a.ToggleVM() // nothing to toggle; must not panic
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBindingsSurface keeps what JavaScript can call small, and in step
+// with frontend/wailsjs (make check-wailsjs regenerates it).
+func TestBindingsSurface(t *testing.T) {
+	typ := reflect.TypeOf(&Bindings{})
+	var got []string
+	for i := range typ.NumMethod() {
+		got = append(got, typ.Method(i).Name)
+	}
+	sort.Strings(got)
+	if want := []string{"ChooseFolder", "Quit", "ShowWindow", "Streams"}; !slices.Equal(got, want) {
+		t.Fatalf("Bindings methods = %q, want %q", got, want)
+	}
+}

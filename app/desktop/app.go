@@ -3,7 +3,6 @@ package desktop
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"log/slog"
 	"net/http"
 	"runtime"
@@ -16,8 +15,8 @@ import (
 
 // Config configures the desktop app.
 type Config struct {
-	// UI is the built web UI, index.html at its root.
-	UI fs.FS
+	// UI serves the web UI (frontend.Handler()).
+	UI http.Handler
 	// NoBoot leaves the VM stopped until the first task or a start, like
 	// `airlock serve --no-boot`.
 	NoBoot bool

@@ -18,12 +18,13 @@ import (
 	"github.com/airlock-sandbox/airlock/app/session"
 	"github.com/airlock-sandbox/airlock/app/settings"
 	"github.com/airlock-sandbox/airlock/app/tasks"
+	"github.com/airlock-sandbox/airlock/frontend"
 )
 
-var testUI = fstest.MapFS{
+var testUI = frontend.NewHandler(fstest.MapFS{
 	"index.html":    {Data: []byte("<!doctype html><title>UI</title>")},
 	"assets/app.js": {Data: []byte("console.log(1)")},
-}
+})
 
 func get(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
 	t.Helper()
@@ -36,7 +37,7 @@ func TestHandlerRoutes(t *testing.T) {
 	core := newFakeCore(session.StateRunning, "/home/u/reports")
 	h := Handler(core, nil, testUI, true, nil)
 	down := Handler(nil, errors.New("no guest image found; build it with `make image`"), testUI, true, nil)
-	bare := Handler(core, nil, fstest.MapFS{}, true, nil)
+	bare := Handler(core, nil, frontend.NewHandler(fstest.MapFS{}), true, nil)
 	for _, tc := range []struct {
 		name     string
 		h        http.Handler
@@ -52,7 +53,7 @@ func TestHandlerRoutes(t *testing.T) {
 		{"API unknown route", h, "/v1/nope", 404, ""},
 		{"API without a core says why", down, "/v1/status", 503, "make image"},
 		{"UI without a core still loads", down, "/", 200, "<title>UI</title>"},
-		{"UI not built", bare, "/", 200, "make frontend"},
+		{"UI not built", bare, "/", 503, "make frontend"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := get(t, tc.h, tc.path)

@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/api"
@@ -31,11 +29,11 @@ const StreamHeader = "X-Airlock-Stream"
 func StreamsSupported(goos string) bool { return goos != "windows" }
 
 // Handler is what the window loads: the control API under /v1/ and the
-// web UI (ui's index.html and assets) for everything else. With
+// web UI (frontend.Handler) for everything else. With
 // core == nil the API answers 503 with unavailable as the reason, so the
 // window can still say what is wrong. Without streams, streaming requests
 // end after PollWindow.
-func Handler(core service.Core, unavailable error, ui fs.FS, streams bool, log *slog.Logger) http.Handler {
+func Handler(core service.Core, unavailable error, ui http.Handler, streams bool, log *slog.Logger) http.Handler {
 	var apiH http.Handler
 	if core != nil {
 		apiH = api.Handler(core, log)
@@ -54,7 +52,7 @@ func Handler(core service.Core, unavailable error, ui fs.FS, streams bool, log *
 	}
 	m := http.NewServeMux()
 	m.Handle("/v1/", apiH)
-	m.Handle("/", uiHandler(ui))
+	m.Handle("/", ui)
 	return m
 }
 
@@ -76,37 +74,6 @@ func cutStreams(next http.Handler, after time.Duration) http.Handler {
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
-
-// uiHandler serves the files of ui, and index.html for any other path so
-// the UI's own routes survive a reload. An empty ui (the UI not built)
-// gets a page that says how to build it.
-func uiHandler(ui fs.FS) http.Handler {
-	files := http.FileServerFS(ui)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p := strings.TrimPrefix(r.URL.Path, "/")
-		if p != "" && p != "index.html" {
-			if st, err := fs.Stat(ui, p); err == nil && !st.IsDir() {
-				files.ServeHTTP(w, r)
-				return
-			}
-		}
-		index, err := fs.ReadFile(ui, "index.html")
-		if err != nil {
-			index = []byte(notBuiltPage)
-		}
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-cache")
-		_, _ = w.Write(index)
-	})
-}
-
-const notBuiltPage = `<!doctype html>
-<html><head><meta charset="utf-8"><title>Airlock</title></head>
-<body style="font-family: sans-serif; margin: 3em; background: #f6f8fa; color: #1f2328">
-<h1 style="color: #1f6feb">Airlock</h1>
-<p>The web UI was not built into this binary. Build it with <code>make frontend</code>, then <code>make desktop</code>.</p>
-</body></html>
-`
 
 // jsonError is an answer shaped like the API's own errors.
 func jsonError(msg, code string) []byte {

@@ -96,3 +96,13 @@ check-windows:
 		GOOS=windows GOARCH=$$arch $(GO) vet ./... ; \
 		out=$$(GOOS=windows GOARCH=$$arch $(GO) test -exec=true -vet=off ./... 2>&1) || { echo "$$out" | grep -v '^ok\|no test files'; exit 1; }; \
 	done
+
+## frontend: the web UI (TypeScript + Vite) into frontend/dist, embedded by make airlock and the desktop app
+.PHONY: frontend test-browser
+frontend:
+	cd frontend && npm ci --no-audit --no-fund && AIRLOCK_VERSION=$(VERSION) npm run build
+
+## test-browser: the web UI in Debian's Chromium (apt: chromium) against airlock serve --http and a real VM
+test-browser: frontend airlock
+	$(GO) run ./images/cmd/airlock-image -arch $(ARCH) -out $(IMAGE_DIR) -q
+	cd tests/browser && npm ci --no-audit --no-fund && node --test --test-concurrency=1 --test-timeout=600000 --test-reporter=spec

@@ -1,0 +1,200 @@
+// Browser tests: the web UI against a real `airlock serve --http` and a real
+// VM, driven in Debian's Chromium. The tests run in order and share one
+// page, the way a person would go through the screens; each screen is
+// saved to artifacts/ as a screenshot.
+
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { browser, fileServer, leftovers, screenshot, startServe, workspaceDir } from "./harness.mjs";
+
+const BOOT_TIMEOUT = 150_000;
+
+let serve, files, ctx, page, ws;
+const pageErrors = [];
+
+before(async () => {
+  files = await fileServer();
+  serve = await startServe({ map_hosts: ["files.test=127.0.0.1"] });
+  ws = workspaceDir(serve.tmp);
+  ctx = await browser(serve.tmp);
+  page = await ctx.newPage();
+  page.on("pageerror", (e) => pageErrors.push(e.message));
+  await page.goto(serve.url);
+  await page.getByTestId("connection").getByText("Stopped").waitFor();
+});
+
+after(async () => {
+  await ctx?.close().catch(() => {});
+  let stopped;
+  try {
+    stopped = await serve?.stop();
+  } finally {
+    await files?.close();
+  }
+  if (serve) {
+    // The VM and its helpers go with the service: nothing may mention our folders now.
+    const left = leftovers(serve.tmp);
+    serve.cleanup();
+    assert.deepEqual(left, [], "processes left behind after airlock serve stopped");
+    assert.equal(stopped?.code, 0, `airlock serve exit: ${JSON.stringify(stopped)}\n${serve.stderr()}`);
+  }
+});
+
+async function go(screen) {
+  await page.getByTestId(`nav-${screen}`).click();
+  await page.getByTestId(`screen-${screen}`).waitFor({ state: "visible" });
+}
+
+async function runTask(line) {
+  await go("tasks");
+  await page.getByTestId("task-command").fill(line);
+  await page.getByTestId("task-run").click();
+  // The new task is selected and its output followed.
+  const item = page.locator('[data-testid="task-item"].selected');
+  await item.waitFor();
+  const id = await item.getAttribute("data-task");
+  await page.waitForFunction((id) => document.querySelector('[data-testid="task-output"]')?.getAttribute("data-task") === id, id);
+  return page.locator(`[data-testid="task-item"][data-task="${id}"]`);
+}
+
+async function terminalText() {
+  return page.locator('[data-testid="task-output"] .xterm-rows').innerText();
+}
+
+async function waitForOutput(text, timeout = 60_000) {
+  await page.waitForFunction(
+    (t) => document.querySelector('[data-testid="task-output"] .xterm-rows')?.textContent.includes(t),
+    text,
+    { timeout },
+  );
+}
+
+test("the token is taken out of the address bar and the page loads without errors", async () => {
+  assert.ok(!page.url().includes("token="), page.url());
+  await page.getByTestId("screen-workspace").waitFor();
+  assert.match(await page.title(), /Airlock/);
+});
+
+test("workspace: a file is refused inline without losing the input, then a folder is shared", async () => {
+  await go("workspace");
+  const input = page.getByTestId("ws-path");
+  const notFolder = `${serve.tmp}/not-a-folder.txt`;
+  await input.fill(notFolder);
+  await page.getByTestId("ws-share").click();
+  const err = page.getByTestId("ws-error");
+  await err.waitFor({ state: "visible" });
+  assert.ok((await err.innerText()).length > 0);
+  assert.equal(await input.inputValue(), notFolder, "the typed path is kept after an error");
+
+  await input.fill(ws);
+  await page.getByTestId("ws-share").click();
+  await page.getByTestId("ws-current").filter({ hasText: ws }).waitFor();
+  assert.equal(await page.getByTestId("ws-error").innerText(), "");
+  assert.equal(await page.getByTestId("ws-mode").innerText(), "Read and write");
+  assert.match(await page.getByTestId("ws-statement").innerText(), /reports/);
+  await screenshot(page, "01-workspace");
+});
+
+test("machine: start from the UI, boot progress, then ready with CPUs and memory", { timeout: BOOT_TIMEOUT + 30_000 }, async () => {
+  await go("machine");
+  // Sharing a folder may already have started it.
+  if (await page.getByTestId("vm-start").isEnabled()) await page.getByTestId("vm-start").click();
+  const state = page.getByTestId("vm-state");
+  await page.waitForFunction(() => ["starting", "running"].includes(document.querySelector('[data-testid="vm-state"]')?.getAttribute("data-state")));
+  if ((await state.getAttribute("data-state")) === "starting") await screenshot(page, "02-machine-starting");
+  await page.waitForFunction(() => document.querySelector('[data-testid="vm-state"]')?.getAttribute("data-state") === "running", null, { timeout: BOOT_TIMEOUT });
+  assert.equal(await page.getByTestId("vm-cpus").innerText(), "2");
+  assert.match(await page.getByTestId("vm-memory").innerText(), /GB|MB/);
+  assert.match(await page.getByTestId("vm-console-log").innerText(), /console\.log$/);
+  await screenshot(page, "03-machine");
+});
+
+test("tasks: a command's output appears live and it ends as done", async () => {
+  const item = await runTask("echo hello-from-airlock; ls /workspace; id -u; echo to-stderr >&2");
+  await waitForOutput("hello-from-airlock");
+  await waitForOutput("q3-summary.md");
+  await waitForOutput("to-stderr");
+  await item.and(page.locator('[data-state="exited"]')).waitFor({ timeout: 30_000 });
+  assert.match(await page.getByTestId("task-state").innerText(), /Done/);
+  assert.match(await terminalText(), /1000/);
+  await screenshot(page, "04-tasks");
+});
+
+test("tasks: a long task is cancelled", async () => {
+  const item = await runTask("echo started; sleep 300");
+  await waitForOutput("started");
+  await page.getByTestId("task-cancel").click();
+  await item.and(page.locator('[data-state="killed"]')).waitFor({ timeout: 20_000 });
+  assert.match(await page.getByTestId("task-state").innerText(), /Cancelled/);
+  await screenshot(page, "05-tasks-cancelled");
+});
+
+test("network: a bad pattern is refused inline; allow and block rules show an allowed and a blocked request", async () => {
+  await go("network");
+  const pattern = page.getByTestId("rule-pattern");
+  await pattern.fill("*.com");
+  await page.getByTestId("rule-allow").click();
+  await page.getByTestId("rule-error").waitFor({ state: "visible" });
+  assert.equal(await pattern.inputValue(), "*.com", "the typed pattern is kept after an error");
+
+  await pattern.fill("files.test");
+  await page.getByTestId("rule-allow").click();
+  await page.locator('[data-testid="allow-entry"][data-pattern="files.test"]').waitFor();
+  await pattern.fill("blocked.test");
+  await page.getByTestId("rule-deny").click();
+  await page.locator('[data-testid="deny-entry"][data-pattern="blocked.test"]').waitFor();
+  await page.getByTestId("preset-python").click();
+  await page.locator('[data-testid="allow-entry"][data-pattern="files.pythonhosted.org"]').waitFor();
+
+  const p = files.port;
+  const item = await runTask(`wget -q -O- http://files.test:${p}/report.csv; wget -q -O- http://blocked.test:${p}/ || echo blocked-as-expected`);
+  await waitForOutput("hello from files.test /report.csv");
+  await waitForOutput("blocked-as-expected");
+  await item.and(page.locator('[data-state="exited"]')).waitFor({ timeout: 30_000 });
+
+  await go("network");
+  await page.locator('[data-testid="log-row"][data-decision="allow"][data-host="files.test"]').waitFor();
+  await page.locator('[data-testid="log-row"][data-decision="deny"][data-host="blocked.test"]').waitFor();
+  await page.getByTestId("log-filter-deny").click();
+  assert.equal(await page.locator('[data-testid="log-row"][data-decision="allow"]').count(), 0);
+  await page.getByTestId("log-filter-all").click();
+  await page.getByTestId("log-search").fill("files.test");
+  assert.equal(await page.locator('[data-testid="log-row"][data-host="blocked.test"]').count(), 0);
+  await page.getByTestId("log-search").fill("");
+  await screenshot(page, "06-network");
+});
+
+test("network: an unknown site asks; deny blocks it, always allow adds it to the allow list", { timeout: 90_000 }, async () => {
+  const p = files.port;
+  const item = await runTask(`wget -q -O- http://ask.test:${p}/ || echo refused-after-ask`);
+  const ask = page.locator('[data-testid="ask"][data-host="ask.test"]');
+  await ask.waitFor({ timeout: 30_000 });
+  await screenshot(page, "07-ask");
+  await ask.getByTestId("ask-deny").click();
+  await ask.waitFor({ state: "detached" });
+  await waitForOutput("refused-after-ask");
+  await item.and(page.locator('[data-state="exited"]')).waitFor({ timeout: 30_000 });
+
+  await runTask(`wget -q -O- http://always.test:${p}/ || echo always-done`);
+  const ask2 = page.locator('[data-testid="ask"][data-host="always.test"]');
+  await ask2.waitFor({ timeout: 30_000 });
+  await ask2.getByTestId("ask-always").click();
+  await ask2.waitFor({ state: "detached" });
+  await waitForOutput("always-done");
+
+  await go("network");
+  await page.locator('[data-testid="log-row"][data-decision="deny"][data-host="ask.test"]').waitFor();
+  await page.locator(`[data-testid="allow-entry"][data-pattern="always.test:${p}"]`).waitFor();
+});
+
+test("settings: where data and logs live", async () => {
+  await go("settings");
+  const stateDir = `${serve.dirs.XDG_STATE_HOME}/airlock`;
+  await page.getByTestId("about-state-dir").filter({ hasText: stateDir }).waitFor();
+  assert.match(await page.getByTestId("about-console-log").innerText(), /console\.log$/);
+  await screenshot(page, "08-settings");
+});
+
+test("no uncaught errors in the page", () => {
+  assert.deepEqual(pageErrors, []);
+});

@@ -14,6 +14,7 @@ package clock
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -134,4 +135,27 @@ func abs(d time.Duration) time.Duration {
 		return -d
 	}
 	return d
+}
+
+// Manual is a Clock moved by hand, for tests of code that watches the clock.
+type Manual struct {
+	mu sync.Mutex
+	// Wall is the wall clock's reading; set it before first use.
+	Wall time.Time
+	mono time.Duration
+}
+
+// Now implements Clock.
+func (m *Manual) Now() (time.Time, time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.Wall, m.mono
+}
+
+// Advance moves the wall clock by wall and the monotonic clock by mono.
+func (m *Manual) Advance(wall, mono time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.Wall = m.Wall.Add(wall)
+	m.mono += mono
 }

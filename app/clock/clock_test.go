@@ -2,31 +2,9 @@ package clock
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 )
-
-// fake is a Clock the test moves by hand.
-type fake struct {
-	mu   sync.Mutex
-	wall time.Time
-	mono time.Duration
-}
-
-func (f *fake) Now() (time.Time, time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.wall, f.mono
-}
-
-// advance moves the wall clock by wall and the monotonic one by mono.
-func (f *fake) advance(wall, mono time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.wall = f.wall.Add(wall)
-	f.mono += mono
-}
 
 func TestCheck(t *testing.T) {
 	const iv = 5 * time.Second
@@ -46,12 +24,12 @@ func TestCheck(t *testing.T) {
 		{name: "just under the threshold", wall: iv + 1999*time.Millisecond, mono: iv},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &fake{wall: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+			f := &Manual{Wall: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 			w := New(Options{Interval: iv, Threshold: 2 * time.Second, Clock: f}, nil)
 			if _, ok := w.Check(); ok {
 				t.Fatal("the first check reported a jump")
 			}
-			f.advance(tc.wall, tc.mono)
+			f.Advance(tc.wall, tc.mono)
 			j, ok := w.Check()
 			if ok != tc.jump {
 				t.Fatalf("jump %t (%+v), want %t", ok, j, tc.jump)
@@ -66,7 +44,7 @@ func TestCheck(t *testing.T) {
 				t.Errorf("jump at %s, want %s", j.Wall, wall)
 			}
 			// Reported once: the next steady tick is quiet.
-			f.advance(iv, iv)
+			f.Advance(iv, iv)
 			if j, ok := w.Check(); ok {
 				t.Errorf("jump reported again: %+v", j)
 			}
@@ -82,7 +60,7 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestRun(t *testing.T) {
-	f := &fake{wall: time.Unix(1_700_000_000, 0)}
+	f := &Manual{Wall: time.Unix(1_700_000_000, 0)}
 	jumps := make(chan Jump, 10)
 	w := New(Options{Interval: time.Millisecond, Threshold: time.Second, Clock: f}, func(_ context.Context, j Jump) { jumps <- j })
 	ctx, cancel := context.WithCancel(context.Background())
@@ -91,7 +69,7 @@ func TestRun(t *testing.T) {
 
 	// A wake: the wall clock moves an hour, the monotonic one does not.
 	time.Sleep(5 * time.Millisecond)
-	f.advance(time.Hour, 0)
+	f.Advance(time.Hour, 0)
 	select {
 	case j := <-jumps:
 		if j.Skew < time.Hour-time.Second || j.Skew > time.Hour {

@@ -1,6 +1,6 @@
 //go:build e2e
 
-package clock
+package clock_test
 
 // The wiring the session uses, against a real guest in QEMU:
 //
@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/clock"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/guest/client"
 )
@@ -63,9 +64,9 @@ func TestE2EResyncAfterJump(t *testing.T) {
 		t.Fatalf("guest clock only %s behind after setting it back", behind)
 	}
 
-	f := &fake{wall: time.Now().Round(0)}
+	f := &clock.Manual{Wall: time.Now().Round(0)}
 	synced := make(chan error, 1)
-	w := New(Options{Interval: 10 * time.Millisecond, Clock: f}, func(ctx context.Context, j Jump) {
+	w := clock.New(clock.Options{Interval: 10 * time.Millisecond, Clock: f}, func(ctx context.Context, j clock.Jump) {
 		t.Logf("jump: %+v", j)
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -75,7 +76,7 @@ func TestE2EResyncAfterJump(t *testing.T) {
 	defer wcancel()
 	go w.Run(wctx)
 	time.Sleep(50 * time.Millisecond)
-	f.advance(time.Hour, 0) // the wake
+	f.Advance(time.Hour, 0) // the wake
 	select {
 	case err := <-synced:
 		if err != nil {

@@ -1,9 +1,11 @@
-; Airlock installer (NSIS) - SKELETON, not built in CI yet.
-;
-; Wails builds this with `wails build -platform windows/amd64 -nsis` (and
-; windows/arm64): it generates wails_tools.nsh next to this file (product
-; name, version, ARCH, the !insertmacro wails.* helpers) and passes the app
-; binary. What this script adds to Wails' default installer:
+; Airlock installer (NSIS). `make desktop-windows` builds it (with makensis
+; from Debian's nsis) through `go tool wails build -platform windows/<arch>
+; -nsis`: Wails generates wails_tools.nsh next to this file (product name,
+; version, ARCH, the !insertmacro wails.* helpers) and passes the app
+; binary; the make target stages the rest in bin/windows_<arch>/. What this
+; script adds to Wails' default installer:
+;   - the airlock CLI (airlock.exe) next to Airlock.exe, for scripts and
+;     `airlock mcp` against the app's running service;
 ;   - airlock-vmservice.exe next to Airlock.exe, registered as the
 ;     LocalSystem service AirlockVMService (automatic start), removed on
 ;     uninstall after its VMs are gone;
@@ -12,10 +14,9 @@
 ;     folder the service boots from;
 ;   - a check for the Virtual Machine Platform feature, offering to enable it.
 ;
-; Remains (see vm/hcs/README.md): wire into the desktop build (wails.json,
-; CI job that cross-builds both arches with makensis), code signing, an
-; uninstall test on a real machine, per-machine vs per-user decision (the
-; service makes it per-machine).
+; Remains (see vm/hcs/README.md): code signing, an install and uninstall
+; test on a real machine, per-machine vs per-user decision (the service
+; makes it per-machine).
 
 Unicode true
 RequestExecutionLevel admin
@@ -26,7 +27,8 @@ RequestExecutionLevel admin
 
 !define SERVICE_NAME "AirlockVMService"
 !define SERVICE_EXE  "airlock-vmservice.exe"
-; Set by the build: the folder holding airlock-vmservice.exe and images\<arch>.
+; Set by the build: the folder holding airlock-vmservice.exe, airlock.exe
+; and images\<arch>.
 !ifndef AIRLOCK_STAGE
   !define AIRLOCK_STAGE "..\..\bin\windows_${ARCH}"
 !endif
@@ -86,6 +88,7 @@ Section "Airlock" SecMain
   SetOutPath $INSTDIR
   !insertmacro wails.files
   File "${AIRLOCK_STAGE}\${SERVICE_EXE}"
+  File "${AIRLOCK_STAGE}\airlock.exe"
 
   SetOutPath "$INSTDIR\images\${ARCH}"
   File /r "${AIRLOCK_STAGE}\images\${ARCH}\*.*"
@@ -113,6 +116,7 @@ Section "uninstall"
   nsExec::ExecToLog '"$INSTDIR\${SERVICE_EXE}" remove'
   RMDir /r "$INSTDIR\images"
   Delete "$INSTDIR\${SERVICE_EXE}"
+  Delete "$INSTDIR\airlock.exe"
   RMDir /r "$AppData\${PRODUCT_EXECUTABLE}" ; WebView2 data
   RMDir /r $INSTDIR
   Delete "$SMPROGRAMS\${INFO_PRODUCTNAME}.lnk"

@@ -32,14 +32,17 @@ type Client struct {
 
 var _ service.Core = (*Client)(nil)
 
-// NewUnixClient returns a client of the service on the unix socket at path.
-func NewUnixClient(path string) *Client {
+// NewClient returns a client of the service on the control endpoint at
+// path (a unix socket; a named pipe on Windows).
+func NewClient(path string) *Client {
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", path)
+		return dialControl(ctx, path)
 	}}
 	return &Client{http: &http.Client{Transport: tr}, base: "http://airlock"}
 }
+
+// NewUnixClient is NewClient (kept for callers written before Windows pipes).
+func NewUnixClient(path string) *Client { return NewClient(path) }
 
 // NewHTTPClient returns a client of a loopback HTTP listener with its token.
 func NewHTTPClient(baseURL, token string) *Client {

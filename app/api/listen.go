@@ -6,59 +6,23 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 )
 
-// DefaultSocket is the control socket of the user running this program:
-// $XDG_RUNTIME_DIR/airlock/airlock.sock, else a per-user folder under the
-// cache folder.
-func DefaultSocket() (string, error) {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "airlock", "airlock.sock"), nil
-	}
-	d, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("api: no folder for the control socket: %w", err)
-	}
-	return filepath.Join(d, "airlock", "run", "airlock.sock"), nil
-}
-
 // ErrRunning means another Airlock service already answers on the socket.
 var ErrRunning = errors.New("an Airlock service is already running")
 
-// ListenUnix listens on the control socket at path: its folder is made
-// 0700 (and must belong to this user), the socket is 0600, and a stale
-// socket left by a crashed service is replaced; a live one is ErrRunning.
-func ListenUnix(path string) (net.Listener, error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("api: socket folder: %w", err)
-	}
-	if err := checkPrivate(dir); err != nil {
-		return nil, err
-	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("%w (%s)", ErrRunning, path)
-	}
-	_ = os.Remove(path)
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("api: listen on %s: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("api: %w", err)
-	}
-	return &peerListener{Listener: l}, nil
-}
+// Listen listens on the control endpoint at path: a unix socket (0600 in a
+// private 0700 folder, peer uid checked), or on Windows a named pipe whose
+// ACL admits only this user and SYSTEM (network logons denied).
+func Listen(path string) (net.Listener, error) { return listenControl(path) }
+
+// ListenUnix is Listen (kept for callers written before Windows pipes).
+func ListenUnix(path string) (net.Listener, error) { return Listen(path) }
 
 // Serve answers the API on l until ctx is done. On the unix socket only
 // this user's processes are served (the peer's uid is checked as well as

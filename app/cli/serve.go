@@ -68,7 +68,7 @@ func (g *globals) client(ctx context.Context) (*api.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := api.NewUnixClient(sock)
+	c := api.NewClient(sock)
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := c.Ping(pctx); err != nil {
@@ -97,7 +97,7 @@ browser UI, guarded by a random token. Ctrl-C stops it and the VM.`,
 			if err != nil {
 				return err
 			}
-			l, err := api.ListenUnix(sock)
+			l, err := api.Listen(sock)
 			if err != nil {
 				return err
 			}

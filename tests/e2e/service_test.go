@@ -47,7 +47,7 @@ func startServe(t *testing.T, root string) *served {
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s.client = api.NewUnixClient(s.sock)
+	s.client = api.NewClient(s.sock)
 	for i := 0; s.client.Ping(context.Background()) != nil; i++ {
 		if i > 200 {
 			t.Fatalf("airlock serve did not answer: %s", s.stderr.String())

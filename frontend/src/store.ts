@@ -55,6 +55,17 @@ class Store {
     this.emit("status");
   }
 
+  /**
+   * putTask stores a snapshot unless the one held is newer: an answer to
+   * POST /v1/tasks can arrive after the events that moved the task on.
+   */
+  putTask(t: Task): void {
+    const old = this.tasks.get(t.id);
+    if (old && (rank(old) > rank(t) || (rank(old) === rank(t) && old.output.log_bytes > t.output.log_bytes))) return;
+    this.tasks.set(t.id, t);
+    this.emit("tasks");
+  }
+
   setSettings(s: Settings): void {
     if (this.status) {
       this.status = { ...this.status, settings: s };
@@ -95,9 +106,10 @@ class Store {
       case "task": {
         const te = e.task;
         if (!te) break;
-        if (te.kind === "removed") this.tasks.delete(te.task.id);
-        else this.tasks.set(te.task.id, te.task);
-        this.emit("tasks");
+        if (te.kind === "removed") {
+          this.tasks.delete(te.task.id);
+          this.emit("tasks");
+        } else this.putTask(te.task);
         if (te.kind !== "output" && this.status) {
           // running_tasks is part of the status; keep it in step.
           const running = [...this.tasks.values()].filter((t) => t.state === "running" || t.state === "queued").length;
@@ -162,6 +174,10 @@ class Store {
       delay = Math.min(delay * 2, 5000);
     }
   }
+}
+
+function rank(t: Task): number {
+  return t.state === "queued" ? 0 : t.state === "running" ? 1 : 2;
 }
 
 export const store = new Store();

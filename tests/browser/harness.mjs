@@ -94,8 +94,10 @@ export async function startServe(settings) {
     async stop() {
       if (proc.exitCode !== null || proc.signalCode !== null) return exited;
       proc.kill("SIGINT");
-      const timeout = new Promise((ok) => setTimeout(() => ok(null), 30000));
+      let timer;
+      const timeout = new Promise((ok) => (timer = setTimeout(() => ok(null), 30000)));
       const res = await Promise.race([exited, timeout]);
+      clearTimeout(timer);
       if (res === null) {
         proc.kill("SIGKILL");
         throw new Error(`airlock serve did not stop within 30 s of SIGINT:\n${stderr}`);
@@ -157,6 +159,6 @@ export async function browser(profileRoot) {
 export async function screenshot(page, name) {
   mkdirSync(ARTIFACTS, { recursive: true });
   const path = join(ARTIFACTS, `${name}.png`);
-  await page.screenshot({ path, fullPage: true });
+  await page.screenshot({ path, fullPage: true, animations: "disabled" });
   return path;
 }

@@ -30,7 +30,7 @@ export function networkView(): View {
   const pattern = h("input", {
     type: "text",
     class: "input mono",
-    placeholder: "example.com   *.example.com   api.example.com:443",
+    placeholder: "example.com or *.example.com",
     "aria-label": "Site",
     "data-testid": "rule-pattern",
     spellcheck: "false",

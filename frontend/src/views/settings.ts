@@ -42,8 +42,7 @@ export function settingsView(): View {
     );
     fill(
       versions,
-      h("dt", null, "Airlock"),
-      h("dd", { "data-testid": "about-version" }, st.version ?? "—"),
+      st.version ? [h("dt", null, "Airlock"), h("dd", { "data-testid": "about-version" }, st.version)] : null,
       h("dt", null, "This interface"),
       h("dd", null, __AIRLOCK_UI_VERSION__),
       h("dt", null, "Running in"),

@@ -135,8 +135,7 @@ export function tasksView(): View {
       runBtn,
       async () => {
         const t = await api.runShell(line, { root: asRoot.checked, timeoutSec: Number(timeout.value) });
-        store.tasks.set(t.id, t);
-        store.emit("tasks");
+        store.putTask(t);
         cmd.value = "";
         select(t.id);
       },
@@ -195,9 +194,7 @@ export function tasksView(): View {
           icon: "stop",
           testid: "task-cancel",
           onClick: () => void busy(cancel, async () => {
-            const nt = await api.cancel(t.id);
-            store.tasks.set(nt.id, nt);
-            store.emit("tasks");
+            store.putTask(await api.cancel(t.id));
           }),
         })
       : null;
@@ -274,10 +271,12 @@ export function tasksView(): View {
     update: (topic) => {
       if (topic !== "tasks") return;
       renderList();
-      if (selected) {
-        renderDetail();
-        if (!store.tasks.has(selected)) toast("That task was removed from the history", "warn");
+      if (selected && !store.tasks.has(selected)) {
+        toast("That task was removed from the history", "warn");
+        follow?.abort();
+        selected = "";
       }
+      renderDetail();
     },
     shown: () => requestAnimationFrame(() => fit?.fit()),
   };

@@ -106,3 +106,51 @@ frontend:
 test-browser: frontend airlock
 	$(GO) run ./images/cmd/airlock-image -arch $(ARCH) -out $(IMAGE_DIR) -q
 	cd tests/browser && npm ci --no-audit --no-fund && node --test --test-concurrency=1 --test-timeout=600000 --test-reporter=spec
+
+## desktop: the desktop app for this OS in build/bin/ (Linux: build/bin/airlock-desktop, apt
+## libgtk-3-dev libwebkit2gtk-4.1-dev; macOS: Airlock.app, its image added and signed by
+## build/darwin/post-build.sh). The web UI is built first (make frontend).
+.PHONY: desktop desktop-windows wailsjs check-wailsjs test-desktop
+comma := ,
+HOST_OS := $(shell $(GO) env GOOS)
+DESKTOP_TAGS := desktop,production$(if $(filter linux,$(HOST_OS)),$(comma)webkit2_41)
+# -m: never let wails run go mod tidy; -s: the UI is built by make frontend; bindings: make wailsjs.
+WAILS_BUILD := $(GO) tool wails build -m -s -skipbindings -trimpath
+desktop: frontend
+ifeq ($(HOST_OS),darwin)
+	$(WAILS_BUILD) -tags '$(DESKTOP_TAGS)' -ldflags '$(LDFLAGS)'
+	build/darwin/post-build.sh build/bin/Airlock.app
+else
+	CGO_ENABLED=1 $(GO) build -tags '$(DESKTOP_TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o build/bin/airlock-desktop .
+endif
+
+## desktop-windows: cross-build build/bin/Airlock-<arch>.exe (no cgo) and, when makensis is there
+## (apt: nsis), bin/Airlock-<arch>-installer.exe with the VM service, the CLI and the guest image
+DESKTOP_WINDOWS_ARCHES ?= amd64
+desktop-windows: frontend
+	@set -e; for arch in $(DESKTOP_WINDOWS_ARCHES); do \
+		stage=bin/windows_$$arch; mkdir -p $$stage; \
+		GOOS=windows GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $$stage/ ./app/cmd/airlock ./app/cmd/airlock-vmservice; \
+		nsis=; \
+		if command -v makensis >/dev/null; then \
+			$(GO) run ./images/cmd/airlock-image -arch $$arch -out $(IMAGE_DIR) -q; \
+			rm -rf $$stage/images; mkdir -p $$stage/images; cp -r $(IMAGE_DIR)/$$arch $$stage/images/$$arch; \
+			nsis=-nsis; \
+		else echo "makensis not found (apt: nsis): no installer, only Airlock-$$arch.exe"; fi; \
+		echo "windows/$$arch: Airlock-$$arch.exe $${nsis:+and its installer}"; \
+		$(WAILS_BUILD) -platform windows/$$arch -tags desktop,production -ldflags '$(LDFLAGS)' -o Airlock-$$arch.exe $$nsis; \
+	done
+
+## wailsjs: regenerate frontend/wailsjs (the JS bindings of app/desktop.Bindings, the Wails runtime)
+wailsjs:
+	$(GO) tool wails generate module -tags webkit2_41
+
+## check-wailsjs: frontend/wailsjs matches app/desktop
+check-wailsjs: wailsjs
+	@git diff --exit-code -- frontend/wailsjs && test -z "$$(git status --porcelain -- frontend/wailsjs)" || { echo "frontend/wailsjs drifted from app/desktop: run make wailsjs and commit"; exit 1; }
+
+## test-desktop: the Linux desktop build under Xvfb (apt: xvfb x11-utils imagemagick): its window
+## is shown and screenshot to build/bin/desktop.png (checked non-blank), its VM boots, and SIGTERM
+## (the tray's Quit) stops the VM and exits 0
+test-desktop: desktop image
+	build/linux/xvfb-smoke.sh build/bin/airlock-desktop build/bin/desktop.png

@@ -20,8 +20,10 @@ func (b *Bindings) ShowWindow() { b.app.ShowWindow() }
 func (b *Bindings) Quit() { b.app.Quit() }
 
 // Streams reports whether streaming answers (/v1/events, ?follow=1) arrive
-// as they are written in this window. When false (Windows), each stream
-// ends after PollWindow with what arrived and the UI should ask again:
-// the next follow from the offset it reached, events after re-reading the
+// as they are written in this window, without holding up other requests.
+// When false (Windows, Linux), each stream ends soon after its first news
+// or after PollWindow without any (answer header X-Airlock-Stream: poll),
+// and the UI asks again at once, without treating it as a lost connection:
+// a log follow from the offset it reached, events without re-reading the
 // state.
 func (b *Bindings) Streams() bool { return StreamsSupported(b.app.cfg.GOOS) }

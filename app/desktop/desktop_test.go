@@ -65,7 +65,7 @@ func TestHandlerRoutes(t *testing.T) {
 }
 
 func TestStreamsSupported(t *testing.T) {
-	for goos, want := range map[string]bool{"linux": true, "darwin": true, "windows": false} {
+	for goos, want := range map[string]bool{"linux": false, "darwin": true, "windows": false} {
 		if got := StreamsSupported(goos); got != want {
 			t.Errorf("StreamsSupported(%q) = %v, want %v", goos, got, want)
 		}
@@ -96,10 +96,12 @@ func streamOpen(t *testing.T, h http.Handler, path string, wait time.Duration) (
 
 func TestCutStreams(t *testing.T) {
 	streamer := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "{}\n")
+		if r.URL.Query().Get("quiet") == "" {
+			io.WriteString(w, "{}\n")
+		}
 		<-r.Context().Done()
 	})
-	cut := cutStreams(streamer, 50*time.Millisecond)
+	cut := cutStreams(streamer, 500*time.Millisecond, 10*time.Millisecond)
 	for _, tc := range []struct {
 		path     string
 		wantOpen bool
@@ -111,9 +113,13 @@ func TestCutStreams(t *testing.T) {
 		{"/v1/tasks/7/wait", true}, // ends by itself; not cut
 	} {
 		t.Run(tc.path, func(t *testing.T) {
-			open, w := streamOpen(t, cut, tc.path, time.Second)
+			start := time.Now()
+			open, w := streamOpen(t, cut, tc.path, 2*time.Second)
 			if open != tc.wantOpen {
-				t.Fatalf("still open after 1s = %v, want %v", open, tc.wantOpen)
+				t.Fatalf("still open after 2s = %v, want %v", open, tc.wantOpen)
+			}
+			if !open && time.Since(start) > 300*time.Millisecond {
+				t.Fatalf("a stream with news ended after %v, want soon after its first line", time.Since(start))
 			}
 			if !tc.wantOpen && (w.Header().Get(StreamHeader) != "poll" || w.Body.String() != "{}\n") {
 				t.Fatalf("cut stream: header %q body %q", w.Header().Get(StreamHeader), w.Body.String())
@@ -122,21 +128,35 @@ func TestCutStreams(t *testing.T) {
 	}
 }
 
+func TestQuietStreamEndsAfterTheWindow(t *testing.T) {
+	streamer := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "\n") // a keepalive is no news
+		<-r.Context().Done()
+	})
+	start := time.Now()
+	open, w := streamOpen(t, cutStreams(streamer, 300*time.Millisecond, time.Millisecond), "/v1/events", 2*time.Second)
+	if took := time.Since(start); open || took < 300*time.Millisecond {
+		t.Fatalf("quiet stream: open=%v after %v, want it ended at 300ms", open, took)
+	}
+	if w.Header().Get(StreamHeader) != "poll" {
+		t.Fatal("no poll header")
+	}
+}
+
 func TestWindowsEventsArePolled(t *testing.T) {
 	core := newFakeCore(session.StateRunning, "")
 	core.events <- service.Event{Kind: "task", Task: &tasks.Event{Kind: "started"}}
 	win := newApp(Config{UI: testUI, GOOS: "windows"}, backend{core: core})
-	start := time.Now()
 	open, w := streamOpen(t, win.Handler(), "/v1/events", 10*time.Second)
-	if open || time.Since(start) < PollWindow/2 {
-		t.Fatalf("windows: /v1/events open=%v after %v, want cut after %v", open, time.Since(start), PollWindow)
+	if open {
+		t.Fatal("windows: /v1/events still open, want it cut")
 	}
 	if !strings.Contains(w.Body.String(), `"kind":"task"`) || w.Header().Get(StreamHeader) != "poll" {
 		t.Fatalf("windows: got %q (header %q), want the queued event", w.Body.String(), w.Header().Get(StreamHeader))
 	}
-	lin := newApp(Config{UI: testUI, GOOS: "linux"}, backend{core: core})
-	if open, _ := streamOpen(t, lin.Handler(), "/v1/events", PollWindow+time.Second); !open {
-		t.Fatal("linux: /v1/events ended, want a stream that stays open")
+	mac := newApp(Config{UI: testUI, GOOS: "darwin"}, backend{core: core})
+	if open, _ := streamOpen(t, mac.Handler(), "/v1/events", PollWindow+time.Second); !open {
+		t.Fatal("darwin: /v1/events ended, want a stream that stays open")
 	}
 }
 
@@ -254,8 +274,8 @@ func TestAppLifecycle(t *testing.T) {
 	}
 	b.ShowWindow()
 	b.Quit()
-	if !b.Streams() {
-		t.Error("Streams() = false on linux")
+	if b.Streams() {
+		t.Error("Streams() = true on linux")
 	}
 	if got, want := rt.Calls(), []string{"choose Choose a folder /home/u", "show", "quit"}; !slices.Equal(got, want) {
 		t.Fatalf("runtime calls = %q, want %q", got, want)

@@ -6,27 +6,37 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/api"
 	"github.com/airlock-sandbox/airlock/app/service"
 )
 
-// PollWindow is how long a streaming request (/v1/events, ?follow=1) stays
-// open in a window whose webview buffers responses: the stream ends after
-// it, with what arrived, and the UI asks again (long polling).
-const PollWindow = 2 * time.Second
+// PollWindow is how long a streaming request (/v1/events, ?follow=1)
+// stays open without news in a window that cannot stream: it then ends,
+// and the UI asks again (long polling). A request with news ends
+// pollLinger after its first line, so what arrives together comes
+// together.
+const (
+	PollWindow = time.Second
+	pollLinger = 50 * time.Millisecond
+)
 
-// StreamHeader is set on streaming answers cut after PollWindow, so a UI
-// that reads it knows to reconnect rather than report a closed stream.
+// StreamHeader is set on streaming answers cut short, so a UI that reads
+// it knows to ask again rather than report a lost connection.
 const StreamHeader = "X-Airlock-Stream"
 
-// StreamsSupported reports whether the webview on goos hands a streamed
-// response to the page as it is written. Wails v2 on Windows collects the
-// whole body before giving it to WebView2 (pkg/assetserver/webview
-// responsewriter_windows.go); on macOS each write is passed on
-// (didReceiveData), and on Linux the body goes through a pipe.
-func StreamsSupported(goos string) bool { return goos != "windows" }
+// StreamsSupported reports whether a streamed answer reaches the page as
+// it is written, without holding up the page's other requests, in the
+// webview of goos. Wails v2 on Windows collects the whole body before
+// handing it to WebView2 (pkg/assetserver/webview/responsewriter_windows.go).
+// On Linux (WebKitGTK 4.1, 2.50) the body goes through a pipe, but while
+// one answer is open the page receives no other: the UI sat at
+// "Connecting" with its status, tasks and egress answers written (seen
+// under Xvfb). On macOS each write is passed on (didReceiveData); not yet
+// seen on a Mac.
+func StreamsSupported(goos string) bool { return goos == "darwin" }
 
 // Handler is what the window loads: the control API under /v1/ and the
 // web UI (frontend.Handler) for everything else. With
@@ -38,7 +48,7 @@ func Handler(core service.Core, unavailable error, ui http.Handler, streams bool
 	if core != nil {
 		apiH = api.Handler(core, log)
 		if !streams {
-			apiH = cutStreams(apiH, PollWindow)
+			apiH = cutStreams(apiH, PollWindow, pollLinger)
 		}
 	} else {
 		if unavailable == nil {
@@ -51,9 +61,22 @@ func Handler(core service.Core, unavailable error, ui http.Handler, streams bool
 		})
 	}
 	m := http.NewServeMux()
-	m.Handle("/v1/", apiH)
+	m.Handle("/v1/", logRequests(apiH, log))
 	m.Handle("/", ui)
 	return m
+}
+
+// logRequests logs each API request when it ends, at debug level: the
+// webview has no network panel in a production build.
+func logRequests(next http.Handler, log *slog.Logger) http.Handler {
+	if log == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		next.ServeHTTP(w, r)
+		log.Debug("api", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery, "took", time.Since(start))
+	})
 }
 
 // isStream reports whether r asks for a stream that only ends when the
@@ -62,7 +85,9 @@ func isStream(r *http.Request) bool {
 	return r.URL.Path == "/v1/events" || r.URL.Query().Get("follow") != ""
 }
 
-func cutStreams(next http.Handler, after time.Duration) http.Handler {
+// cutStreams ends each streaming request after `after`, or `linger` after
+// it first wrote a line.
+func cutStreams(next http.Handler, after, linger time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !isStream(r) {
 			next.ServeHTTP(w, r)
@@ -71,8 +96,31 @@ func cutStreams(next http.Handler, after time.Duration) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), after)
 		defer cancel()
 		w.Header().Set(StreamHeader, "poll")
-		next.ServeHTTP(w, r.WithContext(ctx))
+		next.ServeHTTP(&lingerWriter{ResponseWriter: w, linger: linger, cancel: cancel}, r.WithContext(ctx))
 	})
+}
+
+// lingerWriter cancels its request linger after the first line with
+// content (an empty line is a keepalive).
+type lingerWriter struct {
+	http.ResponseWriter
+	linger  time.Duration
+	cancel  context.CancelFunc
+	started bool
+}
+
+func (w *lingerWriter) Write(b []byte) (int, error) {
+	if !w.started && len(strings.TrimSpace(string(b))) > 0 {
+		w.started = true
+		time.AfterFunc(w.linger, w.cancel)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *lingerWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // jsonError is an answer shaped like the API's own errors.

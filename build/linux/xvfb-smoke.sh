@@ -1,0 +1,84 @@
+#!/bin/sh
+# xvfb-smoke.sh: run the Linux desktop build under Xvfb long enough to show
+# its window, take a screenshot and check it is not blank, then quit it
+# with SIGTERM (what the tray's Quit does) and check it left no VM behind.
+#
+#   build/linux/xvfb-smoke.sh <airlock-desktop> <screenshot.png>
+#
+# Runs from the repository root so the app finds images/out/<arch>; its
+# settings, state and control socket live in a temporary home, with a
+# workspace chosen there, so the VM boots. Needs Xvfb, xwininfo (x11-utils)
+# and ImageMagick's import and identify.
+# Environment: SMOKE_WAIT (seconds before the screenshot, default 12),
+# SMOKE_MIN_COLOURS (default 16).
+set -eu
+
+bin=$(realpath "${1:?usage: xvfb-smoke.sh <airlock-desktop> <screenshot.png>}")
+shot=${2:?usage: xvfb-smoke.sh <airlock-desktop> <screenshot.png>}
+wait_s=${SMOKE_WAIT:-12}
+min_colours=${SMOKE_MIN_COLOURS:-16}
+
+for tool in Xvfb xwininfo import identify; do
+	command -v $tool >/dev/null || { echo "xvfb-smoke: $tool not found (apt: xvfb x11-utils imagemagick)" >&2; exit 2; }
+done
+
+tmp=$(mktemp -d)
+xvfb_pid= app_pid=
+cleanup() {
+	[ -n "$app_pid" ] && kill -KILL "$app_pid" 2>/dev/null || true
+	[ -n "$xvfb_pid" ] && kill "$xvfb_pid" 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# Xvfb picks a free display and writes its number on fd 3.
+Xvfb -displayfd 3 -screen 0 1280x800x24 -nolisten tcp 3>"$tmp/display" 2>"$tmp/xvfb.log" &
+xvfb_pid=$!
+for _ in $(seq 50); do [ -s "$tmp/display" ] && break; sleep 0.1; done
+[ -s "$tmp/display" ] || { echo "xvfb-smoke: Xvfb did not start" >&2; cat "$tmp/xvfb.log" >&2; exit 1; }
+export DISPLAY=":$(cat "$tmp/display")"
+
+mkdir -p "$tmp/home/work" "$tmp/config/airlock" "$tmp/run"
+chmod 700 "$tmp/run"
+printf '{"workspace": "%s"}\n' "$tmp/home/work" >"$tmp/config/airlock/settings.json"
+echo "hello from the smoke test" >"$tmp/home/work/hello.txt"
+[ "$(id -u)" = 0 ] && chown -R 1000:1000 "$tmp/home/work"
+
+env HOME="$tmp/home" XDG_CONFIG_HOME="$tmp/config" XDG_STATE_HOME="$tmp/state" \
+	XDG_CACHE_HOME="$tmp/cache" XDG_RUNTIME_DIR="$tmp/run" \
+	"$bin" >"$tmp/app.log" 2>&1 &
+app_pid=$!
+
+# The window is mapped once GTK and WebKit are up.
+shown=
+for _ in $(seq 100); do
+	if xwininfo -root -tree 2>/dev/null | grep -q '"Airlock"'; then shown=1; break; fi
+	kill -0 "$app_pid" 2>/dev/null || break
+	sleep 0.2
+done
+[ -n "$shown" ] || { echo "xvfb-smoke: no Airlock window" >&2; cat "$tmp/app.log" >&2; exit 1; }
+sleep "$wait_s"
+
+kill -0 "$app_pid" 2>/dev/null || { echo "xvfb-smoke: the app exited" >&2; cat "$tmp/app.log" >&2; exit 1; }
+# The VM and its helpers (QEMU, virtiofsd) run with paths under $tmp.
+vms=$(pgrep -f -- "$tmp/" | grep -vx "$app_pid" || true)
+mkdir -p "$(dirname "$shot")"
+import -display "$DISPLAY" -window root "$shot"
+colours=$(identify -format '%k' "$shot")
+echo "xvfb-smoke: window shown; screenshot $shot has $colours colours; VM processes: $(echo ${vms:-none})"
+[ "$colours" -gt "$min_colours" ] || { echo "xvfb-smoke: the screenshot is blank ($colours colours)" >&2; exit 1; }
+
+# Quit: the app stops its VM and exits.
+start=$(date +%s)
+kill -TERM "$app_pid"
+for _ in $(seq 300); do kill -0 "$app_pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$app_pid" 2>/dev/null; then
+	echo "xvfb-smoke: the app did not quit within 30 s" >&2; cat "$tmp/app.log" >&2; exit 1
+fi
+wait "$app_pid" && rc=0 || rc=$?
+app_pid=
+echo "xvfb-smoke: quit in $(( $(date +%s) - start )) s, exit status $rc"
+for vm in $vms; do
+	if kill -0 "$vm" 2>/dev/null; then echo "xvfb-smoke: VM process $vm left running" >&2; exit 1; fi
+done
+[ "$rc" = 0 ] || { echo "xvfb-smoke: exit status $rc" >&2; cat "$tmp/app.log" >&2; exit 1; }

@@ -9,13 +9,16 @@
 # settings, state and control socket live in a temporary home, with a
 # workspace chosen there, so the VM boots. Needs Xvfb, xwininfo (x11-utils)
 # and ImageMagick's import and identify.
-# Environment: SMOKE_WAIT (seconds before the screenshot, default 12),
-# SMOKE_MIN_COLOURS (default 16).
+# The first paint of WebKitGTK in Xvfb (software rendering) can take over
+# ten seconds on a busy machine: screenshots are retaken until one has more
+# than SMOKE_MIN_COLOURS colours (default 16), for SMOKE_TIMEOUT seconds
+# (default 90), and not before SMOKE_WAIT seconds (default 8).
 set -eu
 
 bin=$(realpath "${1:?usage: xvfb-smoke.sh <airlock-desktop> <screenshot.png>}")
 shot=${2:?usage: xvfb-smoke.sh <airlock-desktop> <screenshot.png>}
-wait_s=${SMOKE_WAIT:-12}
+wait_s=${SMOKE_WAIT:-8}
+timeout_s=${SMOKE_TIMEOUT:-90}
 min_colours=${SMOKE_MIN_COLOURS:-16}
 
 for tool in Xvfb xwininfo import identify; do
@@ -59,14 +62,23 @@ done
 [ -n "$shown" ] || { echo "xvfb-smoke: no Airlock window" >&2; cat "$tmp/app.log" >&2; exit 1; }
 sleep "$wait_s"
 
-kill -0 "$app_pid" 2>/dev/null || { echo "xvfb-smoke: the app exited" >&2; cat "$tmp/app.log" >&2; exit 1; }
+mkdir -p "$(dirname "$shot")"
+deadline=$(( $(date +%s) + timeout_s ))
+while :; do
+	kill -0 "$app_pid" 2>/dev/null || { echo "xvfb-smoke: the app exited" >&2; cat "$tmp/app.log" >&2; exit 1; }
+	import -display "$DISPLAY" -window root "$shot"
+	colours=$(identify -format '%k' "$shot")
+	[ "$colours" -gt "$min_colours" ] && break
+	if [ "$(date +%s)" -ge "$deadline" ]; then
+		echo "xvfb-smoke: the window stayed blank for ${timeout_s} s ($colours colours in $shot)" >&2
+		cat "$tmp/app.log" >&2
+		exit 1
+	fi
+	sleep 2
+done
 # The VM and its helpers (QEMU, virtiofsd) run with paths under $tmp.
 vms=$(pgrep -f -- "$tmp/" | grep -vx "$app_pid" || true)
-mkdir -p "$(dirname "$shot")"
-import -display "$DISPLAY" -window root "$shot"
-colours=$(identify -format '%k' "$shot")
 echo "xvfb-smoke: window shown; screenshot $shot has $colours colours; VM processes: $(echo ${vms:-none})"
-[ "$colours" -gt "$min_colours" ] || { echo "xvfb-smoke: the screenshot is blank ($colours colours)" >&2; exit 1; }
 
 # Quit: the app stops its VM and exits.
 start=$(date +%s)

@@ -125,7 +125,9 @@ export class ApiError extends Error {
 }
 
 interface Native {
+  /** apiBase and apiToken point the UI at a control API elsewhere than this page's origin. */
   apiBase?: string;
+  apiToken?: string;
   chooseFolder?: () => Promise<string | null | undefined>;
   openPath?: (path: string) => Promise<void> | void;
 }
@@ -163,7 +165,8 @@ function base(): string {
 
 function headers(extra?: Record<string, string>): Record<string, string> {
   const h: Record<string, string> = { ...extra };
-  if (token) h.Authorization = `Bearer ${token}`;
+  const t = token || native()?.apiToken;
+  if (t) h.Authorization = `Bearer ${t}`;
   return h;
 }
 

@@ -2,7 +2,7 @@
 // gate holds the connection until someone answers or 60 s pass.
 
 import { api, type Ask, type Verdict } from "./api";
-import { fill, h, icon } from "./dom";
+import { h, icon } from "./dom";
 import { target } from "./format";
 import { store } from "./store";
 import { message, toast } from "./ui";
@@ -33,36 +33,44 @@ export function askPanel(): { el: HTMLElement; update(): void } {
     return Math.max(0, Math.ceil(ASK_SECONDS - (Date.now() - new Date(a.time).getTime()) / 1000));
   }
 
+  // One element per question, kept while it is pending, so a click is
+  // never lost to a re-render when another question arrives.
+  const rows = new Map<string, HTMLElement>();
+
+  function row(a: Ask): HTMLElement {
+    const task = a.task ? store.tasks.get(a.task) : undefined;
+    const what = task ? (task.command.shell ?? task.command.argv?.join(" ") ?? "") : "";
+    const r: HTMLElement = h(
+      "div",
+      { class: "ask", role: "alertdialog", "aria-label": `Allow ${a.host}?`, "data-testid": "ask", "data-ask": a.id, "data-host": a.host },
+      h("div", { class: "ask-icon" }, icon("network", 22)),
+      h(
+        "div",
+        { class: "ask-text" },
+        h("div", { class: "ask-title" }, "A task wants to connect to ", h("strong", { class: "mono" }, target(a.host, a.port, a.protocol))),
+        h("div", { class: "muted small" }, what ? h("span", null, "Task: ", h("code", null, what.length > 80 ? what.slice(0, 80) + "…" : what), " · ") : null, h("span", { class: "ask-left" }, `blocked in ${left(a)} s if you do not answer`)),
+      ),
+      h(
+        "div",
+        { class: "ask-actions" },
+        h("button", { type: "button", class: "btn btn-secondary", "data-testid": "ask-deny", onclick: () => void answer(a, "deny", r) }, "Deny"),
+        h("button", { type: "button", class: "btn btn-secondary", "data-testid": "ask-once", onclick: () => void answer(a, "allow-once", r) }, "Allow once"),
+        h("button", { type: "button", class: "btn btn-primary", "data-testid": "ask-always", onclick: () => void answer(a, "allow-always", r) }, "Always allow"),
+      ),
+    );
+    return r;
+  }
+
   function update(): void {
     const asks = [...store.asks.values()].sort((x, y) => x.time.localeCompare(y.time));
     el.hidden = asks.length === 0;
-    fill(
-      el,
-      asks.map((a) => {
-        const task = a.task ? store.tasks.get(a.task) : undefined;
-        const what = task ? (task.command.shell ?? task.command.argv?.join(" ") ?? "") : "";
-        const row = h(
-          "div",
-          { class: "ask", role: "alertdialog", "aria-label": `Allow ${a.host}?`, "data-testid": "ask", "data-ask": a.id, "data-host": a.host },
-          h("div", { class: "ask-icon" }, icon("network", 22)),
-          h(
-            "div",
-            { class: "ask-text" },
-            h("div", { class: "ask-title" }, "A task wants to connect to ", h("strong", { class: "mono" }, target(a.host, a.port, a.protocol))),
-            h("div", { class: "muted small" }, what ? h("span", null, "Task: ", h("code", null, what.length > 80 ? what.slice(0, 80) + "…" : what), " · ") : null, h("span", { class: "ask-left" }, `blocked in ${left(a)} s if you do not answer`)),
-          ),
-          h(
-            "div",
-            { class: "ask-actions" },
-            h("button", { type: "button", class: "btn btn-secondary", "data-testid": "ask-deny", onclick: () => void answer(a, "deny", row) }, "Deny"),
-            h("button", { type: "button", class: "btn btn-secondary", "data-testid": "ask-once", onclick: () => void answer(a, "allow-once", row) }, "Allow once"),
-            h("button", { type: "button", class: "btn btn-primary", "data-testid": "ask-always", onclick: () => void answer(a, "allow-always", row) }, "Always allow"),
-          ),
-        );
-        if (answering.has(a.id)) row.classList.add("answering");
-        return row;
-      }),
-    );
+    const keep = new Set(asks.map((a) => a.id));
+    for (const [id, r] of rows) if (!keep.has(id)) (r.remove(), rows.delete(id));
+    asks.forEach((a, i) => {
+      let r = rows.get(a.id);
+      if (!r) rows.set(a.id, (r = row(a)));
+      if (el.children[i] !== r) el.insertBefore(r, el.children[i] ?? null);
+    });
   }
 
   let lastSync = 0;

@@ -4,6 +4,7 @@
 // saved to artifacts/ as a screenshot.
 
 import assert from "node:assert/strict";
+import { mkdirSync } from "node:fs";
 import { after, before, test } from "node:test";
 import { browser, fileServer, leftovers, screenshot, startServe, workspaceDir } from "./harness.mjs";
 
@@ -92,6 +93,23 @@ test("workspace: a file is refused inline without losing the input, then a folde
   assert.equal(await page.getByTestId("ws-error").innerText(), "");
   assert.equal(await page.getByTestId("ws-mode").innerText(), "Read and write");
   assert.match(await page.getByTestId("ws-statement").innerText(), /reports/);
+
+  // Read only, and back (the machine is not running yet, so this is cheap).
+  await page.locator(".switch").click();
+  await page.getByTestId("ws-mode").filter({ hasText: "Read only" }).waitFor();
+  assert.match(await page.getByTestId("ws-statement").innerText(), /cannot change/);
+  await page.locator(".switch").click();
+  await page.getByTestId("ws-mode").filter({ hasText: "Read and write" }).waitFor();
+
+  // Another folder, then back to the first from the recent list.
+  const other = `${serve.tmp}/archive`;
+  mkdirSync(other);
+  await input.fill(other);
+  await page.getByTestId("ws-share").click();
+  await page.getByTestId("ws-current").filter({ hasText: other }).waitFor();
+  await page.getByTestId("ws-recent").getByTitle(`Share ${ws}`).click();
+  await page.getByTestId("ws-current").filter({ hasText: ws }).waitFor();
+  await page.getByTestId("ws-recent").getByTitle(`Share ${other}`).waitFor();
   await screenshot(page, "01-workspace");
 });
 

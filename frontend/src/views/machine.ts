@@ -117,6 +117,8 @@ export function machineView(): View {
     start.disabled = st === "running" || st === "starting" || st === "stopping";
     stop.disabled = st === "stopped" || st === "stopping";
     restart.disabled = st === "stopping" || st === "stopped";
+    if (consoleBox.dataset.path === (s.console_log ?? "")) return;
+    consoleBox.dataset.path = s.console_log ?? "";
     fill(
       consoleBox,
       h("p", { class: "muted" }, "What the sandbox prints while it boots and runs. Useful when it will not start."),

@@ -41,8 +41,13 @@ export function networkView(): View {
   const denyBtn = button("Block", { variant: "danger", icon: "cross", testid: "rule-deny", onClick: () => void addRule("deny") });
 
   let filter: Filter = "all";
+  let rulesKey = "";
   const search = h("input", { type: "search", class: "input", placeholder: "Filter by site, task or reason", "aria-label": "Filter the log", "data-testid": "log-search" });
   const seg = h("div", { class: "segmented", role: "group", "aria-label": "Show" });
+  const segButtons = (["all", "allow", "deny"] as Filter[]).map((f) =>
+    h("button", { type: "button", "data-filter": f, "data-testid": `log-filter-${f}`, onclick: () => ((filter = f), renderLog()) }, f === "all" ? "All" : f === "allow" ? "Allowed" : "Blocked"),
+  );
+  seg.append(...segButtons);
   const logBody = h("tbody", { "data-testid": "egress-log" });
   const logCount = h("span", { class: "muted" });
 
@@ -75,6 +80,9 @@ export function networkView(): View {
   function renderRules(): void {
     const st = store.settings;
     if (!st) return;
+    const key = JSON.stringify([st.allow, st.deny, st.map_hosts]);
+    if (key === rulesKey) return;
+    rulesKey = key;
     fill(allowList, ruleItems(st.allow, "allow"));
     fill(denyList, ruleItems(st.deny, "deny"));
     fill(
@@ -122,12 +130,10 @@ export function networkView(): View {
     const all = store.decisions;
     const rows = all.filter((d) => matches(d, q)).slice(-500).reverse();
     logCount.textContent = all.length ? `${rows.length} of ${all.length}` : "";
-    fill(
-      seg,
-      (["all", "allow", "deny"] as Filter[]).map((f) =>
-        h("button", { type: "button", class: f === filter ? "on" : "", "aria-pressed": String(f === filter), "data-testid": `log-filter-${f}`, onclick: () => ((filter = f), renderLog()) }, f === "all" ? "All" : f === "allow" ? "Allowed" : "Blocked"),
-      ),
-    );
+    for (const b of segButtons) {
+      b.classList.toggle("on", b.dataset.filter === filter);
+      b.setAttribute("aria-pressed", String(b.dataset.filter === filter));
+    }
     if (rows.length === 0) {
       fill(logBody, h("tr", null, h("td", { colspan: "6", class: "empty" }, all.length ? "Nothing matches this filter." : "No connections yet. When a task reaches out, it shows up here.")));
       return;

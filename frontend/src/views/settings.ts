@@ -33,13 +33,17 @@ export function settingsView(): View {
       h("dt", null, "Folder access"),
       h("dd", null, st.settings.read_only ? "Read only" : "Read and write"),
     );
-    fill(
+    const key = [st.state_dir, s.console_log, st.settings_path].join("\0");
+    if (places.dataset.key !== key) {
+      places.dataset.key = key;
+      fill(
       places,
       place("Airlock's data", "Task history and everything Airlock keeps between runs.", st.state_dir, "about-state-dir"),
       place("Task output", "Each task's output, saved as it arrives.", join(st.state_dir, "tasks")),
       place("Console log", "What the sandbox prints while it boots and runs.", s.console_log ?? "", "about-console-log"),
       st.settings_path ? place("Settings file", "Size, folder and network rules.", st.settings_path) : null,
-    );
+      );
+    }
     fill(
       versions,
       st.version ? [h("dt", null, "Airlock"), h("dd", { "data-testid": "about-version" }, st.version)] : null,

@@ -147,37 +147,73 @@ export function tasksView(): View {
     return [...store.tasks.values()].sort((a, b) => b.created.localeCompare(a.created));
   }
 
+  // Rows and buttons are kept and patched, never rebuilt: an element
+  // replaced between mouse down and up loses the click.
+  const rows = new Map<string, { li: HTMLLIElement; btn: HTMLButtonElement; key: string }>();
+  const emptyRow = h("li", { class: "empty" }, "Nothing has run yet.");
+
   function renderList(): void {
     const ts = sorted();
     count.textContent = ts.length ? `${ts.length}` : "";
     if (ts.length === 0) {
-      fill(list, h("li", { class: "empty" }, "Nothing has run yet."));
+      rows.clear();
+      fill(list, emptyRow);
       return;
     }
-    fill(
-      list,
-      ts.map((t) => {
-        const o = taskOutcome(t);
-        return h(
-          "li",
-          null,
-          h(
-            "button",
-            {
-              type: "button",
-              class: `task-item${t.id === selected ? " selected" : ""}`,
-              "data-testid": "task-item",
-              "data-task": t.id,
-              "data-state": t.state,
-              onclick: () => select(t.id),
-            },
-            h("div", { class: "task-line" }, h("code", { class: "task-cmd" }, commandLine(t))),
-            h("div", { class: "task-meta" }, badge(o.label, o.tone), h("span", { class: "muted" }, ago(t.created)), t.started ? h("span", { class: "muted" }, taskDuration(t)) : null),
-          ),
+    emptyRow.remove();
+    const keep = new Set(ts.map((t) => t.id));
+    for (const [id, r] of rows) if (!keep.has(id)) (r.li.remove(), rows.delete(id));
+    ts.forEach((t, i) => {
+      let r = rows.get(t.id);
+      if (!r) {
+        const btn = h("button", { type: "button", class: "task-item", "data-testid": "task-item", "data-task": t.id, onclick: () => select(t.id) });
+        r = { li: h("li", null, btn), btn, key: "" };
+        rows.set(t.id, r);
+      }
+      r.btn.classList.toggle("selected", t.id === selected);
+      r.btn.dataset.state = t.state;
+      const o = taskOutcome(t);
+      const when = ago(t.created);
+      const took = t.started ? taskDuration(t) : "";
+      const key = [commandLine(t), o.label, when, took].join("\0");
+      if (key !== r.key) {
+        r.key = key;
+        fill(
+          r.btn,
+          h("div", { class: "task-line" }, h("code", { class: "task-cmd" }, commandLine(t))),
+          h("div", { class: "task-meta" }, badge(o.label, o.tone), h("span", { class: "muted" }, when), took ? h("span", { class: "muted" }, took) : null),
         );
-      }),
-    );
+      }
+      if (list.children[i] !== r.li) list.insertBefore(r.li, list.children[i] ?? null);
+    });
   }
+
+  const detailCmd = h("code", { class: "detail-cmd" });
+  const detailMeta = h("div", { class: "detail-meta" });
+  const cancelBtn = button("Cancel", {
+    variant: "danger",
+    icon: "stop",
+    testid: "task-cancel",
+    onClick: () => {
+      const id = selected;
+      void busy(cancelBtn, async () => store.putTask(await api.cancel(id)));
+    },
+  });
+  const saveBtn = button("Save log", {
+    icon: "download",
+    testid: "task-save",
+    title: "Download the whole output as a text file",
+    onClick: () => {
+      const id = selected;
+      void busy(saveBtn, async () => {
+        const text = await fullLog(id);
+        const a = h("a", { href: URL.createObjectURL(new Blob([text], { type: "text/plain" })), download: `airlock-task-${id}.log` });
+        a.click();
+        setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+      });
+    },
+  });
+  detailHead.append(h("div", { class: "detail-title" }, detailCmd, detailMeta), h("div", { class: "row" }, cancelBtn, saveBtn));
 
   function renderDetail(): void {
     const t = store.tasks.get(selected);
@@ -187,46 +223,18 @@ export function tasksView(): View {
       return;
     }
     const o = taskOutcome(t);
-    const live = t.state === "running" || t.state === "queued";
-    const cancel = live
-      ? button("Cancel", {
-          variant: "danger",
-          icon: "stop",
-          testid: "task-cancel",
-          onClick: () => void busy(cancel, async () => {
-            store.putTask(await api.cancel(t.id));
-          }),
-        })
-      : null;
-    const save = button("Save log", {
-      icon: "download",
-      testid: "task-save",
-      title: "Download the whole output as a text file",
-      onClick: () =>
-        void busy(save, async () => {
-          const text = await fullLog(t.id);
-          const a = h("a", { href: URL.createObjectURL(new Blob([text], { type: "text/plain" })), download: `airlock-task-${t.id}.log` });
-          a.click();
-          setTimeout(() => URL.revokeObjectURL(a.href), 10000);
-        }),
-    });
+    cancelBtn.hidden = !(t.state === "running" || t.state === "queued");
+    const line = commandLine(t);
+    detailCmd.textContent = line;
+    detailCmd.title = line;
     const facts: (string | null)[] = [
       t.started ? `Started ${clock(t.started)}` : "Waiting to start",
       t.started ? taskDuration(t) : null,
       `${bytes(t.output.stdout + t.output.stderr)} of output`,
       t.command.root ? "as administrator (root)" : null,
-      t.reason ?? null,
+      t.reason && t.reason !== "cancelled" ? t.reason : null,
     ];
-    fill(
-      detailHead,
-      h(
-        "div",
-        { class: "detail-title" },
-        h("code", { class: "detail-cmd", title: commandLine(t) }, commandLine(t)),
-        h("div", { class: "detail-meta" }, badge(o.label, o.tone, "task-state"), facts.filter(Boolean).map((f) => h("span", { class: "muted" }, f!))),
-      ),
-      h("div", { class: "row" }, cancel, save),
-    );
+    fill(detailMeta, badge(o.label, o.tone, "task-state"), facts.filter(Boolean).map((f) => h("span", { class: "muted" }, f!)));
   }
 
   const el = h(

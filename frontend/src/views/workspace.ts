@@ -125,6 +125,9 @@ export function workspaceView(): View & { setFolder(dir: string): Promise<boolea
   function renderRecent(): void {
     const ws = store.session?.workspace;
     const list = recentFolders().filter((d) => d !== ws);
+    const key = JSON.stringify(list);
+    if (recent.dataset.key === key) return;
+    recent.dataset.key = key;
     fill(
       recent,
       list.length === 0

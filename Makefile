@@ -125,11 +125,12 @@ else
 endif
 
 ## desktop-windows: cross-build build/bin/Airlock-<arch>.exe (no cgo) and, when makensis is there
-## (apt: nsis), bin/Airlock-<arch>-installer.exe with the VM service, the CLI and the guest image
+## (apt: nsis), build/bin/Airlock-<arch>-installer.exe with the VM service, the CLI and the guest image
+## (staged in build/bin/windows_<arch>/, where build/windows/installer/project.nsi takes them)
 DESKTOP_WINDOWS_ARCHES ?= amd64
 desktop-windows: frontend
 	@set -e; for arch in $(DESKTOP_WINDOWS_ARCHES); do \
-		stage=bin/windows_$$arch; mkdir -p $$stage; \
+		stage=build/bin/windows_$$arch; mkdir -p $$stage; \
 		GOOS=windows GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $$stage/ ./app/cmd/airlock ./app/cmd/airlock-vmservice; \
 		nsis=; \
 		if command -v makensis >/dev/null; then \

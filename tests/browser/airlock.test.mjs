@@ -86,6 +86,7 @@ test("workspace: a file is refused inline without losing the input, then a folde
   await err.waitFor({ state: "visible" });
   assert.ok((await err.innerText()).length > 0);
   assert.equal(await input.inputValue(), notFolder, "the typed path is kept after an error");
+  await screenshot(page, "01a-workspace-refused");
 
   await input.fill(ws);
   await page.getByTestId("ws-share").click();

@@ -61,6 +61,7 @@ export function workspaceView(): View & { setFolder(dir: string): Promise<boolea
   const statement = h("div", { class: "statement", "data-testid": "ws-statement" });
   const recent = h("ul", { class: "recent", "data-testid": "ws-recent" });
   const warn = h("p", { class: "hint" });
+  const formLabel = h("label", { class: "label", for: "ws-path" }, "Share a folder");
 
   async function setFolder(dir: string, ro = readOnly.checked): Promise<boolean> {
     dir = dir.trim();
@@ -97,7 +98,7 @@ export function workspaceView(): View & { setFolder(dir: string): Promise<boolea
         void setFolder(pathInput.value);
       },
     },
-    h("label", { class: "label", for: "ws-path" }, "Share a different folder"),
+    formLabel,
     h("div", { class: "row" }, pathInput, chooseBtn, shareBtn),
     err,
     h(
@@ -188,6 +189,7 @@ export function workspaceView(): View & { setFolder(dir: string): Promise<boolea
         h("li", null, icon("cross", 16), "Your local network, and any website you have not allowed"),
       ),
     );
+    formLabel.textContent = ws ? "Share a different folder" : "Share a folder";
     warn.textContent = (store.status?.running_tasks ?? 0) > 0 ? "Sharing another folder restarts the sandbox: running tasks will stop." : "";
     renderRecent();
   }

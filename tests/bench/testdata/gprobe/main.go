@@ -1,0 +1,124 @@
+// Command gprobe runs inside the guest for tests/bench and prints one JSON
+// object on stdout with what it measured (times from the guest's clock).
+//
+//	gprobe write PATH MIB      write MIB MiB in 1 MiB chunks, fsync, close
+//	gprobe read PATH           read PATH to the end
+//	gprobe meta DIR N          create, stat and unlink N empty files in DIR
+//	gprobe rss                 VmRSS of the agent ("/init agent") and of PID 1, in KiB
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fail("usage: gprobe write|read|meta|rss ...")
+	}
+	out := map[string]any{"op": os.Args[1]}
+	switch os.Args[1] {
+	case "write":
+		mib, _ := strconv.Atoi(os.Args[3])
+		buf := make([]byte, 1<<20)
+		for i := range buf {
+			buf[i] = byte(i)
+		}
+		start := time.Now()
+		f, err := os.Create(os.Args[2])
+		check(err)
+		for range mib {
+			_, err = f.Write(buf)
+			check(err)
+		}
+		check(f.Sync())
+		check(f.Close())
+		out["secs"], out["bytes"] = time.Since(start).Seconds(), mib<<20
+	case "read":
+		buf := make([]byte, 1<<20)
+		start := time.Now()
+		f, err := os.Open(os.Args[2])
+		check(err)
+		n, err := io.CopyBuffer(io.Discard, onlyReader{f}, buf)
+		check(err)
+		f.Close()
+		out["secs"], out["bytes"] = time.Since(start).Seconds(), n
+	case "meta":
+		dir := os.Args[2]
+		n, _ := strconv.Atoi(os.Args[3])
+		check(os.MkdirAll(dir, 0o755))
+		names := make([]string, n)
+		for i := range names {
+			names[i] = filepath.Join(dir, fmt.Sprintf("f%05d", i))
+		}
+		start := time.Now()
+		for _, p := range names {
+			f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+			check(err)
+			check(f.Close())
+		}
+		t1 := time.Now()
+		for _, p := range names {
+			_, err := os.Stat(p)
+			check(err)
+		}
+		t2 := time.Now()
+		for _, p := range names {
+			check(os.Remove(p))
+		}
+		t3 := time.Now()
+		os.Remove(dir)
+		out["create_secs"], out["stat_secs"], out["unlink_secs"] = t1.Sub(start).Seconds(), t2.Sub(t1).Seconds(), t3.Sub(t2).Seconds()
+		out["n"] = n
+	case "rss":
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			if _, err := strconv.Atoi(e.Name()); err != nil {
+				continue
+			}
+			cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			args := bytes.Split(bytes.TrimRight(cmd, "\x00"), []byte{0})
+			switch {
+			case e.Name() == "1":
+				out["init_kib"] = rss(e.Name())
+			case len(args) == 2 && string(args[1]) == "agent":
+				out["agent_kib"] = rss(e.Name())
+			}
+		}
+	default:
+		fail("unknown op %q", os.Args[1])
+	}
+	json.NewEncoder(os.Stdout).Encode(out)
+}
+
+// onlyReader hides WriterTo/ReaderFrom so the copy really reads.
+type onlyReader struct{ io.Reader }
+
+func rss(pid string) int {
+	b, _ := os.ReadFile("/proc/" + pid + "/status")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return n
+		}
+	}
+	return -1
+}
+
+func check(err error) {
+	if err != nil {
+		fail("%v", err)
+	}
+}
+
+func fail(f string, a ...any) {
+	fmt.Fprintf(os.Stderr, "gprobe: "+f+"\n", a...)
+	os.Exit(1)
+}

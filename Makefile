@@ -143,8 +143,10 @@ desktop-windows: frontend
 	done
 
 ## wailsjs: regenerate frontend/wailsjs (the JS bindings of app/desktop.Bindings, the Wails runtime)
+# (wails generate writes the files 0755, wails build rewrites the runtime 0644: keep 0644)
 wailsjs:
 	$(GO) tool wails generate module -tags webkit2_41
+	@find frontend/wailsjs -type f -exec chmod 644 {} +
 
 ## check-wailsjs: frontend/wailsjs matches app/desktop
 check-wailsjs: wailsjs

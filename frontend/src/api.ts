@@ -139,8 +139,22 @@ declare global {
   }
 }
 
+interface WailsBindings {
+  ChooseFolder?: (title: string, dir: string) => Promise<string>;
+}
+
+/**
+ * native is what the desktop shell offers: window.airlockNative when it sets
+ * one, else the Wails bindings (window.go.desktop.Bindings); undefined in a
+ * plain browser.
+ */
 export function native(): Native | undefined {
-  return window.airlockNative;
+  if (window.airlockNative) return window.airlockNative;
+  const b = (window as unknown as { go?: { desktop?: { Bindings?: WailsBindings } } }).go?.desktop?.Bindings;
+  if (!b) return undefined;
+  return {
+    chooseFolder: b.ChooseFolder ? () => b.ChooseFolder!("Choose the folder to share", "") : undefined,
+  };
 }
 
 // The token `airlock serve` printed arrives once in the page URL. The
@@ -233,12 +247,22 @@ function chunk(c: RawChunk): Chunk {
   };
 }
 
+/** StreamEnd says how a stream ended without an error. */
+export interface StreamEnd {
+  /**
+   * polled: the server cut the stream short on purpose (header
+   * X-Airlock-Stream: poll, in desktop windows that cannot stream); ask
+   * again at once, it is not a lost connection.
+   */
+  polled: boolean;
+}
+
 /**
  * stream reads a newline-delimited JSON answer and hands each value to
  * onItem until the server ends it, the signal aborts it, or it breaks.
  * It resolves when the stream ended normally.
  */
-export async function stream<T>(path: string, onItem: (v: T) => void, signal: AbortSignal): Promise<void> {
+export async function stream<T>(path: string, onItem: (v: T) => void, signal: AbortSignal): Promise<StreamEnd> {
   const res = await fetch(base() + path, { headers: headers(), credentials: "same-origin", signal });
   if (!res.ok || !res.body) {
     let msg = res.statusText;
@@ -252,6 +276,7 @@ export async function stream<T>(path: string, onItem: (v: T) => void, signal: Ab
     }
     throw new ApiError(msg, res.status, code);
   }
+  const polled = res.headers.get("X-Airlock-Stream") === "poll";
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = "";
   for (;;) {
@@ -263,6 +288,33 @@ export async function stream<T>(path: string, onItem: (v: T) => void, signal: Ab
       const line = buf.slice(0, nl).trim();
       buf = buf.slice(nl + 1);
       if (line) onItem(JSON.parse(line) as T); // empty lines are keep-alives
+    }
+  }
+  return { polled };
+}
+
+/**
+ * followLog hands over a task's output from the start, as it arrives,
+ * until the task has ended and everything was read. Where the server cuts
+ * streams short (long polling), it asks again from where it got to.
+ */
+async function followLog(id: string, onChunk: (c: Chunk) => void, signal: AbortSignal): Promise<void> {
+  let from = 0;
+  let last = -1; // offset of the last chunk handed over
+  const take = (c: Chunk) => {
+    if (c.offset <= last) return;
+    last = c.offset;
+    onChunk(c);
+  };
+  for (;;) {
+    const end = await stream<RawChunk>(`/v1/tasks/${encodeURIComponent(id)}/log?offset=${from}&follow=1`, (c) => take(chunk(c)), signal);
+    if (!end.polled) return;
+    if (last >= 0) {
+      // The offset after the last record is known only to the server:
+      // read one page from that record, which also tells where to go on.
+      const page = await api.logPage(id, last);
+      page.chunks.forEach(take);
+      from = page.next;
     }
   }
 }
@@ -288,8 +340,7 @@ export const api = {
     const p = await call<{ chunks: RawChunk[]; next: number }>("GET", `/v1/tasks/${encodeURIComponent(id)}/log?offset=${offset}`);
     return { chunks: p.chunks.map(chunk), next: p.next };
   },
-  followLog: (id: string, offset: number, onChunk: (c: Chunk) => void, signal: AbortSignal) =>
-    stream<RawChunk>(`/v1/tasks/${encodeURIComponent(id)}/log?offset=${offset}&follow=1`, (c) => onChunk(chunk(c)), signal),
+  followLog,
 
   egressLog: () => call<Decision[]>("GET", "/v1/egress/log"),
   rule: (action: "allow" | "deny" | "remove", pattern: string) => call<Settings>("POST", "/v1/egress/rules", { action, pattern }),

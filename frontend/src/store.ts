@@ -156,14 +156,17 @@ class Store {
       const ctl = new AbortController();
       try {
         // Subscribe first, then read the state, so nothing falls between.
-        const events = api.events((e) => this.apply(e), ctl.signal);
+        let events = api.events((e) => this.apply(e), ctl.signal);
         events.catch(() => {});
         await this.refreshAll();
         this.connected = true;
         this.lastError = "";
         this.emit("conn");
         delay = 500;
-        await events;
+        // A window that cannot stream gets short answers: ask again at once.
+        while ((await events).polled) {
+          events = api.events((e) => this.apply(e), ctl.signal);
+        }
       } catch (e) {
         this.lastError = (e as Error).message;
       }

@@ -139,6 +139,31 @@ test("tasks: a command's output appears live and it ends as done", async () => {
   await screenshot(page, "04-tasks");
 });
 
+test("tasks: the output is whole when the server cuts log streams short (desktop long polling)", async () => {
+  const item = await runTask("for i in 1 2 3 4 5; do echo line-$i; sleep 0.2; done");
+  await waitForOutput("line-5");
+  await item.and(page.locator('[data-state="exited"]')).waitFor({ timeout: 30_000 });
+  // Read it again through a server that ends the first follow after one
+  // record with X-Airlock-Stream: poll, as the desktop window's does.
+  let follows = 0;
+  const pattern = /\/v1\/tasks\/[a-z2-7]+\/log\?.*follow=1/;
+  await page.route(pattern, async (route) => {
+    if (follows++ > 0) return route.continue();
+    const res = await route.fetch();
+    const first = (await res.text()).split("\n")[0] + "\n";
+    await route.fulfill({ status: 200, headers: { "Content-Type": "application/x-ndjson", "X-Airlock-Stream": "poll" }, body: first });
+  });
+  try {
+    await item.click();
+    await waitForOutput("line-5");
+    assert.ok(follows >= 2, `followed ${follows} times`);
+    const text = await terminalText();
+    for (let i = 1; i <= 5; i++) assert.equal(text.split(`line-${i}`).length - 1, 1, `line-${i} once in:\n${text}`);
+  } finally {
+    await page.unroute(pattern);
+  }
+});
+
 test("tasks: a long task is cancelled", async () => {
   const item = await runTask("echo started; sleep 300");
   await waitForOutput("started");

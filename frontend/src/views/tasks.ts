@@ -98,7 +98,6 @@ export function tasksView(): View {
     void api
       .followLog(
         id,
-        0,
         (c) => {
           if (ctl.signal.aborted) return;
           if (c.stream === "stderr") {

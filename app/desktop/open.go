@@ -29,7 +29,8 @@ type backend struct {
 }
 
 // openBackend opens the user's service as `airlock serve` does (settings,
-// state folder, guest image) and takes the control socket, or becomes a
+// state folder, guest image) and takes the control endpoint (a unix socket,
+// a named pipe on Windows), or becomes a
 // client of the service already answering on it.
 func openBackend(log *slog.Logger) backend {
 	sock, err := api.DefaultSocket()
@@ -38,11 +39,11 @@ func openBackend(log *slog.Logger) backend {
 	}
 	var l net.Listener
 	if sock != "" {
-		l, err = api.ListenUnix(sock)
+		l, err = api.Listen(sock)
 		switch {
 		case errors.Is(err, api.ErrRunning):
 			log.Info("using the running service", "socket", sock)
-			return backend{core: api.NewUnixClient(sock)}
+			return backend{core: api.NewClient(sock)}
 		case err != nil:
 			log.Warn("control socket unavailable: the CLI will not see this app's VM", "err", err)
 		}

@@ -59,7 +59,7 @@ func (g *globals) openService(stdio Stdio) (*service.Service, error) {
 	if g.verbose {
 		log = slog.New(slog.NewTextHandler(stdio.Err, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return service.Open(service.Config{StateDir: state, SettingsPath: settingsPath, Image: img, Logger: log})
+	return service.Open(service.Config{StateDir: state, SettingsPath: settingsPath, Image: img, Logger: log, Version: Version})
 }
 
 // client returns a client of the running service, or ErrNotRunning.

@@ -19,6 +19,10 @@ import (
 // while a UI that can answer is attached.
 const AskTimeout = 60 * time.Second
 
+// answererGrace keeps a UI counted as able to answer after its event stream
+// ends, covering a long-polling client's reconnect.
+const answererGrace = 5 * time.Second
+
 // Ask is a question to the user: may this task connect to host:port?
 type Ask struct {
 	ID       string    `json:"id"`
@@ -133,11 +137,17 @@ func (a *asks) subscribe(ctx context.Context, answer bool) <-chan Event {
 		<-ctx.Done()
 		a.mu.Lock()
 		delete(a.subs, ch)
-		if answer {
-			a.answerers--
-		}
 		a.mu.Unlock()
 		close(ch)
+		if answer {
+			// A UI that long-polls reconnects between polls: it stays an
+			// answerer for a moment, so an ask in that gap still reaches it.
+			time.AfterFunc(answererGrace, func() {
+				a.mu.Lock()
+				a.answerers--
+				a.mu.Unlock()
+			})
+		}
 	}()
 	return ch
 }

@@ -47,6 +47,8 @@ type Status struct {
 	Settings     settings.Settings `json:"settings"`
 	RunningTasks int               `json:"running_tasks"`
 	StateDir     string            `json:"state_dir"`
+	SettingsPath string            `json:"settings_path"`
+	Version      string            `json:"version,omitempty"`
 }
 
 // RunRequest asks for one task. Exactly one of Argv and Shell is set.

@@ -43,6 +43,8 @@ type Config struct {
 	// BootTimeout bounds one boot; zero means the sandbox default.
 	BootTimeout time.Duration
 	Logger      *slog.Logger
+	// Version is Airlock's version, reported by Status.
+	Version string
 }
 
 // Service is the host core. Its methods are safe for concurrent use.
@@ -153,7 +155,8 @@ func (s *Service) Status(context.Context) (Status, error) {
 	st := s.settings
 	running := len(s.running)
 	s.mu.Unlock()
-	return Status{Session: s.sess.Status(), Settings: st, RunningTasks: running, StateDir: s.cfg.StateDir}, nil
+	return Status{Session: s.sess.Status(), Settings: st, RunningTasks: running, StateDir: s.cfg.StateDir,
+		SettingsPath: s.cfg.SettingsPath, Version: s.cfg.Version}, nil
 }
 
 // Settings returns the current settings.

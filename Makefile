@@ -59,11 +59,15 @@ test-e2e: airlock
 	AIRLOCK_E2E_BIN=$(CURDIR)/bin/airlock AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) \
 		$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./tests/e2e/ ./vm/qemu/ ./app/clock/ ./app/session/ 2>&1 | tee /tmp/airlock-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
 
-## bench: benchmarks, each printed as a ratio against a baseline measured in the same run
+## bench: one table of figures, each against a baseline measured in the same run (tests/bench),
+## also written as JSON to BENCH_OUT (default tests/bench/out/bench.json) so runs can be compared;
+## BENCH_ROUNDS alternating rounds per figure. Figures are reported, never asserted.
+BENCH_OUT ?= $(CURDIR)/tests/bench/out/bench.json
+BENCH_ROUNDS ?= 3
 bench: airlock
 	$(GO) run ./images/cmd/airlock-image -arch $(ARCH) -out $(IMAGE_DIR) -q
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./app/egress/ ./guest/mux/
-	AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) $(GO) test -tags e2e -run '^$$' -bench . -benchtime 3x ./tests/bench/
+	AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) AIRLOCK_BENCH_BIN=$(CURDIR)/bin/airlock AIRLOCK_BENCH_OUT=$(BENCH_OUT) AIRLOCK_BENCH_ROUNDS=$(BENCH_ROUNDS) \
+		$(GO) test -count=1 -tags e2e -run '^$$' -bench '^BenchmarkTable$$' -benchtime 1x -timeout 15m ./tests/bench/
 
 .bin/protoc-gen-go .bin/protoc-gen-go-grpc: go.mod
 	$(GO) build -o .bin/ google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc

@@ -1,0 +1,332 @@
+//go:build e2e
+
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/sandbox"
+	"github.com/airlock-sandbox/airlock/app/workspace"
+	"github.com/airlock-sandbox/airlock/guest/client"
+	"github.com/airlock-sandbox/airlock/vm"
+	"github.com/airlock-sandbox/airlock/vm/qemu"
+)
+
+const (
+	streamSize = 64 << 20 // stdout, raw transport and egress transfers
+	fileMiB    = 64       // workspace read and write
+	metaFiles  = 1000     // small-file metadata operations
+)
+
+// ownedByTaskUser makes dir belong to uid 1000 when running as root, as a
+// user's own folder would, and returns its canonical path.
+func ownedByTaskUser(dir string) string {
+	if os.Getuid() == 0 {
+		_ = os.Chown(dir, 1000, 1000)
+	}
+	if canon, err := filepath.EvalSymlinks(dir); err == nil {
+		return canon
+	}
+	return dir
+}
+
+func (h *harness) guestPhases() {
+	ctx := context.Background()
+	ws := filepath.Join(h.work, "ws")
+	os.Mkdir(ws, 0o755)
+	ws = ownedByTaskUser(ws)
+	uid, gid := workspace.Owner(ws)
+
+	floorBin := filepath.Join(h.work, "floorinit")
+	for pkg, dst := range map[string]string{
+		"./testdata/floorinit":  floorBin,
+		"./testdata/gprobe":     filepath.Join(ws, "gprobe"),
+		"../e2e/testdata/probe": filepath.Join(ws, "probe"),
+	} {
+		if err := buildGuest(pkg, dst); err != nil {
+			h.b.Fatal(err)
+		}
+	}
+	agentInitrd := filepath.Join(h.imageDir, "initramfs.cpio")
+	floorInitrd := filepath.Join(h.work, "floor.cpio")
+	if err := floorInitramfs(agentInitrd, floorBin, floorInitrd); err != nil {
+		h.b.Fatal(err)
+	}
+
+	// Boot to ready, alternating agent and floor in the same VM config.
+	var agentMS, floorMS, agentUp, floorUp []float64
+	for i := range h.rounds {
+		a, err := boot(ctx, h.machineConfig(fmt.Sprintf("agent-%d", i), agentInitrd, ws, uid, gid), qemu.Options{})
+		if err != nil {
+			h.b.Fatalf("boot the agent image: %v", err)
+		}
+		a.m.Stop(ctx)
+		f, err := boot(ctx, h.machineConfig(fmt.Sprintf("floor-%d", i), floorInitrd, ws, uid, gid), qemu.Options{})
+		if err != nil {
+			h.b.Fatalf("boot the floor image: %v", err)
+		}
+		agentMS, floorMS = append(agentMS, ms(a.elapsed)), append(floorMS, ms(f.elapsed))
+		agentUp, floorUp = append(agentUp, float64(a.ready.BootMillis)), append(floorUp, float64(f.ready.BootMillis))
+		h.logf("boot %d: agent %v (guest %d ms), floor %v (guest %d ms)", i, a.elapsed.Round(time.Millisecond), a.ready.BootMillis, f.elapsed.Round(time.Millisecond), f.ready.BootMillis)
+		if i < h.rounds-1 {
+			f.m.Stop(ctx)
+			continue
+		}
+		h.floor = &floorVM{booted: f}
+		h.accel = f.m.Info().Accelerator
+		h.cleanups = append(h.cleanups, func() { f.m.Stop(context.Background()) })
+	}
+	h.t.add("boot-ready", "boot to ready: agent image", "ms", agentMS, "trivial init", floorMS, atMost(1.10))
+	h.t.add("boot-guest-uptime", "  guest uptime at ready: agent", "ms", agentUp, "trivial init", floorUp, atMost(1.10))
+
+	// The shared folder over virtiofs, egress through the gate.
+	payload := make([]byte, streamSize)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(payload) }))
+	defer srv.Close()
+	gate, err := egress.New(egress.Config{MapHosts: []string{"files.test=127.0.0.1"}})
+	if err != nil {
+		h.b.Fatal(err)
+	}
+	defer gate.Close()
+	img, err := sandbox.LoadImage(h.imageDir)
+	if err != nil {
+		h.b.Fatal(err)
+	}
+	start := time.Now()
+	sb, err := sandbox.Start(ctx, sandbox.Options{Workspace: ws, Image: img, UID: uid, GID: gid, Egress: blaster{gate}})
+	if err != nil {
+		h.b.Fatal(err)
+	}
+	h.t.add("boot-sandbox", "  sandbox.Start (ready, SetTime), one boot", "ms", []float64{ms(time.Since(start))}, "trivial init", floorMS, atMost(1.10))
+	h.logf("sandbox (virtiofs) up: %+v", sb.Machine().Info())
+	g := &guest{h: h, sb: sb}
+	g.roundTrips()
+	g.stdout()
+	user, pass := gate.Credentials("bench")
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	g.egress(egress.ProxyEnv(user, pass), port)
+	g.memory()
+	g.fs("virtiofs", ws)
+	sb.Close(ctx)
+
+	// The same folder over 9p.
+	sb9, err := sandbox.Start(ctx, sandbox.Options{Workspace: ws, Image: img, UID: uid, GID: gid,
+		NewMachine: func(cfg vm.Config) (vm.Machine, error) { return qemu.New(cfg, qemu.Options{Share: qemu.Share9P}) }})
+	if err != nil {
+		h.b.Fatal(err)
+	}
+	h.logf("sandbox (9p) up: %+v", sb9.Machine().Info())
+	(&guest{h: h, sb: sb9}).fs("9p", ws)
+	sb9.Close(ctx)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// guest measures through one sandbox's agent.
+type guest struct {
+	h  *harness
+	sb *sandbox.Sandbox
+}
+
+// run runs argv in the guest and returns its stdout; a failure is fatal.
+func (g *guest) run(env []string, argv ...string) string {
+	var out, errb strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	exit, err := g.sb.Agent().Exec(ctx, client.Spec{Argv: argv, Env: env}, client.Stdio{Stdout: &out, Stderr: &errb})
+	if err != nil || exit.Code != 0 {
+		g.h.b.Fatalf("%q: %+v %v\nstdout %q\nstderr %q", argv, exit, err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// probe runs gprobe and decodes its JSON answer.
+func (g *guest) probe(args ...string) map[string]float64 {
+	out := g.run(nil, append([]string{"/workspace/gprobe"}, args...)...)
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		g.h.b.Fatalf("gprobe %v: %q: %v", args, out, err)
+	}
+	f := map[string]float64{}
+	for k, v := range m {
+		if x, ok := v.(float64); ok {
+			f[k] = x
+		}
+	}
+	return f
+}
+
+func medianOf(n int, f func() time.Duration) float64 {
+	ts := make([]float64, n)
+	for i := range ts {
+		ts[i] = us(f())
+	}
+	return median(ts)
+}
+
+// roundTrips: a task running `true`, and the agent's Info RPC, against the
+// transport's own echo round trip (the floor guest), alternating.
+func (g *guest) roundTrips() {
+	ctx := context.Background()
+	a := g.sb.Agent()
+	var echo, tru, info []float64
+	for range g.h.rounds {
+		echo = append(echo, g.h.floor.echoRTT(g.h.b, 200))
+		tru = append(tru, medianOf(20, func() time.Duration {
+			start := time.Now()
+			exit, err := a.Exec(ctx, client.Spec{Argv: []string{"true"}}, client.Stdio{})
+			if err != nil || exit.Code != 0 {
+				g.h.b.Fatalf("true: %+v %v", exit, err)
+			}
+			return time.Since(start)
+		}))
+		info = append(info, medianOf(50, func() time.Duration {
+			start := time.Now()
+			if _, err := a.Info(ctx); err != nil {
+				g.h.b.Fatal(err)
+			}
+			return time.Since(start)
+		}))
+	}
+	g.h.echoRTT = echo
+	g.h.t.add("rtt-exec-true", "task round trip `true` (agent Exec)", "µs", tru, "transport echo RTT", echo, atMost(3))
+	g.h.t.add("rtt-info", "  agent Info RPC round trip", "µs", info, "transport echo RTT", echo, nil)
+}
+
+type countWriter struct{ n int64 }
+
+func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
+// stdout: a guest task writing to stdout against the raw transport in the
+// same direction (guest to host), alternating.
+func (g *guest) stdout() {
+	var raw, task []float64
+	for range g.h.rounds {
+		raw = append(raw, g.h.floor.source(g.h.b, streamSize))
+		var cw countWriter
+		start := time.Now()
+		exit, err := g.sb.Agent().Exec(context.Background(), client.Spec{Argv: []string{"head", "-c", strconv.Itoa(streamSize), "/dev/zero"}}, client.Stdio{Stdout: &cw})
+		if err != nil || exit.Code != 0 || cw.n != streamSize {
+			g.h.b.Fatalf("head: %+v %v, %d bytes", exit, err, cw.n)
+		}
+		task = append(task, mibps(streamSize, time.Since(start)))
+	}
+	g.h.rawSource = raw
+	g.h.t.add("stdout", "stdout of a guest task (head -c 64M)", "MiB/s", task, "raw transport guest→host", raw, atLeast(0.8))
+}
+
+// egress: a download into the guest through the gate (SOCKS5 to a loopback
+// HTTP server) against the raw transport in the same direction (the guest's
+// forwarder, no gate), alternating, timed in the guest by the probe.
+func (g *guest) egress(env []string, port string) {
+	secs := func(cmd string) float64 {
+		out := g.run(env, "sh", "-c", cmd)
+		for _, f := range strings.Fields(out) {
+			if v, ok := strings.CutPrefix(f, "secs="); ok {
+				s, _ := strconv.ParseFloat(v, 64)
+				return s
+			}
+		}
+		g.h.b.Fatalf("%s: no secs= in %q", cmd, out)
+		return 0
+	}
+	var raw, gated []float64
+	for range g.h.rounds {
+		raw = append(raw, float64(streamSize)/(1<<20)/secs("/workspace/probe drain "+egress.GuestHTTPProxy))
+		gated = append(gated, float64(streamSize)/(1<<20)/secs("/workspace/probe socks http://files.test:"+port+"/"))
+	}
+	g.h.t.add("egress-guest", "egress download into the guest via the gate", "MiB/s", gated, "raw transport host→guest", raw, atLeast(0.8))
+}
+
+// memory: the agent's and init's RSS against the floor init's (a minimal
+// Go program serving the mux), after the transfers above; the guest binary.
+func (g *guest) memory() {
+	r := g.probe("rss")
+	floor := g.h.floor.rssKiB(g.h.b) / 1024
+	g.h.t.add("rss-agent", "memory: guest agent RSS", "MiB", []float64{r["agent_kib"] / 1024}, "trivial Go mux init", []float64{floor}, nil)
+	g.h.t.add("rss-guest-init", "memory: guest init (PID 1) RSS", "MiB", []float64{r["init_kib"] / 1024}, "trivial Go mux init", []float64{floor}, nil)
+	size, _ := strconv.ParseFloat(strings.TrimSpace(g.run(nil, "stat", "-c", "%s", "/init")), 64)
+	g.h.t.add("size-guest", "size: guest binary (/init)", "MiB", []float64{size / (1 << 20)}, "trivial Go mux init", []float64{fileSizeMiB(filepath.Join(g.h.work, "floorinit"))}, nil)
+}
+
+// fs: the shared folder against the guest's own tmpfs, alternating.
+// Reads take a file the host just wrote (not in the guest's cache).
+func (g *guest) fs(kind, ws string) {
+	var wW, wT, rW, rT []float64
+	meta := map[string][2][]float64{}
+	block := make([]byte, 1<<20)
+	for i := range block {
+		block[i] = byte(i * 7)
+	}
+	for i := range g.h.rounds {
+		w := g.probe("write", fmt.Sprintf("/workspace/w%d.bin", i), strconv.Itoa(fileMiB))
+		t := g.probe("write", fmt.Sprintf("/tmp/w%d.bin", i), strconv.Itoa(fileMiB))
+		wW, wT = append(wW, w["bytes"]/(1<<20)/w["secs"]), append(wT, t["bytes"]/(1<<20)/t["secs"])
+
+		host := filepath.Join(ws, fmt.Sprintf("r%d.bin", i))
+		f, err := os.Create(host)
+		if err != nil {
+			g.h.b.Fatal(err)
+		}
+		for range fileMiB {
+			f.Write(block)
+		}
+		f.Close()
+		os.Chown(host, 1000, 1000)
+		w = g.probe("read", fmt.Sprintf("/workspace/r%d.bin", i))
+		t = g.probe("read", fmt.Sprintf("/tmp/w%d.bin", i))
+		rW, rT = append(rW, w["bytes"]/(1<<20)/w["secs"]), append(rT, t["bytes"]/(1<<20)/t["secs"])
+
+		w = g.probe("meta", fmt.Sprintf("/workspace/m%d", i), strconv.Itoa(metaFiles))
+		t = g.probe("meta", fmt.Sprintf("/tmp/m%d", i), strconv.Itoa(metaFiles))
+		for _, op := range []string{"create", "stat", "unlink"} {
+			m := meta[op]
+			m[0] = append(m[0], float64(metaFiles)/w[op+"_secs"])
+			m[1] = append(m[1], float64(metaFiles)/t[op+"_secs"])
+			meta[op] = m
+		}
+		g.run(nil, "rm", "-f", fmt.Sprintf("/tmp/w%d.bin", i), fmt.Sprintf("/workspace/w%d.bin", i))
+		os.Remove(host)
+	}
+	g.h.t.add("ws-write-"+kind, fmt.Sprintf("workspace write 64M+fsync (%s)", kind), "MiB/s", wW, "guest tmpfs", wT, nil)
+	g.h.t.add("ws-read-"+kind, fmt.Sprintf("workspace read 64M, cold (%s)", kind), "MiB/s", rW, "guest tmpfs", rT, nil)
+	for _, op := range []string{"create", "stat", "unlink"} {
+		g.h.t.add("ws-"+op+"-"+kind, fmt.Sprintf("workspace %s ×%d (%s)", op, metaFiles, kind), "op/s", meta[op][0], "guest tmpfs", meta[op][1], nil)
+	}
+}
+
+// blaster stands in for the gate on the HTTP port: every stream the guest
+// opens gets streamSize bytes straight from the transport, no proxying.
+type blaster struct{ gate *egress.Gate }
+
+func (b blaster) ServeHTTPProxy(l net.Listener) error {
+	buf := make([]byte, 256<<10)
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			for left := streamSize; left > 0; left -= len(buf) {
+				if _, err := c.Write(buf[:min(left, len(buf))]); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+func (b blaster) ServeSOCKS(l net.Listener) error { return b.gate.ServeSOCKS(l) }

@@ -1,0 +1,279 @@
+//go:build e2e
+
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/guest/mux"
+)
+
+// harness holds what the phases share.
+type harness struct {
+	b        *testing.B
+	t        *table
+	rounds   int
+	accel    string
+	cleanups []func()
+
+	imageDir  string // images/out/<arch>
+	work      string // scratch folder, removed at the end
+	floor     *floorVM
+	echoRTT   []float64 // per-round medians, µs (the transport's own echo)
+	rawSource []float64 // MiB/s guest→host on the raw transport
+}
+
+func (h *harness) cleanup() {
+	for i := len(h.cleanups) - 1; i >= 0; i-- {
+		h.cleanups[i]()
+	}
+}
+
+func (h *harness) logf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", a...)
+}
+
+func (h *harness) run() {
+	h.imageDir = imageDir(h.b)
+	var err error
+	if h.work, err = os.MkdirTemp("", "airlock-bench-"); err != nil {
+		h.b.Fatal(err)
+	}
+	h.cleanups = append(h.cleanups, func() { os.RemoveAll(h.work) })
+
+	h.hostOnly()
+	h.guestPhases()
+	h.service()
+	h.sizes()
+}
+
+func imageDir(b *testing.B) string {
+	root := os.Getenv("AIRLOCK_IMAGE_DIR")
+	if root == "" {
+		root = filepath.Join("..", "..", "images", "out")
+	}
+	dir, _ := filepath.Abs(filepath.Join(root, runtime.GOARCH))
+	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
+		b.Fatalf("no guest image in %s (make image; make bench builds it): %v", dir, err)
+	}
+	return dir
+}
+
+// hostOnly measures what needs no VM: the multiplexer against a bare
+// socketpair, and the gate on loopback against a direct connection.
+func (h *harness) hostOnly() {
+	const size = 64 << 20
+	var muxR, rawR []float64
+	for range h.rounds {
+		m, r := muxVsRaw(h.b, size)
+		muxR, rawR = append(muxR, m), append(rawR, r)
+	}
+	h.t.add("mux-stream", "mux: one stream over a socketpair", "MiB/s", muxR, "bare socketpair", rawR, atLeast(0.9))
+
+	o := newOrigin(h.b, size)
+	defer o.close()
+	g, err := egress.New(egress.Config{MapHosts: []string{"origin.test=127.0.0.1"}})
+	if err != nil {
+		h.b.Fatal(err)
+	}
+	defer g.Close()
+	hl, _ := net.Listen("tcp", "127.0.0.1:0")
+	sl, _ := net.Listen("tcp", "127.0.0.1:0")
+	go g.ServeHTTPProxy(hl)
+	go g.ServeSOCKS(sl)
+	defer hl.Close()
+	defer sl.Close()
+	port := o.l.Addr().(*net.TCPAddr).Port
+	direct := func() (net.Conn, io.Reader, error) {
+		c, err := net.Dial("tcp", o.l.Addr().String())
+		return c, c, err
+	}
+	connect := func() (net.Conn, io.Reader, error) {
+		c, err := net.Dial("tcp", hl.Addr().String())
+		if err != nil {
+			return nil, nil, err
+		}
+		fmt.Fprintf(c, "CONNECT origin.test:%d HTTP/1.1\r\n\r\n", port)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil || resp.StatusCode != 200 {
+			c.Close()
+			return nil, nil, fmt.Errorf("CONNECT: %v %v", resp, err)
+		}
+		return c, br, nil
+	}
+	socks := func() (net.Conn, io.Reader, error) {
+		c, err := net.Dial("tcp", sl.Addr().String())
+		if err != nil {
+			return nil, nil, err
+		}
+		req := append([]byte{5, 1, 0, 5, 1, 0, 3, 11}, "origin.test"...)
+		c.Write(append(req, byte(port>>8), byte(port)))
+		reply := make([]byte, 12)
+		if _, err := io.ReadFull(c, reply); err != nil || reply[3] != 0 {
+			c.Close()
+			return nil, nil, fmt.Errorf("SOCKS: %x %v", reply, err)
+		}
+		return c, c, nil
+	}
+	fetch := func(open func() (net.Conn, io.Reader, error)) float64 {
+		start := time.Now()
+		c, r, err := open()
+		if err != nil {
+			h.b.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, r)
+		c.Close()
+		if err != nil || n != size {
+			h.b.Fatalf("read %d bytes: %v", n, err)
+		}
+		return mibps(size, time.Since(start))
+	}
+	var d, cn, sk []float64
+	for range h.rounds * 2 {
+		d, cn, sk = append(d, fetch(direct)), append(cn, fetch(connect)), append(sk, fetch(socks))
+	}
+	h.t.add("gate-loopback-connect", "gate on loopback: HTTP CONNECT", "MiB/s", cn, "direct TCP", d, atLeast(0.8))
+	h.t.add("gate-loopback-socks", "gate on loopback: SOCKS5", "MiB/s", sk, "direct TCP", d, atLeast(0.8))
+}
+
+func mibps(n int64, d time.Duration) float64 { return float64(n) / (1 << 20) / d.Seconds() }
+
+// muxVsRaw moves size bytes over one mux stream on a unix socketpair and
+// over a bare socketpair, in MiB/s.
+func muxVsRaw(b *testing.B, size int64) (muxRate, rawRate float64) {
+	buf := make([]byte, 64<<10)
+	transfer := func(w io.Writer, r io.Reader) time.Duration {
+		start := time.Now()
+		done := make(chan struct{})
+		go func() { io.CopyN(io.Discard, r, size); close(done) }()
+		for sent := int64(0); sent < size; sent += int64(len(buf)) {
+			w.Write(buf)
+		}
+		<-done
+		return time.Since(start)
+	}
+	a, c := socketPair(b)
+	host, guest := mux.Client(a, mux.Config{}), mux.Server(c, mux.Config{})
+	defer host.Close()
+	defer guest.Close()
+	ln, _ := guest.Listen(1)
+	accepted := make(chan net.Conn, 1)
+	go func() { conn, _ := ln.Accept(); accepted <- conn }()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w, err := host.Dial(ctx, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := <-accepted
+	muxRate = mibps(size, transfer(w, r))
+	rw, rr := socketPair(b)
+	defer rw.Close()
+	defer rr.Close()
+	rawRate = mibps(size, transfer(rw, rr))
+	return
+}
+
+func socketPair(b *testing.B) (net.Conn, net.Conn) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	conn := func(fd int) net.Conn {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c
+	}
+	return conn(fds[0]), conn(fds[1])
+}
+
+// origin is a loopback TCP server that sends size bytes to every connection.
+type origin struct{ l net.Listener }
+
+func newOrigin(b *testing.B, size int64) *origin {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				for sent := int64(0); sent < size; sent += int64(len(chunk)) {
+					if _, err := c.Write(chunk[:min(int64(len(chunk)), size-sent)]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return &origin{l}
+}
+
+func (o *origin) close() { o.l.Close() }
+
+// vmRSS is VmRSS of pid in KiB.
+func vmRSS(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return float64(n)
+		}
+	}
+	return -1
+}
+
+func fileSizeMiB(p string) float64 {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return -1
+	}
+	return float64(fi.Size()) / (1 << 20)
+}
+
+// sizes: the image and the binaries.
+func (h *harness) sizes() {
+	for _, f := range []struct{ key, name, path string }{
+		{"size-vmlinux", "size: vmlinux (uncompressed PVH kernel)", filepath.Join(h.imageDir, "vmlinux")},
+		{"size-initramfs", "size: initramfs.cpio (uncompressed)", filepath.Join(h.imageDir, "initramfs.cpio")},
+		{"size-airlock", "size: bin/airlock", airlockBin()},
+	} {
+		h.t.add(f.key, f.name, "MiB", []float64{fileSizeMiB(f.path)}, "", nil, nil)
+	}
+}
+
+func airlockBin() string {
+	if p := os.Getenv("AIRLOCK_BENCH_BIN"); p != "" {
+		return p
+	}
+	p, _ := filepath.Abs(filepath.Join("..", "..", "bin", "airlock"))
+	return p
+}

@@ -15,8 +15,8 @@ APT_PACKAGES := qemu-system-x86 qemu-system-arm busybox-static kmod cpio xz-util
 
 all: build
 
-## build: the airlock CLI and the guest image for this machine's architecture
-build: airlock image
+## build: the web UI, the airlock CLI (which embeds it) and the guest image for this machine
+build: frontend airlock image
 
 airlock:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/airlock ./app/cmd/airlock
@@ -38,14 +38,15 @@ deps:
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 ## run: set up, build, and run a command in a sandbox that sees $(WORKSPACE)
-run: deps build
+run: deps airlock image
 	@mkdir -p "$(WORKSPACE)"
 	@if [ "$$(id -u)" = 0 ]; then chown 1000:1000 "$(WORKSPACE)"; fi
 	bin/airlock run --workspace "$(WORKSPACE)" -- sh -c 'echo "hello from $$(uname -sr) as $$(id -un)" | tee /workspace/hello.txt; ls -la /workspace'
 	@echo "--> $(WORKSPACE)/hello.txt was written by the sandbox"
 
-## test: everything: vet, darwin type-check, windows cross-build, unit tests, generated-code drift, e2e in real VMs
-test: vet check-darwin check-windows test-unit check-proto test-e2e
+## test: everything: vet, darwin type-check, windows cross-build, unit tests, generated-code drift,
+## e2e in real VMs, the web UI in Chromium, the Linux desktop app under Xvfb
+test: vet check-darwin check-windows test-unit check-proto check-wailsjs test-e2e test-browser test-desktop
 
 vet:
 	$(GO) vet ./...
@@ -107,7 +108,9 @@ frontend:
 	cd frontend && npm ci --no-audit --no-fund && AIRLOCK_VERSION=$(VERSION) npm run build
 
 ## test-browser: the web UI in Debian's Chromium (apt: chromium) against airlock serve --http and a real VM
-test-browser: frontend airlock
+# (airlock is rebuilt in a sub-make: within one make run it may already have been built without the UI)
+test-browser: frontend
+	$(MAKE) airlock
 	$(GO) run ./images/cmd/airlock-image -arch $(ARCH) -out $(IMAGE_DIR) -q
 	cd tests/browser && npm ci --no-audit --no-fund && node --test --test-concurrency=1 --test-timeout=600000 --test-reporter=spec
 

@@ -112,6 +112,15 @@ window.airlockUI = {
   },
 };
 
+// In the desktop window, a folder dropped anywhere on it becomes the
+// workspace (the Wails runtime gives paths; a browser only gives contents).
+// A dropped file is refused by the service and shown inline, like a typed one.
+type WailsRuntime = { OnFileDrop?: (cb: (x: number, y: number, paths: string[]) => void, useDropTarget: boolean) => void };
+const wailsRuntime = (window as unknown as { runtime?: WailsRuntime }).runtime;
+wailsRuntime?.OnFileDrop?.((_x, _y, paths) => {
+  if (paths.length > 0) void window.airlockUI?.setWorkspace(paths[0]);
+}, false);
+
 show();
 renderFoot();
 void store.follow();

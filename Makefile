@@ -4,7 +4,7 @@ GO    ?= go
 ARCH  ?= $(shell $(GO) env GOARCH)
 OTHER_ARCH := $(if $(filter amd64,$(ARCH)),arm64,amd64)
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X github.com/airlock-sandbox/airlock/app/cli.Version=$(VERSION)
+LDFLAGS := -s -w -X github.com/airlock-sandbox/airlock/app/service.Version=$(VERSION)
 IMAGE_DIR := images/out
 WORKSPACE ?= $(HOME)/airlock-demo
 E2E_TIMEOUT ?= 40m

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/spf13/cobra"
 )
 
@@ -24,8 +25,8 @@ const (
 	ExitTimedOut     = 124 // the task hit its --timeout
 )
 
-// Version is set at build time with -ldflags "-X ...cli.Version=...".
-var Version = "dev"
+// Version is Airlock's version (set at build time in app/service).
+var Version = service.Version
 
 // Stdio are the streams the CLI talks to.
 type Stdio struct {

@@ -7,15 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"runtime"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/api"
-	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/service"
-	"github.com/airlock-sandbox/airlock/app/settings"
 	"github.com/airlock-sandbox/airlock/frontend"
 	"github.com/spf13/cobra"
 )
@@ -38,28 +35,15 @@ func (g *globals) socketPath() (string, error) {
 // openService opens the in-process host core with the user's settings,
 // state folder and guest image.
 func (g *globals) openService(stdio Stdio) (*service.Service, error) {
-	home, _ := os.UserHomeDir()
-	state, err := service.StateDir(runtime.GOOS, home, os.Getenv)
-	if err != nil {
-		return nil, fmt.Errorf("state folder: %w", err)
-	}
-	settingsPath, err := settings.DefaultPath()
-	if err != nil {
-		return nil, err
-	}
 	var dirs []string
 	if g.imageDir != "" {
 		dirs = []string{g.imageDir, g.imageDir + "/" + runtime.GOARCH}
-	}
-	img, err := sandbox.FindImage(dirs)
-	if err != nil {
-		return nil, err
 	}
 	log := slog.New(slog.DiscardHandler)
 	if g.verbose {
 		log = slog.New(slog.NewTextHandler(stdio.Err, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return service.Open(service.Config{StateDir: state, SettingsPath: settingsPath, Image: img, Logger: log, Version: Version})
+	return service.OpenUser(dirs, log)
 }
 
 // client returns a client of the running service, or ErrNotRunning.

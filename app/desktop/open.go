@@ -2,16 +2,11 @@ package desktop
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"runtime"
 
 	"github.com/airlock-sandbox/airlock/app/api"
-	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/service"
-	"github.com/airlock-sandbox/airlock/app/settings"
 )
 
 // backend is the core the window works on, and what the app owns of it.
@@ -59,18 +54,5 @@ func openBackend(log *slog.Logger) backend {
 }
 
 func openService(log *slog.Logger) (*service.Service, error) {
-	home, _ := os.UserHomeDir()
-	state, err := service.StateDir(runtime.GOOS, home, os.Getenv)
-	if err != nil {
-		return nil, fmt.Errorf("state folder: %w", err)
-	}
-	settingsPath, err := settings.DefaultPath()
-	if err != nil {
-		return nil, err
-	}
-	img, err := sandbox.FindImage(nil)
-	if err != nil {
-		return nil, err
-	}
-	return service.Open(service.Config{StateDir: state, SettingsPath: settingsPath, Image: img, Logger: log})
+	return service.OpenUser(nil, log)
 }

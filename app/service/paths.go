@@ -2,7 +2,14 @@ package service
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
+	"os"
 	"path/filepath"
+	"runtime"
+
+	"github.com/airlock-sandbox/airlock/app/sandbox"
+	"github.com/airlock-sandbox/airlock/app/settings"
 )
 
 // StateDir returns where Airlock keeps task history and logs for a user on
@@ -29,4 +36,29 @@ func StateDir(goos, home string, getenv func(string) string) (string, error) {
 		}
 		return filepath.Join(home, ".local", "state", "airlock"), nil
 	}
+}
+
+// Version is Airlock's version, set at build time with
+// -ldflags "-X github.com/airlock-sandbox/airlock/app/service.Version=...".
+var Version = "dev"
+
+// OpenUser opens the service for the user running this program: the state
+// folder of StateDir, the settings at settings.DefaultPath, and the guest
+// image found in imageDirs (nil: sandbox.ImageSearchPath). The CLI and the
+// desktop app both start the service this way.
+func OpenUser(imageDirs []string, log *slog.Logger) (*Service, error) {
+	home, _ := os.UserHomeDir()
+	state, err := StateDir(runtime.GOOS, home, os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("state folder: %w", err)
+	}
+	settingsPath, err := settings.DefaultPath()
+	if err != nil {
+		return nil, err
+	}
+	img, err := sandbox.FindImage(imageDirs)
+	if err != nil {
+		return nil, err
+	}
+	return Open(Config{StateDir: state, SettingsPath: settingsPath, Image: img, Logger: log, Version: Version})
 }

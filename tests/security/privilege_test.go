@@ -1,0 +1,130 @@
+//go:build e2e
+
+package security
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/guest/client"
+)
+
+const privFamily = "guest privilege"
+
+// agentPID finds the guest agent (/init agent; PID 1 is /init itself).
+func agentPID(t testing.TB) string {
+	t.Helper()
+	r := root(t, `for d in /proc/[0-9]*; do a=$(tr '\0' ' ' < $d/cmdline 2>/dev/null); [ "$a" = "/init agent " ] && echo ${d#/proc/}; done`)
+	pid := strings.TrimSpace(r.stdout)
+	if !regexp.MustCompile(`^[0-9]+$`).MatchString(pid) {
+		t.Fatalf("cannot find the agent: %s", r)
+	}
+	return pid
+}
+
+// TestGuestPrivilege: a task as uid 1000 cannot reach the transport,
+// read or control the agent or PID 1, change the kernel, the clock, the
+// mounts or other tasks' cgroups.
+func TestGuestPrivilege(t *testing.T) {
+	t.Parallel()
+	p := probe(t)
+	agent := agentPID(t)
+
+	// A victim task, running as the same user, whose cgroup the attacker
+	// must not control.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	go func() {
+		shared.Agent().Exec(ctx, client.Spec{Argv: []string{"sh", "-c", "cat /proc/self/cgroup; exec sleep 600"}}, client.Stdio{Stdout: pw})
+		pw.Close()
+	}()
+	line, _ := bufio.NewReader(pr).ReadString('\n')
+	go io.Copy(io.Discard, pr)
+	victimCg := "/sys/fs/cgroup" + strings.TrimPrefix(strings.TrimSpace(line), "0::")
+	if !strings.HasPrefix(victimCg, "/sys/fs/cgroup/airlock/tasks/") {
+		t.Fatalf("victim task's cgroup: %q", line)
+	}
+
+	cases := []struct{ name, cmd string }{
+		{"open the transport device /dev/vport*", "for d in /dev/vport* /dev/hvc* /dev/vsock /dev/virtio-ports/*; do [ -e $d ] && { cat $d; echo x > $d; }; done; exit 1"},
+		{"read /dev/mem, /dev/port, /dev/console", "cat /dev/mem | head -c1; cat /dev/port | head -c1; echo x > /dev/console"},
+		{"read PID 1's environment", "cat /proc/1/environ"},
+		{"read the agent's environment", "cat /proc/" + agent + "/environ"},
+		{"read the agent's memory via /proc/PID/mem", p + " readmem " + agent},
+		{"read the agent's memory via process_vm_readv", p + " vmread " + agent},
+		{"list the agent's open files (the transport)", "ls /proc/" + agent + "/fd"},
+		{"enter the agent's root and cwd", "ls /proc/" + agent + "/root/ && ls /proc/1/cwd/"},
+		{"ptrace the agent", p + " ptrace " + agent},
+		{"ptrace PID 1", p + " ptrace 1"},
+		{"kill the agent (SIGKILL)", p + " kill " + agent + " 9"},
+		{"stop the agent (SIGSTOP)", p + " kill " + agent + " 19"},
+		{"kill PID 1", p + " kill 1 9"},
+		{"remount / read-only", "mount -o remount,ro /"},
+		{"remount the workspace", "mount -o remount,ro /workspace"},
+		{"mount a tmpfs over /etc", "mount -t tmpfs none /etc"},
+		{"unmount the workspace", "umount /workspace"},
+		{"load a module with insmod", "insmod $(find /lib/modules -name overlay.ko | head -1)"},
+		{"load a module with finit_module", p + " finit $(find /lib/modules -name overlay.ko | head -1)"},
+		{"load a module with init_module", p + " initmod $(find /lib/modules -name overlay.ko | head -1)"},
+		{"load a module with modprobe", "modprobe overlay && grep -q '^overlay ' /proc/modules"},
+		{"change the modprobe helper", "echo /workspace/evil > /proc/sys/kernel/modprobe"},
+		{"set the clock with settimeofday", p + " settime"},
+		{"set the clock with clock_settime", p + " clockset"},
+		{"adjust the clock with adjtimex", p + " adjtime"},
+		{"set the clock with date -s", "date -s '2001-01-01 00:00:00'"},
+		{"write the hardware clock", "hwclock -w"},
+		{"move itself out of its cgroup (root)", "echo $$ > /sys/fs/cgroup/cgroup.procs"},
+		{"move itself to the agent's cgroup", "echo $$ > /sys/fs/cgroup/airlock/cgroup.procs"},
+		{"move itself into another task's cgroup", "echo $$ > " + victimCg + "/cgroup.procs"},
+		{"kill another task through its cgroup", "echo 1 > " + victimCg + "/cgroup.kill"},
+		{"freeze another task through its cgroup", "echo 1 > " + victimCg + "/cgroup.freeze"},
+		{"raise its own cgroup's limits", "echo max > $(sed 's|^0::|/sys/fs/cgroup|' /proc/self/cgroup)/memory.max && echo max > $(sed 's|^0::|/sys/fs/cgroup|' /proc/self/cgroup)/pids.max"},
+		{"make a cgroup", "mkdir /sys/fs/cgroup/airlock/tasks/evil || mkdir /sys/fs/cgroup/evil"},
+		{"read another task's cgroup files", "cat " + victimCg + "/cgroup.procs " + victimCg + "/memory.current " + victimCg + "/cgroup.events"},
+		{"reboot(2) (Ctrl-Alt-Del off)", p + " reboot-cad"},
+		{"sysrq trigger", "echo h > /proc/sysrq-trigger"},
+		{"setuid(0)", p + " setuid0"},
+		{"su to root", "su -c id root </dev/null"},
+		{"a setuid binary in the image", "find / -xdev -perm -4000 -type f 2>/dev/null | grep . && exit 0; exit 1"},
+		{"chroot", p + " chroot"},
+		{"enter PID 1's namespaces", "nsenter -t 1 -m -u -n -p true"},
+		{"create a user namespace", p + " userns"},
+		{"create a BPF map", p + " bpf"},
+		{"read kernel memory /proc/kcore", "head -c 16 /proc/kcore"},
+		{"read the kernel log", "dmesg | head -3 | grep ."},
+		{"write the root file system", "touch /evil-$$ && rm /evil-$$"},
+		{"write a system folder", "touch /etc/evil; touch /sbin/evil; touch /lib/evil; touch /init"},
+		{"find a control socket inside the guest", "netstat -ltnx 2>/dev/null | grep -v '127.0.0.1:3128\\|127.0.0.1:1080' | grep -i listen"},
+	}
+	t.Run("attacks", func(t *testing.T) {
+		for _, c := range cases {
+			attack(t, privFamily, c.name, func(a *Attack) {
+				a.Parallel()
+				r := user(a, c.cmd)
+				if r.exit.Code == 0 {
+					a.breach("%s: %s", c.cmd, r)
+				}
+			})
+		}
+	})
+	attack(t, privFamily, "the agent, the clock and the victim survive the attacks", func(a *Attack) {
+		if got := agentPID(a); got != agent {
+			a.breach("the agent changed from PID %s to %s", agent, got)
+		}
+		r := user(a, "echo alive")
+		if r.stdout != "alive\n" {
+			a.breach("the agent no longer runs tasks: %s", r)
+		}
+		if r := user(a, "date +%Y"); strings.TrimSpace(r.stdout) < "2020" {
+			a.breach("the guest clock was set back: %s", r)
+		}
+		if r := root(a, "cat "+victimCg+"/cgroup.procs | wc -l"); strings.TrimSpace(r.stdout) == "0" {
+			a.breach("the victim task was killed by another task: %s", r)
+		}
+	})
+}

@@ -1,0 +1,393 @@
+// Command probe runs inside the guest during the security suite and tries
+// one attack, the way a prompt-injected agent would. It prints what it got
+// on stdout and exits 0 when the attack SUCCEEDED, 1 when it was refused.
+// (Started from tests/e2e/testdata/probe, extended with attack modes.)
+//
+//	probe get URL                      GET through the proxy from the environment
+//	probe raw REQUEST|-                send REQUEST (\n = CRLF; "-": read it from stdin) to the HTTP
+//	                                   proxy with the task's credential; print every response status
+//	probe socks5 CMD ATYP HOST PORT    raw SOCKS5 (user/pass from ALL_PROXY): CMD connect|bind|udp,
+//	                                   ATYP ipv4|ipv6|name; prints the reply code
+//	probe slow http|connect|socks      send a request head one byte a second; report when cut off
+//	probe dial HOST:PORT               connect directly, bypassing every proxy
+//	probe udp53 HOST:PORT              send a DNS query over UDP and wait for an answer
+//	probe resolve NAME                 look a name up in the guest
+//	probe socket FAMILY TYPE PROTO     socket(2): packet|inet|inet6 raw|dgram NUMBER
+//	probe vsock CID PORT               connect AF_VSOCK
+//	probe ptrace PID | readmem PID | vmread PID | kill PID SIG
+//	probe finit FILE | initmod FILE    load a kernel module
+//	probe settime | adjtime | reboot-cad | setuid0 | userns | bpf | chroot
+//	probe read FILE                    read a file, print its first line
+//	probe openat DIR NAME              openat(open(DIR), NAME) and read it
+//	probe write FILE TEXT              write TEXT to FILE (O_CREAT|O_TRUNC)
+//	probe setxattr FILE                set user.airlock on FILE
+//	probe euid                         print the effective uid (run setuid on the host)
+//	probe rawread FILE                 read 512 bytes of FILE (a device node)
+package main
+
+import (
+	"bufio"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fail("usage: probe MODE ARG...")
+	}
+	arg := func(i int) string {
+		if len(os.Args) <= i {
+			fail("missing argument %d", i)
+		}
+		return os.Args[i]
+	}
+	switch os.Args[1] {
+	case "get":
+		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment}, Timeout: 60 * time.Second}
+		resp, err := c.Get(arg(2))
+		if err != nil {
+			fail("get: %v", err)
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		fmt.Printf("status=%d decision=%q body=%q\n", resp.StatusCode, resp.Header.Get("X-Airlock-Decision"), first(string(body)))
+		if resp.StatusCode/100 != 2 {
+			os.Exit(1)
+		}
+	case "raw":
+		raw(arg(2))
+	case "socks5":
+		socks5(arg(2), arg(3), arg(4), arg(5))
+	case "slow":
+		slow(arg(2))
+	case "dial":
+		c, err := net.DialTimeout("tcp", arg(2), 5*time.Second)
+		if err != nil {
+			fail("dial: %v", err)
+		}
+		c.Close()
+		fmt.Println("connected")
+	case "udp53":
+		udp53(arg(2))
+	case "resolve":
+		addrs, err := net.LookupHost(arg(2))
+		if err != nil {
+			fail("resolve: %v", err)
+		}
+		fmt.Println(strings.Join(addrs, " "))
+	case "socket":
+		fam := map[string]int{"packet": unix.AF_PACKET, "inet": unix.AF_INET, "inet6": unix.AF_INET6, "netlink": unix.AF_NETLINK}[arg(2)]
+		typ := map[string]int{"raw": unix.SOCK_RAW, "dgram": unix.SOCK_DGRAM, "stream": unix.SOCK_STREAM}[arg(3)]
+		proto, _ := strconv.ParseInt(arg(4), 0, 32)
+		fd, err := unix.Socket(fam, typ, int(proto))
+		check("socket", err)
+		unix.Close(fd)
+		fmt.Println("ok: socket created")
+	case "vsock":
+		cid, _ := strconv.Atoi(arg(2))
+		port, _ := strconv.Atoi(arg(3))
+		fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM, 0)
+		check("socket", err)
+		check("connect", unix.Connect(fd, &unix.SockaddrVM{CID: uint32(cid), Port: uint32(port)}))
+		fmt.Println("ok: connected")
+	case "ptrace":
+		pid := atoi(arg(2))
+		check("ptrace attach", unix.PtraceAttach(pid))
+		unix.PtraceDetach(pid)
+		fmt.Println("ok: attached")
+	case "readmem":
+		pid := atoi(arg(2))
+		f, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+		check("open mem", err)
+		buf := make([]byte, 16)
+		_, err = f.ReadAt(buf, 0x400000)
+		check("read mem", err)
+		fmt.Printf("ok: read %x\n", buf)
+	case "vmread":
+		pid := atoi(arg(2))
+		buf := make([]byte, 16)
+		_, err := unix.ProcessVMReadv(pid, []unix.Iovec{{Base: &buf[0], Len: 16}}, []unix.RemoteIovec{{Base: 0x400000, Len: 16}}, 0)
+		check("process_vm_readv", err)
+		fmt.Printf("ok: read %x\n", buf)
+	case "kill":
+		check("kill", unix.Kill(atoi(arg(2)), unix.Signal(atoi(arg(3)))))
+		fmt.Println("ok: signalled")
+	case "finit":
+		f, err := os.Open(arg(2))
+		check("open", err)
+		check("finit_module", unix.FinitModule(int(f.Fd()), "", 0))
+		fmt.Println("ok: module loaded")
+	case "initmod":
+		b, err := os.ReadFile(arg(2))
+		check("read", err)
+		check("init_module", unix.InitModule(b, ""))
+		fmt.Println("ok: module loaded")
+	case "settime":
+		tv := unix.NsecToTimeval(time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+		check("settimeofday", unix.Settimeofday(&tv))
+		fmt.Println("ok: clock set")
+	case "clockset":
+		ts := unix.NsecToTimespec(time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+		_, _, e := unix.Syscall(unix.SYS_CLOCK_SETTIME, unix.CLOCK_REALTIME, uintptr(unsafe.Pointer(&ts)), 0)
+		check("clock_settime", errno(e))
+		fmt.Println("ok: clock set")
+	case "adjtime":
+		tx := unix.Timex{Modes: unix.ADJ_OFFSET | unix.ADJ_STATUS, Offset: 1000, Status: unix.STA_PLL}
+		_, err := unix.Adjtimex(&tx)
+		check("adjtimex", err)
+		fmt.Println("ok: clock adjusted")
+	case "reboot-cad":
+		check("reboot", unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF))
+		fmt.Println("ok: reboot(2) accepted")
+	case "setuid0":
+		_, _, e := unix.RawSyscall(unix.SYS_SETUID, 0, 0, 0)
+		check("setuid", errno(e))
+		fmt.Println("ok: uid 0")
+	case "userns":
+		_, _, e := unix.RawSyscall(unix.SYS_UNSHARE, unix.CLONE_NEWUSER, 0, 0)
+		check("unshare(CLONE_NEWUSER)", errno(e))
+		fmt.Println("ok: new user namespace")
+	case "bpf":
+		attr := [5]uint32{2 /* BPF_MAP_TYPE_ARRAY */, 4, 4, 1, 0}
+		_, _, e := unix.Syscall(unix.SYS_BPF, 0 /* BPF_MAP_CREATE */, uintptr(unsafe.Pointer(&attr[0])), unsafe.Sizeof(attr))
+		check("bpf(BPF_MAP_CREATE)", errno(e))
+		fmt.Println("ok: bpf map created")
+	case "euid":
+		fmt.Printf("euid=%d uid=%d\n", os.Geteuid(), os.Getuid())
+	case "rawread":
+		f, err := os.Open(arg(2))
+		check("open", err)
+		b := make([]byte, 512)
+		n, err := f.Read(b)
+		check("read", err)
+		fmt.Printf("ok: read %d bytes\n", n)
+	case "chroot":
+		check("chroot", unix.Chroot("/tmp"))
+		fmt.Println("ok: chrooted")
+	case "read":
+		b, err := os.ReadFile(arg(2))
+		check("read", err)
+		fmt.Printf("ok: %q\n", first(string(b)))
+	case "openat":
+		dfd, err := unix.Open(arg(2), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		check("open dir", err)
+		fd, err := unix.Openat(dfd, arg(3), unix.O_RDONLY, 0)
+		check("openat", err)
+		b := make([]byte, 256)
+		n, _ := unix.Read(fd, b)
+		fmt.Printf("ok: %q\n", first(string(b[:max(n, 0)])))
+	case "write":
+		check("write", os.WriteFile(arg(2), []byte(arg(3)), 0o644))
+		fmt.Println("ok: written")
+	case "setxattr":
+		check("setxattr", unix.Setxattr(arg(2), "user.airlock", []byte("x"), 0))
+		fmt.Println("ok: xattr set")
+	default:
+		fail("unknown mode %q", os.Args[1])
+	}
+}
+
+// raw sends a hand-written request to the HTTP proxy with the task's
+// credential and prints the status of every response it gets back.
+func raw(req string) {
+	if req == "-" {
+		b, err := io.ReadAll(os.Stdin)
+		check("stdin", err)
+		req = string(b)
+	} else {
+		req = strings.ReplaceAll(req, `\n`, "\r\n")
+	}
+	u, err := url.Parse(os.Getenv("HTTP_PROXY"))
+	if err != nil {
+		fail("HTTP_PROXY: %v", err)
+	}
+	c, err := net.DialTimeout("tcp", u.Host, 10*time.Second)
+	check("dial proxy", err)
+	pass, _ := u.User.Password()
+	auth := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pass))
+	// The credential goes right after the request line, so it is part of
+	// even an oversized head.
+	if i := strings.Index(req, "\r\n"); i >= 0 && !strings.Contains(req, "Proxy-Authorization") {
+		req = req[:i+2] + "Proxy-Authorization: Basic " + auth + "\r\n" + req[i+2:]
+	}
+	go func() { io.WriteString(c, req) }()
+	br := bufio.NewReader(c)
+	ok := false
+	n := 0
+	for deadline := 30 * time.Second; ; deadline = 3 * time.Second {
+		c.SetReadDeadline(time.Now().Add(deadline))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			if n == 0 {
+				fail("read: %v", err)
+			}
+			break
+		}
+		n++
+		connect := resp.StatusCode == 200 && strings.HasPrefix(req, "CONNECT")
+		fmt.Printf("%s | %s\n", resp.Status, resp.Header.Get("X-Airlock-Decision"))
+		if resp.StatusCode/100 == 2 {
+			ok = true
+		}
+		if connect {
+			break // a tunnel: bytes from here on are not HTTP from the gate
+		}
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+	}
+	if !ok {
+		os.Exit(1)
+	}
+}
+
+// socks5 speaks SOCKS5 by hand to send what a library would not.
+func socks5(cmd, atyp, host, port string) {
+	u, err := url.Parse(os.Getenv("ALL_PROXY"))
+	if err != nil {
+		fail("ALL_PROXY: %v", err)
+	}
+	c, err := net.DialTimeout("tcp", u.Host, 10*time.Second)
+	check("dial proxy", err)
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(c)
+	user := u.User.Username()
+	pass, _ := u.User.Password()
+	c.Write([]byte{5, 1, 2})
+	var hello [2]byte
+	_, err = io.ReadFull(br, hello[:])
+	check("greeting", err)
+	if hello[1] != 2 {
+		fail("greeting reply %x", hello)
+	}
+	c.Write(append(append(append([]byte{1, byte(len(user))}, user...), byte(len(pass))), pass...))
+	var auth [2]byte
+	_, err = io.ReadFull(br, auth[:])
+	check("auth", err)
+	if auth[1] != 0 {
+		fail("auth reply %x", auth)
+	}
+	code := map[string]byte{"connect": 1, "bind": 2, "udp": 3}[cmd]
+	msg := []byte{5, code, 0}
+	switch atyp {
+	case "ipv4", "ipv6":
+		a, err := netip.ParseAddr(host)
+		check("address", err)
+		if atyp == "ipv4" {
+			b := a.As4()
+			msg = append(append(msg, 1), b[:]...)
+		} else {
+			b := a.As16()
+			msg = append(append(msg, 4), b[:]...)
+		}
+	default:
+		msg = append(append(msg, 3, byte(len(host))), host...)
+	}
+	p, _ := strconv.Atoi(port)
+	msg = binary.BigEndian.AppendUint16(msg, uint16(p))
+	c.Write(msg)
+	var rep [4]byte
+	_, err = io.ReadFull(br, rep[:])
+	check("reply", err)
+	fmt.Printf("reply=%d\n", rep[1])
+	if rep[1] != 0 {
+		os.Exit(1)
+	}
+}
+
+// slow sends a request head (or SOCKS handshake) one byte a second and
+// reports how the gate ended it. Exit 0 means it was never cut off.
+func slow(mode string) {
+	addr, msg := "127.0.0.1:3128", "GET http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n"
+	switch mode {
+	case "connect":
+		msg = "CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n"
+	case "socks":
+		addr, msg = "127.0.0.1:1080", "\x05\x01\x00\x05\x01\x00\x03\x0callowed.test\x01\xbb"
+	}
+	for len(msg) < 200 {
+		msg += "X-Slow: aaaaaaaaaaaaaaaa\r\n"
+	}
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	check("dial proxy", err)
+	began := time.Now()
+	cut := make(chan string, 1)
+	go func() {
+		b := make([]byte, 512)
+		n, err := c.Read(b)
+		cut <- fmt.Sprintf("read %q (%v)", first(string(b[:max(n, 0)])), err)
+	}()
+	for i := 0; i < 120; i++ {
+		if _, err := c.Write([]byte{msg[i%len(msg)]}); err != nil {
+			fmt.Printf("cut after %.1fs: write: %v\n", time.Since(began).Seconds(), err)
+			os.Exit(1)
+		}
+		select {
+		case how := <-cut:
+			fmt.Printf("cut after %.1fs: %s\n", time.Since(began).Seconds(), how)
+			os.Exit(1)
+		case <-time.After(time.Second):
+		}
+	}
+	fmt.Printf("still open after %.0fs\n", time.Since(began).Seconds())
+}
+
+func udp53(addr string) {
+	c, err := net.Dial("udp", addr)
+	check("dial", err)
+	// A query for example.com A.
+	q := []byte{0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0, 0, 1, 0, 1}
+	_, err = c.Write(q)
+	check("send", err)
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	b := make([]byte, 512)
+	n, err := c.Read(b)
+	check("receive", err)
+	fmt.Printf("ok: answer of %d bytes\n", n)
+}
+
+func first(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 120 {
+		s = s[:120]
+	}
+	return s
+}
+
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		fail("not a number: %q", s)
+	}
+	return n
+}
+
+func errno(e unix.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
+
+func check(what string, err error) {
+	if err != nil {
+		fail("%s: %v", what, err)
+	}
+}
+
+func fail(format string, a ...any) {
+	fmt.Printf("error: "+format+"\n", a...)
+	os.Exit(1)
+}

@@ -22,6 +22,10 @@ type gateCase struct {
 	name, cmd, stdin string
 	want             []egress.Reason
 	allowedOK        bool
+	// anon: the gate cannot parse the request far enough to see the
+	// credential, so its decision has no task: such cases run one at a
+	// time and are matched by sequence number.
+	anon bool
 }
 
 func get(host, port string) string {
@@ -77,8 +81,8 @@ func TestNetworkEscape(t *testing.T) {
 			})
 		}
 		attack(t, netFamily, "no resolver configured", func(a *Attack) {
-			r := user(a, "cat /etc/resolv.conf; ls /sys/class/net")
-			if r.exit.Code == 0 || strings.TrimSpace(r.stdout) != "lo" {
+			r := user(a, "test ! -e /etc/resolv.conf && ls /sys/class/net")
+			if r.exit.Code != 0 || strings.TrimSpace(r.stdout) != "lo" {
 				a.breach("the guest has a resolver or an interface: %s", r)
 			}
 		})
@@ -112,17 +116,17 @@ func TestNetworkEscape(t *testing.T) {
 		{name: "userinfo http://allowed.test@127.0.0.1/", cmd: raw("GET http://allowed.test@127.0.0.1:" + C + "/ HTTP/1.1\\n\\n"), want: rs(egress.ReasonBadRequest)},
 		{name: "userinfo http://127.0.0.1@allowed.test/", cmd: raw("GET http://127.0.0.1:" + C + "@allowed.test:" + A + "/ HTTP/1.1\\n\\n"), want: rs(egress.ReasonBadRequest)},
 		{name: "userinfo via the Go client (allowed.test@10.0.0.1)", cmd: p + " get http://allowed.test@10.0.0.1:" + C + "/", want: rs(egress.ReasonPrivateAddress)},
-		{name: "fragment http://127.0.0.1#@allowed.test/", cmd: raw("GET http://127.0.0.1:" + C + "#@allowed.test:" + A + "/ HTTP/1.1\\n\\n"), want: rs(egress.ReasonBadRequest, egress.ReasonPrivateAddress)},
-		{name: "fragment http://allowed.test#@127.0.0.1/", cmd: raw("GET http://allowed.test:" + A + "#@127.0.0.1:" + C + "/ HTTP/1.1\\n\\n"), want: rs(egress.ReasonBadRequest), allowedOK: true},
+		{name: "fragment http://127.0.0.1#@allowed.test/", cmd: raw("GET http://127.0.0.1:" + C + "#@allowed.test:" + A + "/ HTTP/1.1\\n\\n"), want: rs(egress.ReasonBadRequest, egress.ReasonPrivateAddress), anon: true},
+		{name: "fragment http://allowed.test#@127.0.0.1/", cmd: raw("GET http://allowed.test:" + A + "#@127.0.0.1:" + C + "/ HTTP/1.1\\n\\n"), want: rs(egress.ReasonBadRequest), allowedOK: true, anon: true},
 		{name: "fragment via the Go client", cmd: p + " get 'http://10.0.0.1:" + C + "#@allowed.test/'", want: rs(egress.ReasonPrivateAddress)},
-		{name: `backslash http://allowed.test\@127.0.0.1/`, cmd: raw("GET http://allowed.test:" + A + "\\\\@127.0.0.1:" + C + "/ HTTP/1.1\\n\\n"), want: rs(egress.ReasonBadRequest)},
+		{name: `backslash http://allowed.test\@127.0.0.1/`, cmd: raw("GET http://allowed.test:" + A + "\\\\@127.0.0.1:" + C + "/ HTTP/1.1\\n\\n"), want: rs(egress.ReasonBadRequest), anon: true},
 		{name: "https:// absolute URI to loopback", cmd: raw("GET https://127.0.0.1:" + C + "/ HTTP/1.1\\n\\n"), want: rs(egress.ReasonBadRequest)},
 		// Denied names in other spellings.
 		{name: "denied name with a trailing dot", cmd: p + " get http://secret.corp.test.:" + C + "/", want: rs(egress.ReasonDeniedByRule)},
 		{name: "denied name in mixed case", cmd: raw(get("SeCrEt.CoRp.TeSt", C)), want: rs(egress.ReasonDeniedByRule)},
 		{name: "denied name upper case with a trailing dot", cmd: raw(get("SECRET.CORP.TEST.", C)), want: rs(egress.ReasonDeniedByRule)},
 		{name: "denied name with two trailing dots", cmd: raw(get("secret.corp.test..", C)), want: rs(egress.ReasonBadRequest)},
-		{name: "denied name percent-encoded", cmd: raw(get("secret%2Ecorp.test", C)), want: rs(egress.ReasonDeniedByRule, egress.ReasonBadRequest)},
+		{name: "denied name percent-encoded", cmd: raw(get("secret%2Ecorp.test", C)), want: rs(egress.ReasonDeniedByRule, egress.ReasonBadRequest), anon: true},
 		{name: "denied name in full-width letters", cmd: raw(get("ｓｅｃｒｅｔ.corp.test", C)), want: rs(egress.ReasonDeniedByRule, egress.ReasonBadRequest)},
 		{name: "denied name by CONNECT, upper case, trailing dot", cmd: raw("CONNECT SECRET.CORP.TEST.:" + C + " HTTP/1.1\\n\\n"), want: rs(egress.ReasonDeniedByRule)},
 		{name: "denied name by SOCKS, mixed case, trailing dot", cmd: p + " socks5 connect name SeCrEt.corp.test. " + C, want: rs(egress.ReasonDeniedByRule)},
@@ -131,7 +135,7 @@ func TestNetworkEscape(t *testing.T) {
 		{name: "IDNA homograph of the denied name under the wildcard", cmd: raw(get("ѕecret.corp.test", C)), want: rs(egress.ReasonResolveFailed)},
 		// Host and target disagreeing.
 		{name: "Host header naming loopback", cmd: raw("GET http://allowed.test:" + A + "/ HTTP/1.1\\nHost: 127.0.0.1:" + C + "\\n\\n"), want: rs(egress.ReasonHostMismatch)},
-		{name: "two Host headers", cmd: raw("GET http://allowed.test:" + A + "/ HTTP/1.1\\nHost: allowed.test:" + A + "\\nHost: 127.0.0.1:" + C + "\\n\\n"), want: rs(egress.ReasonHostMismatch)},
+		{name: "two Host headers", cmd: raw("GET http://allowed.test:" + A + "/ HTTP/1.1\\nHost: allowed.test:" + A + "\\nHost: 127.0.0.1:" + C + "\\n\\n"), want: rs(egress.ReasonHostMismatch), anon: true},
 		{name: "loopback target with the allowed Host", cmd: raw("GET http://127.0.0.1:" + C + "/ HTTP/1.1\\nHost: allowed.test:" + A + "\\n\\n"), want: rs(egress.ReasonHostMismatch, egress.ReasonPrivateAddress)},
 		{name: "origin-form request routed by Host", cmd: raw("GET / HTTP/1.1\\nHost: 127.0.0.1:" + C + "\\n\\n"), want: rs(egress.ReasonBadRequest)},
 		{name: "CONNECT with a Host naming loopback", cmd: raw("CONNECT allowed.test:" + A + " HTTP/1.1\\nHost: 127.0.0.1:" + C + "\\n\\n"), want: rs(egress.ReasonHostMismatch)},
@@ -175,6 +179,9 @@ func TestNetworkEscape(t *testing.T) {
 	}
 	t.Run("gate", func(t *testing.T) {
 		for _, c := range cases {
+			if c.anon {
+				continue
+			}
 			attack(t, netFamily, c.name, func(a *Attack) {
 				a.Parallel()
 				runGateCase(a, c)
@@ -192,6 +199,14 @@ func TestNetworkEscape(t *testing.T) {
 				t.Fatalf("logged %+v", d)
 			}
 		})
+	})
+
+	t.Run("gate, unparseable requests", func(t *testing.T) {
+		for _, c := range cases {
+			if c.anon {
+				attack(t, netFamily, c.name, func(a *Attack) { runGateCase(a, c) })
+			}
+		}
 	})
 
 	t.Run("slow headers", func(t *testing.T) {
@@ -269,11 +284,20 @@ func smuggle(allowedPort, canaryPort string) string {
 // runGateCase runs one attempt through the gate and checks the guest saw a
 // failure and the gate logged a refusal with a wanted reason.
 func runGateCase(a *Attack, c gateCase) {
+	mark := lastSeq()
 	task, r := netTask(a, c.cmd, c.stdin)
 	if strings.Contains(r.stdout, secretText) {
 		a.breach("the canary answered: %s", r)
 	}
-	ds := decisionsOf(a, task, 1)
+	var ds []egress.Decision
+	if c.anon {
+		waitFor(a, func() bool {
+			ds = since(mark, func(d egress.Decision) bool { return d.Task == task || d.Task == "" })
+			return len(ds) > 0
+		}, "a decision for %s", c.name)
+	} else {
+		ds = decisionsOf(a, task, 1)
+	}
 	if c.allowedOK {
 		time.Sleep(300 * time.Millisecond) // a second decision may follow
 		ds = decisionsOf(a, task, 1)
@@ -297,7 +321,8 @@ func runGateCase(a *Attack, c gateCase) {
 	if r.exit.Code == 0 && !c.allowedOK {
 		a.breach("%s succeeded in the guest: %s", c.cmd, r)
 	}
-	if strings.Contains(c.cmd, " raw ") || strings.Contains(c.cmd, " get ") {
+	// (Go's client does not show a refused CONNECT's headers.)
+	if strings.Contains(c.cmd, " raw ") || strings.Contains(c.cmd, " get http:") {
 		if !strings.Contains(r.stdout, "reason=") {
 			a.Errorf("the refusal does not tell the tool why: %s", r)
 		}

@@ -50,64 +50,73 @@ func TestGuestPrivilege(t *testing.T) {
 		t.Fatalf("victim task's cgroup: %q", line)
 	}
 
-	cases := []struct{ name, cmd string }{
-		{"open the transport device /dev/vport*", "for d in /dev/vport* /dev/hvc* /dev/vsock /dev/virtio-ports/*; do [ -e $d ] && { cat $d; echo x > $d; }; done; exit 1"},
-		{"read /dev/mem, /dev/port, /dev/console", "cat /dev/mem | head -c1; cat /dev/port | head -c1; echo x > /dev/console"},
-		{"read PID 1's environment", "cat /proc/1/environ"},
-		{"read the agent's environment", "cat /proc/" + agent + "/environ"},
-		{"read the agent's memory via /proc/PID/mem", p + " readmem " + agent},
-		{"read the agent's memory via process_vm_readv", p + " vmread " + agent},
-		{"list the agent's open files (the transport)", "ls /proc/" + agent + "/fd"},
-		{"enter the agent's root and cwd", "ls /proc/" + agent + "/root/ && ls /proc/1/cwd/"},
-		{"ptrace the agent", p + " ptrace " + agent},
-		{"ptrace PID 1", p + " ptrace 1"},
-		{"kill the agent (SIGKILL)", p + " kill " + agent + " 9"},
-		{"stop the agent (SIGSTOP)", p + " kill " + agent + " 19"},
-		{"kill PID 1", p + " kill 1 9"},
-		{"remount / read-only", "mount -o remount,ro /"},
-		{"remount the workspace", "mount -o remount,ro /workspace"},
-		{"mount a tmpfs over /etc", "mount -t tmpfs none /etc"},
-		{"unmount the workspace", "umount /workspace"},
-		{"load a module with insmod", "insmod $(find /lib/modules -name overlay.ko | head -1)"},
-		{"load a module with finit_module", p + " finit $(find /lib/modules -name overlay.ko | head -1)"},
-		{"load a module with init_module", p + " initmod $(find /lib/modules -name overlay.ko | head -1)"},
-		{"load a module with modprobe", "modprobe overlay && grep -q '^overlay ' /proc/modules"},
-		{"change the modprobe helper", "echo /workspace/evil > /proc/sys/kernel/modprobe"},
-		{"set the clock with settimeofday", p + " settime"},
-		{"set the clock with clock_settime", p + " clockset"},
-		{"adjust the clock with adjtimex", p + " adjtime"},
-		{"set the clock with date -s", "date -s '2001-01-01 00:00:00'"},
-		{"write the hardware clock", "hwclock -w"},
-		{"move itself out of its cgroup (root)", "echo $$ > /sys/fs/cgroup/cgroup.procs"},
-		{"move itself to the agent's cgroup", "echo $$ > /sys/fs/cgroup/airlock/cgroup.procs"},
-		{"move itself into another task's cgroup", "echo $$ > " + victimCg + "/cgroup.procs"},
-		{"kill another task through its cgroup", "echo 1 > " + victimCg + "/cgroup.kill"},
-		{"freeze another task through its cgroup", "echo 1 > " + victimCg + "/cgroup.freeze"},
-		{"raise its own cgroup's limits", "echo max > $(sed 's|^0::|/sys/fs/cgroup|' /proc/self/cgroup)/memory.max && echo max > $(sed 's|^0::|/sys/fs/cgroup|' /proc/self/cgroup)/pids.max"},
-		{"make a cgroup", "mkdir /sys/fs/cgroup/airlock/tasks/evil || mkdir /sys/fs/cgroup/evil"},
-		{"read another task's cgroup files", "cat " + victimCg + "/cgroup.procs " + victimCg + "/memory.current " + victimCg + "/cgroup.events"},
-		{"reboot(2) (Ctrl-Alt-Del off)", p + " reboot-cad"},
-		{"sysrq trigger", "echo h > /proc/sysrq-trigger"},
-		{"setuid(0)", p + " setuid0"},
-		{"su to root", "su -c id root </dev/null"},
-		{"a setuid binary in the image", "find / -xdev -perm -4000 -type f 2>/dev/null | grep . && exit 0; exit 1"},
-		{"chroot", p + " chroot"},
-		{"enter PID 1's namespaces", "nsenter -t 1 -m -u -n -p true"},
-		{"create a user namespace", p + " userns"},
-		{"create a BPF map", p + " bpf"},
-		{"read kernel memory /proc/kcore", "head -c 16 /proc/kcore"},
-		{"read the kernel log", "dmesg | head -3 | grep ."},
-		{"write the root file system", "touch /evil-$$ && rm /evil-$$"},
-		{"write a system folder", "touch /etc/evil; touch /sbin/evil; touch /lib/evil; touch /init"},
-		{"find a control socket inside the guest", "netstat -ltnx 2>/dev/null | grep -v '127.0.0.1:3128\\|127.0.0.1:1080' | grep -i listen"},
+	// perm: the refusal must be EPERM or EACCES (for the others any
+	// failure will do: the thing is not there, or not reachable).
+	cases := []struct {
+		name, cmd string
+		perm      bool
+	}{
+		{"open the transport device /dev/vport*", "for d in /dev/vport* /dev/hvc* /dev/vsock /dev/virtio-ports/*; do [ -e $d ] && { cat $d; echo x > $d; }; done; exit 1", false},
+		{"read /dev/mem, /dev/port, /dev/console", "cat /dev/mem | head -c1; cat /dev/port | head -c1; echo x > /dev/console", false},
+		{"read PID 1's environment", "cat /proc/1/environ", true},
+		{"read the agent's environment", "cat /proc/" + agent + "/environ", true},
+		{"read the agent's memory via /proc/PID/mem", p + " readmem " + agent, true},
+		{"read the agent's memory via process_vm_readv", p + " vmread " + agent, true},
+		{"list the agent's open files (the transport)", "ls /proc/" + agent + "/fd", true},
+		{"enter the agent's root and cwd", "ls /proc/" + agent + "/root/ && ls /proc/1/cwd/", true},
+		{"ptrace the agent", p + " ptrace " + agent, true},
+		{"ptrace PID 1", p + " ptrace 1", true},
+		{"kill the agent (SIGKILL)", p + " kill " + agent + " 9", true},
+		{"stop the agent (SIGSTOP)", p + " kill " + agent + " 19", true},
+		{"kill PID 1", p + " kill 1 9", true},
+		{"remount / read-only", "mount -o remount,ro /", true},
+		{"remount the workspace", "mount -o remount,ro /workspace", true},
+		{"mount a tmpfs over /etc", "mount -t tmpfs none /etc", true},
+		{"unmount the workspace", "umount /workspace", true},
+		{"load a module with insmod", "insmod $(find /lib/modules -name overlay.ko | head -1)", true},
+		{"load a module with finit_module", p + " finit $(find /lib/modules -name overlay.ko | head -1)", true},
+		{"load a module with init_module", p + " initmod $(find /lib/modules -name overlay.ko | head -1)", true},
+		{"unload a module with rmmod", "rmmod overlay", true},
+		{"unload a module with modprobe -r", "modprobe -r overlay; grep -q '^overlay ' /proc/modules && exit 1", false},
+		{"change the modprobe helper", "echo /workspace/evil > /proc/sys/kernel/modprobe", true},
+		{"set the clock with settimeofday", p + " settime", true},
+		{"set the clock with clock_settime", p + " clockset", true},
+		{"adjust the clock with adjtimex", p + " adjtime", true},
+		{"set the clock with date -s", "date -s '2001-01-01 00:00:00'", true},
+		{"write the hardware clock", "hwclock -w -f /dev/rtc0", true},
+		{"move itself out of its cgroup (root)", "echo $$ > /sys/fs/cgroup/cgroup.procs", true},
+		{"move itself to the agent's cgroup", "echo $$ > /sys/fs/cgroup/airlock/cgroup.procs", true},
+		{"move itself into another task's cgroup", "echo $$ > " + victimCg + "/cgroup.procs", true},
+		{"kill another task through its cgroup", "echo 1 > " + victimCg + "/cgroup.kill", true},
+		{"freeze another task through its cgroup", "echo 1 > " + victimCg + "/cgroup.freeze", true},
+		{"raise its own cgroup's limits", "echo max > $(sed 's|^0::|/sys/fs/cgroup|' /proc/self/cgroup)/memory.max && echo max > $(sed 's|^0::|/sys/fs/cgroup|' /proc/self/cgroup)/pids.max", true},
+		{"make a cgroup", "mkdir /sys/fs/cgroup/airlock/tasks/evil || mkdir /sys/fs/cgroup/evil", true},
+		{"read another task's cgroup files", "cat " + victimCg + "/cgroup.procs " + victimCg + "/memory.current " + victimCg + "/cgroup.events", false},
+		{"reboot(2) (Ctrl-Alt-Del off)", p + " reboot-cad", true},
+		{"sysrq trigger", "echo h > /proc/sysrq-trigger", true},
+		{"setuid(0)", p + " setuid0", true},
+		{"su to root", "su -c id root </dev/null", false},
+		{"a setuid binary in the image", "find / -xdev -perm -4000 -type f 2>/dev/null | grep . && exit 0; exit 1", false},
+		{"chroot", p + " chroot", true},
+		{"enter PID 1's namespaces", "nsenter -t 1 -m -u -n -p true", true},
+		{"create a user namespace", p + " userns", false},
+		{"create a BPF map", p + " bpf", true},
+		{"read kernel memory /proc/kcore", "head -c 16 /proc/kcore", false},
+		{"read the kernel log", "dmesg | head -3 | grep .", false},
+		{"write the root file system", "touch /evil-$$ && rm /evil-$$", false},
+		{"write a system folder", "for f in /etc/evil /sbin/evil /lib/evil /home/evil /init; do touch $f && exit 0; done; exit 1", true},
+		{"find a control socket inside the guest", "netstat -ltnx 2>/dev/null | grep -v '127.0.0.1:3128\\|127.0.0.1:1080' | grep -i listen", false},
 	}
 	t.Run("attacks", func(t *testing.T) {
 		for _, c := range cases {
 			attack(t, privFamily, c.name, func(a *Attack) {
 				a.Parallel()
 				r := user(a, c.cmd)
-				if r.exit.Code == 0 {
+				if r.exit.Code == 0 && !refused(r.out()) {
 					a.breach("%s: %s", c.cmd, r)
+				}
+				if c.perm && !refused(r.out()) {
+					a.Errorf("refused, but not with EPERM or EACCES: %s", r)
 				}
 			})
 		}

@@ -34,6 +34,7 @@ var watch struct {
 	sync.Mutex
 	fd   int
 	dirs map[int]string // watch descriptor -> folder
+	seen []string       // events outside the shares
 }
 
 const watchMask = unix.IN_ACCESS | unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_OPEN | unix.IN_CREATE |
@@ -65,6 +66,23 @@ func addWatch(dir string) {
 	}
 }
 
+// removeWatch stops watching dir (before the test removes it), keeping
+// the events seen so far.
+func removeWatch(dir string) {
+	watch.Lock()
+	defer watch.Unlock()
+	if watch.fd < 0 {
+		return
+	}
+	drainWatch()
+	for wd, d := range watch.dirs {
+		if d == dir {
+			unix.InotifyRmWatch(watch.fd, uint32(wd))
+			delete(watch.dirs, wd)
+		}
+	}
+}
+
 // stopWatch returns the events seen outside the shares ("" when none).
 func stopWatch() string {
 	watch.Lock()
@@ -73,7 +91,13 @@ func stopWatch() string {
 		return "inotify not available"
 	}
 	defer unix.Close(watch.fd)
-	var seen []string
+	drainWatch()
+	sort.Strings(watch.seen)
+	return strings.Join(slicesCompact(watch.seen), "; ")
+}
+
+// drainWatch reads the pending events into watch.seen; watch is locked.
+func drainWatch() {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := unix.Read(watch.fd, buf)
@@ -84,14 +108,13 @@ func stopWatch() string {
 			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
 			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
 			off += unix.SizeofInotifyEvent + int(ev.Len)
-			if ev.Mask&unix.IN_IGNORED != 0 || name == "ws" || name == "ro-ws" {
+			dir, ok := watch.dirs[int(ev.Wd)]
+			if !ok || ev.Mask&unix.IN_IGNORED != 0 || name == "ws" || name == "ro-ws" {
 				continue
 			}
-			seen = append(seen, fmt.Sprintf("%s/%s mask %#x", watch.dirs[int(ev.Wd)], name, ev.Mask))
+			watch.seen = append(watch.seen, fmt.Sprintf("%s/%s mask %#x", dir, name, ev.Mask))
 		}
 	}
-	sort.Strings(seen)
-	return strings.Join(slicesCompact(seen), "; ")
 }
 
 func slicesCompact(s []string) []string {
@@ -223,15 +246,25 @@ func TestWorkspaceEscape(t *testing.T) {
 	})
 	attack(t, wsFamily, "rename the share root", func(a *Attack) {
 		before := inode(sharedWS)
-		r := user(a, "mv /workspace /tmp/w")
-		r2 := root(a, "mv /workspace /ws2; mv /workspace/. /x; mount --move /workspace /mnt")
+		// rename(2) itself: busybox mv would fall back to copying the files
+		// out and deleting them, which the guest may do anyway.
+		r := user(a, p+" rename /workspace /tmp/w; "+p+" rename /workspace /workspace/../ws2")
+		r2 := root(a, p+" rename /workspace /ws2; "+p+" rename /workspace/. /x; "+p+" rename /workspace/ /workspace/sub")
+		if strings.Contains(r.stdout+r2.stdout, "ok:") {
+			a.breach("rename(2) of the share root succeeded in the guest: %s %s", r, r2)
+		}
 		if inode(sharedWS) != before || user(a, "test -x /workspace/probe && echo ok").stdout != "ok\n" {
 			a.breach("the share root moved: %s %s", r, r2)
 		}
 	})
 	attack(t, wsFamily, "remove the share root", func(a *Attack) {
 		before := inode(sharedWS)
-		r := root(a, "rmdir /workspace; unshare -m sh -c 'umount /workspace && rmdir /workspace && echo removed-in-guest'")
+		// In a private mount namespace root may unmount and remove the
+		// guest's mount point: the host's folder must not notice.
+		r := root(a, p+" rmdir /workspace; unshare -m --propagation private sh -c 'umount /workspace && rmdir /workspace && echo removed-in-guest'")
+		if strings.Contains(r.stdout, "ok:") {
+			a.breach("rmdir(2) of the share root succeeded: %s", r)
+		}
 		if inode(sharedWS) != before {
 			a.breach("the host's shared folder was removed: %s", r)
 		}
@@ -293,6 +326,7 @@ func readOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(roRoot)
+	defer removeWatch(roRoot)
 	os.Chmod(roRoot, 0o755)
 	os.WriteFile(filepath.Join(roRoot, "secret.txt"), []byte(secretText+"\n"), 0o644)
 	ws := filepath.Join(roRoot, "ro-ws")

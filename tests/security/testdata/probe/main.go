@@ -22,6 +22,7 @@
 //	probe write FILE TEXT              write TEXT to FILE (O_CREAT|O_TRUNC)
 //	probe setxattr FILE                set user.airlock on FILE
 //	probe euid                         print the effective uid (run setuid on the host)
+//	probe rename OLD NEW | rmdir DIR    the syscalls alone (busybox mv falls back to copy and delete)
 //	probe rawread FILE                 read 512 bytes of FILE (a device node)
 package main
 
@@ -36,6 +37,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -174,6 +176,12 @@ func main() {
 		n, err := f.Read(b)
 		check("read", err)
 		fmt.Printf("ok: read %d bytes\n", n)
+	case "rename":
+		check("rename", unix.Rename(arg(2), arg(3)))
+		fmt.Println("ok: renamed")
+	case "rmdir":
+		check("rmdir", unix.Rmdir(arg(2)))
+		fmt.Println("ok: removed")
 	case "chroot":
 		check("chroot", unix.Chroot("/tmp"))
 		fmt.Println("ok: chrooted")
@@ -218,10 +226,10 @@ func raw(req string) {
 	check("dial proxy", err)
 	pass, _ := u.User.Password()
 	auth := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pass))
-	// The credential goes right after the request line, so it is part of
-	// even an oversized head.
-	if i := strings.Index(req, "\r\n"); i >= 0 && !strings.Contains(req, "Proxy-Authorization") {
-		req = req[:i+2] + "Proxy-Authorization: Basic " + auth + "\r\n" + req[i+2:]
+	// The credential goes right after each request line (pipelined and
+	// smuggled requests too), so it is part of even an oversized head.
+	if !strings.Contains(req, "Proxy-Authorization") {
+		req = requestLine.ReplaceAllString(req, "${1}Proxy-Authorization: Basic "+auth+"\r\n")
 	}
 	go func() { io.WriteString(c, req) }()
 	br := bufio.NewReader(c)
@@ -252,6 +260,9 @@ func raw(req string) {
 		os.Exit(1)
 	}
 }
+
+// requestLine matches the request lines of a (pipelined) request text.
+var requestLine = regexp.MustCompile(`(?m)((?:^|\n)[A-Z]+ [^\r\n]* HTTP/1\.[01]\r\n)`)
 
 // socks5 speaks SOCKS5 by hand to send what a library would not.
 func socks5(cmd, atyp, host, port string) {
@@ -323,11 +334,12 @@ func slow(mode string) {
 	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
 	check("dial proxy", err)
 	began := time.Now()
+	// Cut off means the gate closed the connection (after a 408, say); a
+	// SOCKS method reply is not.
 	cut := make(chan string, 1)
 	go func() {
-		b := make([]byte, 512)
-		n, err := c.Read(b)
-		cut <- fmt.Sprintf("read %q (%v)", first(string(b[:max(n, 0)])), err)
+		got, err := io.ReadAll(io.LimitReader(c, 4096))
+		cut <- fmt.Sprintf("closed after reading %q (%v)", first(string(got)), err)
 	}()
 	for i := 0; i < 120; i++ {
 		if _, err := c.Write([]byte{msg[i%len(msg)]}); err != nil {

@@ -164,8 +164,8 @@ func fmtVal(v float64, unit string) string {
 }
 
 func (t *table) print(w *os.File) {
-	fmt.Fprintf(w, "\n%-46s | %14s | %-44s | %7s | %-12s | %s\n", "figure", "value", "baseline (same run)", "ratio", "target", "ok?")
-	fmt.Fprintln(w, strings.Repeat("-", 46)+"-+-"+strings.Repeat("-", 14)+"-+-"+strings.Repeat("-", 44)+"-+-"+strings.Repeat("-", 7)+"-+-"+strings.Repeat("-", 12)+"-+----")
+	fmt.Fprintf(w, "\n%-46s | %14s | %-44s | %7s | %-13s | %s\n", "figure", "value", "baseline (same run)", "ratio", "target", "ok?")
+	fmt.Fprintln(w, strings.Repeat("-", 46)+"-+-"+strings.Repeat("-", 14)+"-+-"+strings.Repeat("-", 44)+"-+-"+strings.Repeat("-", 7)+"-+-"+strings.Repeat("-", 13)+"-+----")
 	for _, r := range t.rows {
 		base, ratio := "-", "-"
 		if r.BaselineName != "" {
@@ -179,7 +179,7 @@ func (t *table) print(w *os.File) {
 		if len(base) > 44 {
 			base = base[:44]
 		}
-		fmt.Fprintf(w, "%-46s | %14s | %-44s | %7s | %-12s | %s\n", r.Name, fmtVal(r.Value, r.Unit), base, ratio, r.Target, ok)
+		fmt.Fprintf(w, "%-46s | %14s | %-44s | %7s | %-13s | %s\n", r.Name, fmtVal(r.Value, r.Unit), base, ratio, r.Target, ok)
 	}
 	fmt.Fprintln(w)
 }

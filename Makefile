@@ -172,4 +172,4 @@ SECURITY_TIMEOUT ?= 10m
 test-security: airlock
 	$(GO) run ./images/cmd/airlock-image -arch $(ARCH) -out $(IMAGE_DIR) -q
 	AIRLOCK_E2E_BIN=$(CURDIR)/bin/airlock AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) \
-		$(GO) test -count=1 -tags e2e -timeout $(SECURITY_TIMEOUT) -v ./tests/security/ 2>&1 | tee /tmp/airlock-security.log | grep -E '^(\s*--- (FAIL|SKIP)|PASS|FAIL|ok|panic|\s+\S+_test.go|security|family|[a-z ]+:\s+[0-9]|  KNOWN HOLE)' ; exit $${PIPESTATUS[0]}
+		$(GO) test -count=1 -tags e2e -parallel 8 -timeout $(SECURITY_TIMEOUT) -v ./tests/security/ 2>&1 | tee /tmp/airlock-security.log | grep -E '^(\s*--- (FAIL|SKIP)|PASS|FAIL|ok|panic|\s+\S+_test.go|security|family|[a-z ]+:\s+[0-9]|  KNOWN HOLE)' ; exit $${PIPESTATUS[0]}

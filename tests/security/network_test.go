@@ -290,17 +290,20 @@ func runGateCase(a *Attack, c gateCase) {
 		a.breach("the canary answered: %s", r)
 	}
 	var ds []egress.Decision
-	if c.anon {
-		waitFor(a, func() bool {
-			ds = since(mark, func(d egress.Decision) bool { return d.Task == task || d.Task == "" })
-			return len(ds) > 0
-		}, "a decision for %s", c.name)
-	} else {
-		ds = decisionsOf(a, task, 1)
+	collect := func() {
+		if c.anon {
+			waitFor(a, func() bool {
+				ds = since(mark, func(d egress.Decision) bool { return d.Task == task || d.Task == "" })
+				return len(ds) > 0
+			}, "a decision for %s", c.name)
+		} else {
+			ds = decisionsOf(a, task, 1)
+		}
 	}
+	collect()
 	if c.allowedOK {
 		time.Sleep(300 * time.Millisecond) // a second decision may follow
-		ds = decisionsOf(a, task, 1)
+		collect()
 	}
 	refusedOne := false
 	for _, d := range ds {

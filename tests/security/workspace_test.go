@@ -53,6 +53,16 @@ func startWatch() {
 	watch.fd, watch.dirs = fd, map[int]string{}
 	addWatch(hostRoot)
 	addWatch(filepath.Join(hostRoot, "secretdir"))
+	// A self-test: reading the secret here must show, then start clean.
+	os.ReadFile(secret)
+	watch.Lock()
+	drainWatch()
+	if len(watch.seen) == 0 {
+		watch.seen = []string{"the inotify witness saw nothing of a read it should have seen"}
+	} else {
+		watch.seen = nil
+	}
+	watch.Unlock()
 }
 
 func addWatch(dir string) {
@@ -159,6 +169,14 @@ func TestWorkspaceEscape(t *testing.T) {
 	os.Symlink("../secret.txt", filepath.Join(sharedWS, "h-rel"))
 	os.Symlink(secret, filepath.Join(sharedWS, "h-abs"))
 	os.Symlink("..", filepath.Join(sharedWS, "h-dir"))
+
+	// A control: the same routes work inside the share, so the refusals
+	// below are about the boundary.
+	os.WriteFile(filepath.Join(sharedWS, "inside.txt"), []byte("inside\n"), 0o644)
+	os.Symlink("inside.txt", filepath.Join(sharedWS, "h-inside"))
+	if r := user(t, "cat /workspace/h-inside && cd /workspace && ln -sf inside.txt g-inside && cat g-inside && "+p+" openat /workspace inside.txt"); r.stdout != "inside\ninside\nok: \"inside\"\n" {
+		t.Fatalf("control: links inside the share: %s", r)
+	}
 
 	reads := []struct{ name, cmd string }{
 		{"`..` from /workspace", "cat /workspace/../secret.txt /workspace/../../secret.txt /workspace/../secretdir/key; ls -a /workspace/.. /workspace/../.."},

@@ -46,7 +46,7 @@ run: deps airlock image
 
 ## test: everything: vet, darwin type-check, windows cross-build, unit tests, generated-code drift,
 ## e2e in real VMs, the web UI in Chromium, the Linux desktop app under Xvfb
-test: vet check-darwin check-windows test-unit check-proto check-wailsjs test-e2e test-security test-browser test-desktop
+test: vet check-darwin check-windows test-unit check-proto check-wailsjs test-e2e test-security test-browser test-desktop desktop-windows
 
 vet:
 	$(GO) vet ./...

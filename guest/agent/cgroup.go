@@ -34,7 +34,9 @@ func (c *cgroups) create() (*cgroup, error) {
 	}
 	for range 100 {
 		dir := filepath.Join(c.root, strconv.FormatUint(c.next.Add(1), 10))
-		err := os.Mkdir(dir, 0o755)
+		// 0700: a task (uid 1000) must not read another task's pids,
+		// memory use or events; the agent works on it as root.
+		err := os.Mkdir(dir, 0o700)
 		if errors.Is(err, os.ErrExist) {
 			continue // left over from an earlier agent run
 		}

@@ -59,6 +59,11 @@ func (in *pid1) setup() error {
 	if err := mountEarly(); err != nil {
 		return err
 	}
+	// The kernel's rootfs is 1777; tasks must not create top-level paths
+	// that root uses later.
+	if err := unix.Chmod("/", 0o755); err != nil {
+		in.log.Warn("chmod /", "err", err)
+	}
 	in.openConsole()
 
 	cmdline, err := os.ReadFile("/proc/cmdline")

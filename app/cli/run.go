@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 
 	"io"
@@ -21,12 +20,12 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
+	"github.com/airlock-sandbox/airlock/app/service"
+	"github.com/airlock-sandbox/airlock/app/tasks"
 	"github.com/airlock-sandbox/airlock/app/workspace"
 	"github.com/airlock-sandbox/airlock/guest/client"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 type runFlags struct {
@@ -151,30 +150,12 @@ func run(ctx context.Context, stdio Stdio, f runFlags, argv []string) error {
 		defer cancel()
 	}
 	exit, err := sb.Agent().Exec(ectx, spec, streams)
-	switch {
-	case ctx.Err() != nil:
+	if ctx.Err() != nil {
 		fmt.Fprintln(stdio.Err, "airlock: interrupted; the task was killed")
 		return exitError{code: 128 + int(syscall.SIGINT)}
-	case err != nil:
-		switch status.Code(errors.Unwrap(err)) {
-		case codes.NotFound:
-			fmt.Fprintf(stdio.Err, "airlock: %s\n", status.Convert(errors.Unwrap(err)).Message())
-			return exitError{code: ExitNotFound}
-		case codes.PermissionDenied:
-			fmt.Fprintf(stdio.Err, "airlock: %s\n", status.Convert(errors.Unwrap(err)).Message())
-			return exitError{code: ExitNotRunnable}
-		case codes.InvalidArgument:
-			return errors.New(status.Convert(errors.Unwrap(err)).Message())
-		}
-		return err
-	case exit.TimedOut:
-		fmt.Fprintf(stdio.Err, "airlock: the task timed out after %s and was killed\n", f.timeout)
-		return exitError{code: ExitTimedOut}
 	}
-	if code := exit.ShellCode(); code != 0 {
-		return exitError{code: code}
-	}
-	return nil
+	state, ex, reason := service.Outcome(exit, err, false, f.timeout)
+	return taskExit(stdio, tasks.Task{ID: spec.ID, State: state, Exit: ex, Reason: reason}, f.timeout)
 }
 
 func (f runFlags) sandboxOptions(stdio Stdio) (sandbox.Options, error) {

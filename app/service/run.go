@@ -154,29 +154,37 @@ func isTransport(err error) bool {
 
 // record turns how Exec ended into the task's final state.
 func (s *Service) record(id string, req RunRequest, exit client.Exit, err error, cancelled bool) {
+	state, ex, reason := Outcome(exit, err, cancelled, req.Timeout)
+	s.finish(id, state, ex, reason)
+}
+
+// Outcome maps how an Exec call ended to a task's final state, exit status
+// and reason: the one table every front door shares (an ephemeral `run`
+// too), so exit codes mean the same everywhere. A command that cannot be
+// started ends as exited with a shell's code (127 not found, 126 not
+// runnable, 125 refused); a broken transport means the task was lost.
+func Outcome(exit client.Exit, err error, cancelled bool, timeout time.Duration) (tasks.State, tasks.Exit, string) {
 	ex := tasks.Exit{Code: exit.Code, Signal: exit.Signal}
 	switch {
 	case err == nil && exit.TimedOut:
-		s.finish(id, tasks.TimedOut, ex, fmt.Sprintf("timed out after %s", req.Timeout))
+		return tasks.TimedOut, ex, fmt.Sprintf("timed out after %s", timeout)
 	case err == nil && cancelled:
-		s.finish(id, tasks.Killed, ex, "cancelled")
+		return tasks.Killed, ex, "cancelled"
 	case err == nil:
-		s.finish(id, tasks.Exited, ex, "")
+		return tasks.Exited, ex, ""
 	case cancelled:
-		s.finish(id, tasks.Killed, tasks.Exit{Signal: int(syscall.SIGKILL)}, "cancelled")
-	default:
-		switch st := status.Convert(errors.Unwrap(err)); st.Code() {
-		case codes.NotFound:
-			s.finish(id, tasks.Exited, tasks.Exit{Code: 127}, st.Message())
-		case codes.PermissionDenied:
-			s.finish(id, tasks.Exited, tasks.Exit{Code: 126}, st.Message())
-		case codes.InvalidArgument, codes.FailedPrecondition, codes.ResourceExhausted:
-			s.finish(id, tasks.Exited, tasks.Exit{Code: 125}, st.Message())
-		default:
-			// The transport or the VM went away under the task.
-			s.finish(id, tasks.Lost, tasks.Exit{}, "the VM or its agent stopped: "+err.Error())
-		}
+		return tasks.Killed, tasks.Exit{Signal: int(syscall.SIGKILL)}, "cancelled"
 	}
+	switch st := status.Convert(errors.Unwrap(err)); st.Code() {
+	case codes.NotFound:
+		return tasks.Exited, tasks.Exit{Code: 127}, st.Message()
+	case codes.PermissionDenied:
+		return tasks.Exited, tasks.Exit{Code: 126}, st.Message()
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.ResourceExhausted:
+		return tasks.Exited, tasks.Exit{Code: 125}, st.Message()
+	}
+	// The transport or the VM went away under the task.
+	return tasks.Lost, tasks.Exit{}, "the VM or its agent stopped: " + err.Error()
 }
 
 func (s *Service) finish(id string, state tasks.State, exit tasks.Exit, reason string) {

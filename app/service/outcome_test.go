@@ -1,0 +1,47 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/tasks"
+	"github.com/airlock-sandbox/airlock/guest/client"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestOutcome(t *testing.T) {
+	rpc := func(c codes.Code) error { return fmt.Errorf("exec: %w", status.Error(c, "why")) }
+	tests := []struct {
+		name      string
+		exit      client.Exit
+		err       error
+		cancelled bool
+		state     tasks.State
+		want      tasks.Exit
+	}{
+		{"exited", client.Exit{Code: 3}, nil, false, tasks.Exited, tasks.Exit{Code: 3}},
+		{"signalled", client.Exit{Signal: 9}, nil, false, tasks.Exited, tasks.Exit{Signal: 9}},
+		{"timed out", client.Exit{Signal: 15, TimedOut: true}, nil, false, tasks.TimedOut, tasks.Exit{Signal: 15}},
+		{"cancelled, exited", client.Exit{Signal: 15}, nil, true, tasks.Killed, tasks.Exit{Signal: 15}},
+		{"cancelled, call cut", client.Exit{}, errors.New("context canceled"), true, tasks.Killed, tasks.Exit{Signal: 9}},
+		{"not found", client.Exit{}, rpc(codes.NotFound), false, tasks.Exited, tasks.Exit{Code: 127}},
+		{"not runnable", client.Exit{}, rpc(codes.PermissionDenied), false, tasks.Exited, tasks.Exit{Code: 126}},
+		{"refused", client.Exit{}, rpc(codes.InvalidArgument), false, tasks.Exited, tasks.Exit{Code: 125}},
+		{"transport gone", client.Exit{}, rpc(codes.Unavailable), false, tasks.Lost, tasks.Exit{}},
+		{"no exit", client.Exit{}, client.ErrNoExit, false, tasks.Lost, tasks.Exit{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			state, ex, reason := Outcome(tt.exit, tt.err, tt.cancelled, time.Second)
+			if state != tt.state || ex != tt.want {
+				t.Fatalf("Outcome = %s %+v %q; want %s %+v", state, ex, reason, tt.state, tt.want)
+			}
+			if state != tasks.Exited && reason == "" || ex.Code >= 125 && reason != "why" {
+				t.Fatalf("reason %q", reason)
+			}
+		})
+	}
+}

@@ -69,6 +69,10 @@ type Server struct {
 	cgroups *cgroups // nil without cgroup support
 	tasks   atomic.Int64
 	bootMS  atomic.Int64
+	// wsMounted caches the workspace's presence for task defaults: init
+	// mounts it before the agent starts, and reading the mount table costs
+	// each task a millisecond under emulation.
+	wsMounted func() bool
 	wg      sync.WaitGroup // shutdown goroutine
 }
 
@@ -99,6 +103,7 @@ func New(cfg Config) *Server {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger}
+	s.wsMounted = sync.OnceValue(func() bool { return s.workspace().mounted })
 	if cfg.CgroupRoot != "" {
 		s.cgroups = &cgroups{root: cfg.CgroupRoot}
 	}
@@ -112,6 +117,11 @@ func NewGRPCServer(s *Server) *grpc.Server {
 	g := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMsgSize),
 		grpc.MaxSendMsgSize(maxMsgSize),
+		// See agentv1.StreamWindow: no window waits, no BDP pings.
+		grpc.InitialWindowSize(agentv1.StreamWindow),
+		grpc.InitialConnWindowSize(agentv1.ConnWindow),
+		grpc.ReadBufferSize(agentv1.IOBufferSize),
+		grpc.WriteBufferSize(agentv1.IOBufferSize),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             time.Second,
 			PermitWithoutStream: true,
@@ -230,6 +240,10 @@ func (s *Server) workspace() workspaceMount {
 	}
 	return parseMounts(b, s.cfg.WorkspaceDir)
 }
+
+// workspaceMounted reports whether the workspace was mounted when the
+// first task asked.
+func (s *Server) workspaceMounted() bool { return s.wsMounted() }
 
 func parseMounts(b []byte, dir string) workspaceMount {
 	var m workspaceMount

@@ -18,7 +18,6 @@ import (
 )
 
 const (
-	chunkSize = 32 << 10
 	// stdinQueue bounds stdin chunks waiting for the task to read them;
 	// beyond it the receive loop, and so the host, waits.
 	stdinQueue = 8
@@ -99,25 +98,54 @@ type stdinItem struct {
 func (t *task) run() (*agentv1.Exit, error) {
 	ctx := t.stream.Context()
 	done := make(chan struct{}) // closed when the task is over
-	events := make(chan *agentv1.ExecEvent, 16)
+	stdout, stderr := newOutput(), newOutput()
+	exitEv := make(chan *agentv1.ExecEvent, 1)
 	var sendErr error
 	sent := make(chan struct{})
 	go func() { // the only caller of stream.Send
 		defer close(sent)
-		for ev := range events {
+		send := func(ev *agentv1.ExecEvent) {
 			if sendErr == nil {
 				sendErr = t.stream.Send(ev)
 			}
 		}
+		// Output is taken even after a failed send, so readers never stall.
+		flush := func(o *output, isErr bool) {
+			data, _ := o.take()
+			if len(data) == 0 {
+				return
+			}
+			ev := &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stdout{Stdout: data}}
+			if isErr {
+				ev = &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stderr{Stderr: data}}
+			}
+			send(ev)
+			// Send has marshalled data into its own buffer (no stats
+			// handlers here hold on to messages), so it can be reused.
+			o.recycle(data)
+		}
+		send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Started{Started: &agentv1.Started{Pid: int32(t.p.pgid)}}})
+		for {
+			select {
+			case <-stdout.ready:
+				flush(stdout, false)
+			case <-stderr.ready:
+				flush(stderr, true)
+			case ev := <-exitEv: // the readers are done: send what is left
+				flush(stdout, false)
+				flush(stderr, true)
+				send(ev)
+				return
+			}
+		}
 	}()
-	events <- &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Started{Started: &agentv1.Started{Pid: int32(t.p.pgid)}}}
 
 	var readers sync.WaitGroup
 	readers.Add(1)
-	go t.readOutput(&readers, t.p.stdout, events, false)
+	go stdout.read(&readers, t.p.stdout)
 	if t.p.stderr != nil {
 		readers.Add(1)
-		go t.readOutput(&readers, t.p.stderr, events, true)
+		go stderr.read(&readers, t.p.stderr)
 	}
 	readersDone := make(chan struct{})
 	go func() { readers.Wait(); close(readersDone) }()
@@ -191,11 +219,6 @@ func (t *task) run() (*agentv1.Exit, error) {
 		t.p.stdin.Close() // unblocks a write to a pipe nobody reads
 	}
 	writer.Wait()
-	if t.p.cg != nil {
-		if err := t.p.cg.remove(); err != nil {
-			t.log.Warn("task cgroup", "task", t.sp.id, "err", err)
-		}
-	}
 
 	exit := &agentv1.Exit{TimedOut: timedOut, DurationMs: elapsed.Milliseconds(), Code: -1}
 	if res.err != nil {
@@ -205,30 +228,16 @@ func (t *task) run() (*agentv1.Exit, error) {
 	} else {
 		exit.Code = int32(res.st.ExitCode())
 	}
-	events <- &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: exit}}
-	close(events)
+	exitEv <- &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: exit}}
 	<-sent
-	return exit, sendErr
-}
-
-// readOutput sends what f yields as events until EOF or error. A PTY
-// master reports EIO once the last terminal user is gone: that is its EOF.
-func (t *task) readOutput(wg *sync.WaitGroup, f *os.File, events chan<- *agentv1.ExecEvent, stderr bool) {
-	defer wg.Done()
-	for {
-		buf := make([]byte, chunkSize)
-		n, err := f.Read(buf)
-		if n > 0 {
-			ev := &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stdout{Stdout: buf[:n]}}
-			if stderr {
-				ev = &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stderr{Stderr: buf[:n]}}
-			}
-			events <- ev
-		}
-		if err != nil {
-			return
+	// The tree is dead; removing its cgroup is cleanup the host need not
+	// wait for.
+	if t.p.cg != nil {
+		if err := t.p.cg.remove(); err != nil {
+			t.log.Warn("task cgroup", "task", t.sp.id, "err", err)
 		}
 	}
+	return exit, sendErr
 }
 
 // writeStdin feeds the task's stdin from q. After a write error (the task

@@ -121,6 +121,7 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 			}
 			childEnds = append(childEnds, w)
 			closeOnErr = append(closeOnErr, r)
+			growPipe(r)
 			*out = r
 		}
 		cmd.Stdout, cmd.Stderr = childEnds[len(childEnds)-2], childEnds[len(childEnds)-1]
@@ -133,6 +134,15 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 	p.cmd = cmd
 	p.pgid = cmd.Process.Pid // leader of its new group or session
 	return p, nil
+}
+
+// growPipe enlarges a pipe to pipeSize, so a task writing big blocks
+// blocks less and its output is read in fewer, larger reads. Failing is
+// harmless: the pipe keeps its default size.
+func growPipe(f *os.File) {
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize) })
+	}
 }
 
 // startNoNewPrivs starts cmd from a thread that has no_new_privs set: the

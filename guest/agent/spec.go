@@ -128,7 +128,7 @@ func (s *Server) taskDir(cwd, home string) (string, error) {
 		return "", invalid("bad cwd")
 	}
 	def := home
-	if s.workspace().mounted {
+	if s.workspaceMounted() {
 		def = s.cfg.WorkspaceDir
 	}
 	dir := def

@@ -76,12 +76,19 @@ func (in *pid1) setup() error {
 	in.log = console.NewLogger(os.Stderr, "", in.cfg.Debug)
 	in.log.Debug("boot config", "cmdline", strings.TrimSpace(string(cmdline)))
 
-	if err := setupCgroups("/sys/fs/cgroup"); err != nil {
-		in.log.Warn("no task cgroups", "err", err)
-	}
-	if out, err := exec.Command("/bin/busybox", "--install", "-s").CombinedOutput(); err != nil {
-		in.log.Warn("busybox --install", "err", err, "out", strings.TrimSpace(string(out)))
-	}
+	// Cgroups and busybox's applet links need no module: they are made on
+	// the second CPU while the first loads modules. Tasks need both, so
+	// they are done before the agent starts.
+	sideDone := make(chan struct{})
+	go func() {
+		defer close(sideDone)
+		if err := setupCgroups("/sys/fs/cgroup"); err != nil {
+			in.log.Warn("no task cgroups", "err", err)
+		}
+		if out, err := exec.Command("/bin/busybox", "--install", "-s").CombinedOutput(); err != nil {
+			in.log.Warn("busybox --install", "err", err, "out", strings.TrimSpace(string(out)))
+		}
+	}()
 	in.loadModules(ModulesList)
 	// The console may be a module (virtio_console for hvc0 on Apple's
 	// framework): open it again now that it exists.
@@ -100,6 +107,7 @@ func (in *pid1) setup() error {
 		in.workspace = true
 		in.log.Debug("workspace mounted", "fs", in.cfg.Share, "read_only", in.cfg.ShareReadOnly)
 	}
+	<-sideDone
 	return nil
 }
 
@@ -133,6 +141,10 @@ func (in *pid1) loadModules(list string) {
 		in.log.Error("module list", "err", err)
 	}
 	for _, p := range paths {
+		if !ModuleNeeded(p, in.cfg) {
+			in.log.Debug("module not needed by this boot", "module", p)
+			continue
+		}
 		if err := loadModule(p); err != nil {
 			switch {
 			case errors.Is(err, os.ErrNotExist):

@@ -6,6 +6,8 @@ import (
 	"io"
 	"path"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
 )
 
 // ModulesList is the image's module load list: one absolute .ko path a
@@ -50,4 +52,72 @@ func compressed(p string) bool {
 		}
 	}
 	return false
+}
+
+// modulePart is a set of the guest's optional parts a module serves.
+type modulePart uint8
+
+const (
+	partVirtiofs    modulePart = 1 << iota // the workspace over virtio-fs
+	part9PVirtio                           // the workspace over 9p, virtio transport
+	part9PFD                               // the workspace over 9p, fd transport (HCS Plan9)
+	partVsock                              // AF_VSOCK itself
+	partVirtioVsock                        // virtio-vsock (QEMU with vhost, vz)
+	partHyperV                             // VMBus: Hyper-V sockets, Hyper-V disks
+	partRootDisk                           // a root disk (virtio-blk or SCSI, ext4, overlay)
+)
+
+// moduleParts names the modules of the image (as ModuleName gives them)
+// that only some boots need. Loading a module costs boot time (about
+// 100 ms each for the file systems under emulation), so a boot loads only
+// the ones its transport and share use. Modules not listed are always
+// loaded: the virtio core, the console, entropy, the balloon.
+var moduleParts = map[string]modulePart{
+	"fuse": partVirtiofs, "virtiofs": partVirtiofs,
+	"netfs": part9PVirtio | part9PFD, "fscache": part9PVirtio | part9PFD,
+	"9pnet": part9PVirtio | part9PFD, "9p": part9PVirtio | part9PFD,
+	"9pnet_virtio": part9PVirtio, "9pnet_fd": part9PFD,
+	"vsock": partVsock, "vmw_vsock_virtio_transport_common": partVirtioVsock, "vmw_vsock_virtio_transport": partVirtioVsock,
+	"hv_vmbus": partHyperV, "hv_sock": partHyperV, "hv_storvsc": partHyperV | partRootDisk,
+	"virtio_blk": partRootDisk, "sd_mod": partRootDisk, "crc16": partRootDisk, "mbcache": partRootDisk,
+	"jbd2": partRootDisk, "ext4": partRootDisk, "crc32c_generic": partRootDisk, "overlay": partRootDisk,
+}
+
+// neededParts is what a boot with cfg uses.
+func neededParts(cfg api.BootConfig) modulePart {
+	var p modulePart
+	switch cfg.Transport {
+	case api.TransportVsock, "":
+		p |= partVsock | partVirtioVsock
+	case api.TransportHVSock:
+		p |= partVsock | partHyperV
+	}
+	switch cfg.Share {
+	case api.ShareVirtiofs:
+		p |= partVirtiofs
+	case api.Share9P:
+		p |= part9PVirtio
+	case api.Share9PVsock:
+		p |= part9PFD
+	}
+	return p
+}
+
+// ModuleName is a module file's name as the kernel knows it: the base
+// name without ".ko" and compression suffix, '-' folded to '_'.
+func ModuleName(p string) string {
+	base := path.Base(p)
+	if i := strings.Index(base, ".ko"); i >= 0 {
+		base = base[:i]
+	}
+	return strings.ReplaceAll(base, "-", "_")
+}
+
+// ModuleNeeded reports whether a boot with cfg loads the module file p:
+// a module serving parts loads when the boot uses one of them (a module
+// serving two parts needs both to be skipped, and a dependency is listed
+// with every part it serves); any other module always loads.
+func ModuleNeeded(p string, cfg api.BootConfig) bool {
+	parts, ok := moduleParts[ModuleName(p)]
+	return !ok || parts&neededParts(cfg) != 0
 }

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
 )
 
 func TestParseModules(t *testing.T) {
@@ -42,5 +44,44 @@ func TestCompressed(t *testing.T) {
 		if got := compressed(p); got != want {
 			t.Errorf("compressed(%q) = %v", p, got)
 		}
+	}
+}
+
+// imageModules is the image's load list (images/out/amd64, kernel 6.1),
+// by name, in order.
+var imageModules = strings.Fields(`virtio_pci_legacy_dev virtio_pci_modern_dev virtio_ring virtio virtio_pci
+	virtio_mmio virtio_console virtio-rng virtio_balloon fuse virtiofs 9pnet netfs fscache 9p 9pnet_virtio
+	9pnet_fd vsock vmw_vsock_virtio_transport_common vmw_vsock_virtio_transport hv_vmbus hv_sock virtio_blk
+	crc16 mbcache jbd2 ext4 crc32c_generic overlay hv_storvsc sd_mod`)
+
+func TestModuleNeeded(t *testing.T) {
+	base := "virtio_pci_legacy_dev virtio_pci_modern_dev virtio_ring virtio virtio_pci virtio_mmio virtio_console virtio_rng virtio_balloon"
+	tests := []struct {
+		name string
+		cfg  api.BootConfig
+		want string
+	}{
+		{"serial, virtiofs (QEMU without vhost-vsock)", api.BootConfig{Transport: api.TransportSerial, Share: api.ShareVirtiofs}, base + " fuse virtiofs"},
+		{"serial, 9p", api.BootConfig{Transport: api.TransportSerial, Share: api.Share9P}, base + " 9pnet netfs fscache 9p 9pnet_virtio"},
+		{"serial, no share", api.BootConfig{Transport: api.TransportSerial}, base},
+		{"vsock, virtiofs (vz)", api.BootConfig{Transport: api.TransportVsock, Share: api.ShareVirtiofs}, base + " fuse virtiofs vsock vmw_vsock_virtio_transport_common vmw_vsock_virtio_transport"},
+		{"default transport is vsock", api.BootConfig{}, base + " vsock vmw_vsock_virtio_transport_common vmw_vsock_virtio_transport"},
+		{"hvsock, 9p over vsock (HCS)", api.BootConfig{Transport: api.TransportHVSock, Share: api.Share9PVsock}, base + " 9pnet netfs fscache 9p 9pnet_fd vsock hv_vmbus hv_sock hv_storvsc"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, m := range imageModules {
+				if ModuleNeeded("/lib/modules/6.1.0-57-amd64/kernel/x/"+m+".ko", tt.cfg) {
+					got = append(got, ModuleName(m+".ko"))
+				}
+			}
+			if strings.Join(got, " ") != tt.want {
+				t.Errorf("loaded\n  %s\nwant\n  %s", strings.Join(got, " "), tt.want)
+			}
+		})
+	}
+	if ModuleName("/a/b/virtio-rng.ko.xz") != "virtio_rng" {
+		t.Error("ModuleName does not strip the suffix or fold '-'")
 	}
 }

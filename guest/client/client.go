@@ -36,6 +36,13 @@ func New(dial DialFunc) (*Client, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return dial(ctx) }),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize)),
+		// Static flow-control windows, large enough that task output never
+		// waits for a window update; setting them also turns off the BDP
+		// estimator's pings, each a round trip over the transport.
+		grpc.WithInitialWindowSize(agentv1.StreamWindow),
+		grpc.WithInitialConnWindowSize(agentv1.ConnWindow),
+		grpc.WithReadBufferSize(agentv1.IOBufferSize),
+		grpc.WithWriteBufferSize(agentv1.IOBufferSize),
 		// The transport is a local stream; reconnect fast if the agent restarts.
 		grpc.WithConnectParams(fastReconnect),
 	)

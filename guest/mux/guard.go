@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 )
 
 // yamux frame header (github.com/hashicorp/yamux spec.md): version, type,
@@ -32,7 +33,8 @@ const (
 // collide with our own), data frames larger than a window, and pings (we
 // never send one, and yamux answers each from a new goroutine).
 type guard struct {
-	r *bufio.Reader
+	r   *bufio.Reader
+	raw io.Reader // what r reads from
 	// peerOdd: the peer is the yamux client and opens odd stream ids.
 	peerOdd bool
 	window  uint32
@@ -45,7 +47,7 @@ type guard struct {
 }
 
 func newGuard(r io.Reader, peerOdd bool, window uint32, fail func(error)) *guard {
-	return &guard{r: bufio.NewReaderSize(r, 64<<10), peerOdd: peerOdd, window: window, fail: fail}
+	return &guard{r: bufio.NewReaderSize(r, 64<<10), raw: r, peerOdd: peerOdd, window: window, fail: fail}
 }
 
 // Read hands yamux checked frames. It is called from yamux's receive loop only.
@@ -62,7 +64,15 @@ func (g *guard) Read(p []byte) (int, error) {
 		if uint32(len(p)) > g.payload {
 			p = p[:g.payload]
 		}
-		n, err := g.r.Read(p)
+		// Payload goes straight from the connection into yamux's buffer
+		// unless part of it was read ahead with a header.
+		var n int
+		var err error
+		if g.r.Buffered() > 0 {
+			n, err = g.r.Read(p)
+		} else {
+			n, err = g.raw.Read(p)
+		}
 		g.payload -= uint32(n)
 		if err != nil {
 			if err == io.EOF {
@@ -142,8 +152,64 @@ func (g *guard) check() error {
 // guardedConn is what yamux reads from and writes to.
 type guardedConn struct {
 	*guard
+	*frameWriter
 	conn io.ReadWriteCloser
 }
 
-func (c guardedConn) Write(p []byte) (int, error) { return c.conn.Write(p) }
-func (c guardedConn) Close() error                { return c.conn.Close() }
+func (c guardedConn) Close() error { return c.conn.Close() }
+
+// firstWrite is how much of a data frame goes out with its header: the
+// virtio-serial driver takes at most 32 KiB per write(2) anyway.
+const firstWrite = 32 << 10
+
+// frameWriter puts a data frame's header and body on the wire together.
+// yamux's send loop (its only caller) writes a frame as two Writes, header
+// then body; each write to a virtio-serial port is a syscall and a
+// notification of the other side, so the header is held back and leaves
+// with the body: through writev on a socket (the host), or copied in front
+// of the body's first 32 KiB otherwise (the guest's port, whose driver
+// handles writev as one write per piece).
+type frameWriter struct {
+	w      io.Writer
+	vector bool // w gathers net.Buffers into one writev
+	hdr    [frameHeaderSize]byte
+	held   bool
+	buf    []byte
+}
+
+func newFrameWriter(w io.Writer) *frameWriter {
+	_, vector := w.(net.Conn)
+	return &frameWriter{w: w, vector: vector}
+}
+
+func (f *frameWriter) Write(p []byte) (int, error) {
+	if f.held {
+		f.held = false
+		return len(p), f.frame(p)
+	}
+	if len(p) == frameHeaderSize && p[1] == typeData && binary.BigEndian.Uint32(p[8:12]) > 0 {
+		copy(f.hdr[:], p)
+		f.held = true
+		return len(p), nil
+	}
+	return f.w.Write(p)
+}
+
+// frame writes the held header and body.
+func (f *frameWriter) frame(body []byte) error {
+	if f.vector {
+		bufs := net.Buffers{f.hdr[:], body}
+		_, err := bufs.WriteTo(f.w)
+		return err
+	}
+	n := min(len(body), firstWrite-frameHeaderSize)
+	f.buf = append(append(f.buf[:0], f.hdr[:]...), body[:n]...)
+	if _, err := f.w.Write(f.buf); err != nil {
+		return err
+	}
+	if n < len(body) {
+		_, err := f.w.Write(body[n:])
+		return err
+	}
+	return nil
+}

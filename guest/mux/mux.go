@@ -166,7 +166,7 @@ func (s *Session) start(newYamux func(io.ReadWriteCloser, *yamux.Config) (*yamux
 		s.abort()
 		return
 	}
-	ys, err := newYamux(guardedConn{s.guard, s.conn}, s.cfg.yamux())
+	ys, err := newYamux(guardedConn{s.guard, newFrameWriter(s.conn), s.conn}, s.cfg.yamux())
 	if err != nil { // only a bad yamux.Config, which is ours
 		s.mu.Unlock()
 		s.setErr(fmt.Errorf("mux: %w", err))

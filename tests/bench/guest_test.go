@@ -111,14 +111,28 @@ func (h *harness) guestPhases() {
 	h.t.add("boot-sandbox", "  sandbox.Start (ready, SetTime), one boot", "ms", []float64{ms(time.Since(start))}, "trivial init", floorMS, atMost(1.10))
 	h.logf("sandbox (virtiofs) up: %+v", sb.Machine().Info())
 	g := &guest{h: h, sb: sb}
-	g.roundTrips()
-	g.stdout()
-	user, pass := gate.Credentials("bench")
-	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
-	g.egress(egress.ProxyEnv(user, pass), port)
-	g.memory()
-	g.fs("virtiofs", ws)
+	// The round trips are also the service's baseline.
+	if want("rtt") || want("service") {
+		g.roundTrips()
+	}
+	if want("stdout") || want("service") {
+		g.stdout()
+	}
+	if want("egress") {
+		user, pass := gate.Credentials("bench")
+		_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+		g.egress(egress.ProxyEnv(user, pass), port)
+	}
+	if want("memory") {
+		g.memory()
+	}
+	if want("fs") {
+		g.fs("virtiofs", ws)
+	}
 	sb.Close(ctx)
+	if !want("fs") {
+		return
+	}
 
 	// The same folder over 9p.
 	sb9, err := sandbox.Start(ctx, sandbox.Options{Workspace: ws, Image: img, UID: uid, GID: gid,

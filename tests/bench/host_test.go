@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,10 +56,18 @@ func (h *harness) run() {
 	}
 	h.cleanups = append(h.cleanups, func() { os.RemoveAll(h.work) })
 
-	h.hostOnly()
-	h.guestPhases()
-	h.service()
-	h.sizes()
+	if want("host") {
+		h.hostOnly()
+	}
+	if slices.ContainsFunc(phases, func(p string) bool { return p != "host" && p != "sizes" && want(p) }) {
+		h.guestPhases()
+	}
+	if want("service") {
+		h.service()
+	}
+	if want("sizes") {
+		h.sizes()
+	}
 }
 
 func imageDir(b *testing.B) string {

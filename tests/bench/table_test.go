@@ -27,7 +27,21 @@ import (
 var (
 	outFlag    = flag.String("out", "", "write the table as JSON here (default $AIRLOCK_BENCH_OUT, else out/bench.json)")
 	roundsFlag = flag.Int("rounds", 0, "rounds of each alternating measurement (default $AIRLOCK_BENCH_ROUNDS, else 3)")
+	onlyFlag   = flag.String("only", "", "comma-separated phases to run (default $AIRLOCK_BENCH_ONLY, else all): "+strings.Join(phases, ","))
 )
+
+// phases are the parts of the table -only can pick. The boot phase always
+// runs when any guest phase does: its floor VM is their baseline.
+var phases = []string{"host", "boot", "rtt", "stdout", "egress", "memory", "fs", "service", "sizes"}
+
+// want reports whether phase is to run.
+func want(phase string) bool {
+	only := *onlyFlag
+	if only == "" {
+		only = os.Getenv("AIRLOCK_BENCH_ONLY")
+	}
+	return only == "" || slices.Contains(strings.Split(only, ","), phase)
+}
 
 func rounds() int {
 	if *roundsFlag > 0 {

@@ -73,7 +73,7 @@ type Server struct {
 	// mounts it before the agent starts, and reading the mount table costs
 	// each task a millisecond under emulation.
 	wsMounted func() bool
-	wg      sync.WaitGroup // shutdown goroutine
+	wg        sync.WaitGroup // shutdown goroutine
 }
 
 // New returns a Server for cfg.

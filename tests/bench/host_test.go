@@ -59,7 +59,10 @@ func (h *harness) run() {
 	if want("host") {
 		h.hostOnly()
 	}
-	if slices.ContainsFunc(phases, func(p string) bool { return p != "host" && p != "sizes" && want(p) }) {
+	if want("choices") {
+		h.choices()
+	}
+	if slices.ContainsFunc(phases, func(p string) bool { return p != "host" && p != "sizes" && p != "choices" && want(p) }) {
 		h.guestPhases()
 	}
 	if want("service") {

@@ -1,0 +1,164 @@
+//go:build e2e
+
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/vm/qemu"
+)
+
+// bootChoice is one way to boot the floor guest: a kernel form, an
+// initramfs encoding and a machine type.
+type bootChoice struct {
+	key, name      string
+	kernel, initrd string
+	qemu           string // a wrapper that changes the machine type, or ""
+}
+
+// choices boots the floor guest (kernel and initramfs of the image, a
+// trivial init) in each image choice issue 9 asks about, alternating
+// rounds, against the image's default: an uncompressed PVH vmlinux, an
+// uncompressed initramfs, q35. Only with -only choices: it costs about
+// 20 boots.
+func (h *harness) choices() {
+	ctx := context.Background()
+	floorBin := filepath.Join(h.work, "floorinit")
+	if err := buildGuest("./testdata/floorinit", floorBin); err != nil {
+		h.b.Fatal(err)
+	}
+	dir := filepath.Join(h.work, "choices")
+	os.MkdirAll(dir, 0o755)
+	plain := filepath.Join(dir, "floor.cpio")
+	if err := floorInitramfs(filepath.Join(h.imageDir, "initramfs.cpio"), floorBin, plain); err != nil {
+		h.b.Fatal(err)
+	}
+	vmlinux := filepath.Join(h.imageDir, "vmlinux")
+	def := bootChoice{"default", "vmlinux (PVH), plain cpio, q35", vmlinux, plain, ""}
+	var alts []bootChoice
+	for _, c := range []struct{ tool, ext string }{{"gzip", "gz"}, {"lz4", "lz4"}, {"zstd", "zst"}, {"xz", "xz"}} {
+		out := plain + "." + c.ext
+		args := []string{"-c", plain}
+		switch c.tool {
+		case "lz4":
+			args = []string{"-l", "-c", plain} // the legacy format the kernel reads
+		case "xz":
+			args = []string{"--check=crc32", "-c", plain}
+		}
+		if err := shellOut(out, c.tool, args...); err != nil {
+			h.logf("skip %s initramfs: %v", c.tool, err)
+			continue
+		}
+		alts = append(alts, bootChoice{"initramfs-" + c.tool, "initramfs " + c.tool, vmlinux, out, ""})
+	}
+	if bz, err := bzImage(h.imageDir, dir); err != nil {
+		h.logf("skip bzImage: %v", err)
+	} else {
+		alts = append(alts, bootChoice{"kernel-bzimage", "kernel bzImage (compressed, via firmware)", bz, plain, ""})
+	}
+	if wrapper, err := microvmWrapper(dir); err != nil {
+		h.logf("skip microvm: %v", err)
+	} else {
+		alts = append(alts, bootChoice{"machine-microvm", "machine microvm (virtio-mmio, no PCI)", vmlinux, plain, wrapper})
+	}
+
+	samples := map[string][]float64{}
+	bootOne := func(c bootChoice, i int) {
+		cfg := h.machineConfig(fmt.Sprintf("choice-%s-%d", c.key, i), c.initrd, "", 0, 0)
+		cfg.Kernel, cfg.Share = c.kernel, nil
+		bt, err := boot(ctx, cfg, qemu.Options{QEMU: c.qemu})
+		if err != nil {
+			h.logf("boot %s: %v", c.key, err)
+			return
+		}
+		bt.m.Stop(ctx)
+		samples[c.key] = append(samples[c.key], ms(bt.elapsed))
+		h.logf("choice %s round %d: %v (guest %d ms)", c.key, i, bt.elapsed.Round(time.Millisecond), bt.ready.BootMillis)
+	}
+	for i := range h.rounds {
+		for _, c := range alts {
+			bootOne(def, i)
+			bootOne(c, i)
+		}
+	}
+	for _, c := range alts {
+		if len(samples[c.key]) == 0 {
+			continue
+		}
+		h.t.add("choice-"+c.key, "boot choice: "+c.name, "ms", samples[c.key], "vmlinux, plain cpio, q35", samples["default"], nil)
+	}
+}
+
+func shellOut(dst, tool string, args ...string) error {
+	if _, err := exec.LookPath(tool); err != nil {
+		return err
+	}
+	f, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var stderr strings.Builder
+	cmd := exec.Command(tool, args...)
+	cmd.Stdout, cmd.Stderr = f, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%v: %s", err, stderr.String())
+	}
+	return nil
+}
+
+// bzImage extracts the compressed kernel the image's vmlinux came from,
+// from the package in the image builder's cache.
+func bzImage(imageDir, dir string) (string, error) {
+	debs, _ := filepath.Glob(filepath.Join(imageDir, "..", "cache", "linux-image-*_amd64.deb"))
+	if len(debs) == 0 {
+		return "", fmt.Errorf("no linux-image .deb in the builder's cache")
+	}
+	x := filepath.Join(dir, "deb")
+	if out, err := exec.Command("dpkg-deb", "-x", debs[len(debs)-1], x).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("dpkg-deb: %v: %s", err, out)
+	}
+	bz, _ := filepath.Glob(filepath.Join(x, "boot", "vmlinuz-*"))
+	if len(bz) == 0 {
+		return "", fmt.Errorf("no vmlinuz in %s", debs[len(debs)-1])
+	}
+	return bz[0], nil
+}
+
+// microvmWrapper writes a QEMU wrapper that turns the backend's q35 command
+// line into a microvm one: the same devices on virtio-mmio instead of PCI,
+// and the TSC rate on the kernel command line.
+func microvmWrapper(dir string) (string, error) {
+	bin, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return "", err
+	}
+	// Without a PIT reference the kernel cannot calibrate the TSC under
+	// TCG and hangs; tell it the host's rate (TCG's TSC is the host's).
+	script := `#!/bin/bash
+khz=$(awk -F: '/^cpu MHz/ {printf "%d", $2*1000; exit}' /proc/cpuinfo)
+args=()
+next_append=
+for a in "$@"; do
+  if [ -n "$next_append" ]; then a="$a tsc_early_khz=$khz tsc=reliable"; next_append=; fi
+  [ "$a" = -append ] && next_append=1
+  case "$a" in
+    q35,accel=*) a="microvm,accel=${a#q35,accel=}" ;;
+    virtio-rng-pci) a=virtio-rng-device ;;
+    virtio-serial-pci) a=virtio-serial-device ;;
+    vhost-user-fs-pci,*) a="vhost-user-fs-device,${a#vhost-user-fs-pci,}" ;;
+    virtio-9p-pci,*) a="virtio-9p-device,${a#virtio-9p-pci,}" ;;
+  esac
+  args+=("$a")
+done
+exec ` + bin + ` "${args[@]}"
+`
+	p := filepath.Join(dir, "qemu-microvm")
+	return p, os.WriteFile(p, []byte(script), 0o755)
+}

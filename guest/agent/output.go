@@ -13,8 +13,9 @@ const (
 	readSize = 256 << 10
 	pipeSize = 1 << 20
 	// maxPending bounds output read but not yet sent, per pipe; beyond it
-	// the reader, and so the task, waits for the host.
-	maxPending = 1 << 20
+	// the reader, and so the task, waits for the host. A message is at
+	// most maxPending+readSize bytes.
+	maxPending = 256 << 10
 )
 
 var readBufs = sync.Pool{New: func() any { b := make([]byte, readSize); return &b }}

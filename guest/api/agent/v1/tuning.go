@@ -9,9 +9,11 @@ const (
 	// output in flight before the reader must have consumed it. Setting it
 	// also switches off gRPC's bandwidth estimator, whose pings each cost a
 	// round trip.
-	StreamWindow = 4 << 20
+	// It is also what the host may hold of one task's output that its
+	// reader has not taken yet.
+	StreamWindow = 1 << 20
 	// ConnWindow is the window of the whole connection, shared by all calls.
-	ConnWindow = 16 << 20
+	ConnWindow = 4 << 20
 	// IOBufferSize is gRPC's read and write buffer on the connection: HTTP/2
 	// frames are gathered into writes of up to this size.
 	IOBufferSize = 256 << 10

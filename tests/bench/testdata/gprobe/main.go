@@ -5,6 +5,8 @@
 //	gprobe read PATH           read PATH to the end
 //	gprobe meta DIR N          create, stat and unlink N empty files in DIR
 //	gprobe rss                 VmRSS of the agent ("/init agent") and of PID 1, in KiB
+//	gprobe socks URL           GET URL through ALL_PROXY (SOCKS5), body to io.Discard;
+//	                           the time is also printed as secs= for the shell
 package main
 
 import (
@@ -12,11 +14,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/net/proxy"
 )
 
 func main() {
@@ -92,6 +98,31 @@ func main() {
 				out["agent_kib"] = rss(e.Name())
 			}
 		}
+	case "socks":
+		// Unlike tests/e2e's probe, nothing is hashed: under emulation
+		// SHA-256 is slower than the transport and would be the figure.
+		u, err := url.Parse(os.Getenv("ALL_PROXY"))
+		if err != nil {
+			fail("ALL_PROXY: %v", err)
+		}
+		pass, _ := u.User.Password()
+		d, err := proxy.SOCKS5("tcp", u.Host, &proxy.Auth{User: u.User.Username(), Password: pass}, proxy.Direct)
+		if err != nil {
+			fail("socks: %v", err)
+		}
+		c := &http.Client{Transport: &http.Transport{DialContext: d.(proxy.ContextDialer).DialContext}, Timeout: 5 * time.Minute}
+		start := time.Now()
+		resp, err := c.Get(os.Args[2])
+		if err != nil {
+			fail("get: %v", err)
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			fail("body: status %d, %d bytes, %v", resp.StatusCode, n, err)
+		}
+		out["bytes"], out["secs"] = n, time.Since(start).Seconds()
+		fmt.Printf("secs=%f ", out["secs"])
 	default:
 		fail("unknown op %q", os.Args[1])
 	}

@@ -63,7 +63,7 @@ func TestLoadErrors(t *testing.T) {
 		{"deny empty entry", `{"deny": [""]}`, `settings.json: "deny"[0]: empty entry`},
 		{"map_hosts shape", `{"map_hosts": ["a.com"]}`, `settings.json: "map_hosts"[0]: "a.com" is not NAME=ADDR`},
 		{"map_hosts empty addr", `{"map_hosts": ["a.com="]}`, `settings.json: "map_hosts"[0]: "a.com=" is not NAME=ADDR`},
-		{"unknown field", `{"cpus": 2, "proxy": "x", "Cpus": 3}`, `settings.json: unknown field "Cpus", "proxy"; known fields are allow, cpus, deny, map_hosts, memory_mib, read_only, workspace`},
+		{"unknown field", `{"cpus": 2, "proxy": "x", "Cpus": 3}`, `settings.json: unknown field "Cpus", "proxy"; known fields are allow, cpus, deny, inspect, map_hosts, memory_mib, read_only, secrets, upstream_cas, upstream_proxy, workspace`},
 		{"syntax", "{\n  \"cpus\": 2,\n}", `settings.json: line 3, column 1: invalid character '}' looking for beginning of object key string`},
 		{"empty", ``, `settings.json: empty file`},
 		{"not an object", `[1]`, `settings.json: not a JSON object`},

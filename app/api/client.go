@@ -230,6 +230,21 @@ func (c *Client) Answer(ctx context.Context, id, verdict string) error {
 	return c.do(ctx, "POST", "/v1/asks/"+url.PathEscape(id), AnswerRequest{Verdict: verdict}, nil)
 }
 
+// Secrets implements service.Core.
+func (c *Client) Secrets(ctx context.Context) (list []service.SecretInfo, err error) {
+	return list, c.do(ctx, "GET", "/v1/secrets", nil, &list)
+}
+
+// SetSecret implements service.Core.
+func (c *Client) SetSecret(ctx context.Context, req service.SecretRequest) (info service.SecretInfo, err error) {
+	return info, c.do(ctx, "PUT", "/v1/secrets/"+url.PathEscape(req.Name), req, &info)
+}
+
+// RemoveSecret implements service.Core.
+func (c *Client) RemoveSecret(ctx context.Context, name string) error {
+	return c.do(ctx, "DELETE", "/v1/secrets/"+url.PathEscape(name), nil, nil)
+}
+
 // follow reads a stream of JSON lines into a channel that closes when the
 // stream ends or ctx is done.
 func follow[T any](ctx context.Context, c *Client, path string) (<-chan T, error) {

@@ -156,8 +156,8 @@ func TestApplyPlaceholders(t *testing.T) {
 		{"header to another host", req("/x", "Authorization", "Bearer "+testPH), "evil.test"},
 		{"lower case", req("/x", "Authorization", "Bearer "+strings.ToLower(testPH)), "evil.test"},
 		{"upper case", req("/x", "X-Anything", strings.ToUpper(testPH)), "evil.test"},
-		{"in the query", req("/x?key="+testPH), "evil.test"},
-		{"in the path", req("/leak/"+testPH), "evil.test"},
+		{"in the query", req("/x?key=" + testPH), "evil.test"},
+		{"in the path", req("/leak/" + testPH), "evil.test"},
 		{"in a header name", req("/x", "X-"+testPH, "1"), "evil.test"},
 		{"split across repeated headers", req("/x", "X-A", testPH[:10], "X-A", testPH[10:]), "evil.test"},
 		{"basic credential", req("/x", "Authorization", basic), "evil.test"},
@@ -419,7 +419,9 @@ func TestGateSNIMismatchAndPlainHTTP(t *testing.T) {
 			t.Fatalf("Host mismatch: %d", resp.StatusCode)
 		}
 	}
-	waitDecision(t, tg.Gate, func(d Decision) bool { return d.Host == "api.test" && d.Reason == ReasonHostMismatch && strings.Contains(d.Detail, "Host header") })
+	waitDecision(t, tg.Gate, func(d Decision) bool {
+		return d.Host == "api.test" && d.Reason == ReasonHostMismatch && strings.Contains(d.Detail, "Host header")
+	})
 
 	// Plain HTTP with a placeholder is refused, even to the secret's host.
 	plain := httptest.NewServer(echoHeaders)
@@ -447,7 +449,9 @@ func TestGateSNIMismatchAndPlainHTTP(t *testing.T) {
 			t.Fatalf("plain body passed: %q", b)
 		}
 	}
-	waitDecision(t, tg.Gate, func(d Decision) bool { return d.Host == "plain.test" && d.Reason == ReasonPlaceholder && strings.Contains(d.Detail, "body") })
+	waitDecision(t, tg.Gate, func(d Decision) bool {
+		return d.Host == "plain.test" && d.Reason == ReasonPlaceholder && strings.Contains(d.Detail, "body")
+	})
 	// Hosts without secrets stay opaque tunnels: the gate presents no
 	// certificate of its own there.
 	c2 := trustingClient(t, tg, ca, false)

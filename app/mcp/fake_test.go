@@ -255,3 +255,12 @@ func (f *fakeCore) Asks(context.Context) ([]service.Ask, error) { return nil, f.
 
 // Answer is forbidden: an agent must never answer its own network asks.
 func (f *fakeCore) Answer(context.Context, string, string) error { return f.forbid("Answer") }
+
+// The secret calls are forbidden: an agent must never change credentials.
+func (f *fakeCore) Secrets(context.Context) ([]service.SecretInfo, error) {
+	return nil, f.forbid("Secrets")
+}
+func (f *fakeCore) SetSecret(context.Context, service.SecretRequest) (service.SecretInfo, error) {
+	return service.SecretInfo{}, f.forbid("SetSecret")
+}
+func (f *fakeCore) RemoveSecret(context.Context, string) error { return f.forbid("RemoveSecret") }

@@ -6,6 +6,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/clock"
@@ -53,6 +55,10 @@ type Options struct {
 	// guest's proxies forward them to PortEgressHTTP and PortEgressSOCKS).
 	// Without it the guest's connections are refused at once.
 	Egress egress.Server
+	// GuestCA, when set, is the PEM certificate of the installation CA:
+	// it is added to the guest's trust store (egress.GuestCAFile and the
+	// system bundle) after readiness, before any task runs.
+	GuestCA []byte
 }
 
 // Defaults for Options fields left zero.
@@ -156,9 +162,47 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		s.stopMachine()
 		return nil, fmt.Errorf("sandbox: guest agent does not answer after readiness: %w%s", err, consoleHint(o.ConsoleLog))
 	}
+	// vmtest machines run the real agent on this host: installing the CA
+	// there would change the host's own trust store.
+	if len(o.GuestCA) > 0 && s.m.Info().Backend != "vmtest" {
+		if err := s.installCA(ctx, o.GuestCA); err != nil {
+			s.agent.Close()
+			s.stopMachine()
+			return nil, err
+		}
+	}
 	s.watchClock()
 	s.log.Info("guest ready", "boot", s.bootTime, "agent", s.ready.AgentVersion, "accel", s.m.Info().Accelerator)
 	return s, nil
+}
+
+// caScript installs the PEM on stdin as the guest's Airlock CA file and
+// appends it to the system bundle, as root, through the agent.
+const caScript = `set -e
+umask 022
+mkdir -p "$(dirname "$1")" "$(dirname "$2")"
+cat > "$1"
+grep -q 'BEGIN CERTIFICATE' "$1"
+if [ -s "$2" ] && [ -n "$(tail -c 1 "$2")" ]; then echo >> "$2"; fi
+cat "$1" >> "$2"
+`
+
+// installCA makes the guest trust the gate's CA (the certificate only; the
+// key never leaves the host).
+func (s *Sandbox) installCA(ctx context.Context, pem []byte) error {
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	exit, err := s.agent.Exec(ictx, client.Spec{
+		ID: "airlock-install-ca", Argv: []string{"/bin/sh", "-c", caScript, "sh", egress.GuestCAFile, egress.GuestCABundle}, Root: true,
+	}, client.Stdio{Stdin: bytes.NewReader(pem), Stdout: &out, Stderr: &out})
+	if err == nil && exit.ShellCode() != 0 {
+		err = fmt.Errorf("exit status %d: %s", exit.ShellCode(), strings.TrimSpace(out.String()))
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox: install the Airlock CA in the guest: %w", err)
+	}
+	return nil
 }
 
 // awaitReady waits for the guest's readiness message, the machine's exit,

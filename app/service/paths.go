@@ -9,6 +9,7 @@ import (
 	"runtime"
 
 	"github.com/airlock-sandbox/airlock/app/sandbox"
+	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/settings"
 )
 
@@ -60,5 +61,5 @@ func OpenUser(imageDirs []string, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Open(Config{StateDir: state, SettingsPath: settingsPath, Image: img, Logger: log, Version: Version})
+	return Open(Config{StateDir: state, SettingsPath: settingsPath, Image: img, Logger: log, Version: Version, Keychain: secrets.OSKeychain{}})
 }

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/session"
 	"github.com/airlock-sandbox/airlock/app/tasks"
 	"github.com/airlock-sandbox/airlock/guest/client"
@@ -43,6 +45,11 @@ func (s *Service) Run(_ context.Context, req RunRequest) (tasks.Task, error) {
 		}
 	}
 	s.mu.Lock()
+	secretEnv, err := secrets.Env(s.settings.Secrets, req.Secrets)
+	if err != nil {
+		s.mu.Unlock()
+		return tasks.Task{}, err
+	}
 	if s.closed {
 		s.mu.Unlock()
 		return tasks.Task{}, ErrClosed
@@ -63,7 +70,7 @@ func (s *Service) Run(_ context.Context, req RunRequest) (tasks.Task, error) {
 		defer s.wg.Done()
 		defer close(r.done)
 		defer cancel()
-		s.execute(ctx, t.ID, req, r)
+		s.execute(ctx, t.ID, req, secretEnv, r)
 		s.mu.Lock()
 		delete(s.running, t.ID)
 		s.mu.Unlock()
@@ -74,7 +81,7 @@ func (s *Service) Run(_ context.Context, req RunRequest) (tasks.Task, error) {
 // execute runs one task to its end and records how it ended. A task whose
 // VM dies before the guest started it is run on the next VM instead: it was
 // never running, so nothing is lost.
-func (s *Service) execute(ctx context.Context, id string, req RunRequest, r *runningTask) {
+func (s *Service) execute(ctx context.Context, id string, req RunRequest, secretEnv []string, r *runningTask) {
 	// A task wants a VM: boot one when none is running or wanted (a failed
 	// session is retried too, so the user's next task is its next chance).
 	if st := s.sess.Status().State; st == session.StateStopped || st == session.StateFailed {
@@ -87,7 +94,7 @@ func (s *Service) execute(ctx context.Context, id string, req RunRequest, r *run
 	defer s.gate.Revoke(id)
 	spec := client.Spec{
 		ID: id, Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Root: req.Root, Timeout: req.Timeout,
-		Env: append(egress.ProxyEnv(user, pass), req.Env...),
+		Env: slices.Concat(egress.ProxyEnv(user, pass), egress.TrustEnv(), secretEnv, req.Env),
 	}
 	stdio := client.Stdio{
 		Stdout: s.store.Stdout(id), Stderr: s.store.Stderr(id), Signal: r.signal,

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,6 +49,11 @@ type runFlags struct {
 	mapHosts    []string
 	egressLog   string
 	ephemeral   bool
+
+	secrets       []string
+	upstreamCAs   []string
+	upstreamProxy string
+	inspect       bool
 }
 
 func newRunCmd(stdio Stdio, g *globals) *cobra.Command {
@@ -92,6 +98,10 @@ command runs on its warm VM instead, in milliseconds, and appears in
 	fl.StringArrayVar(&f.mapHosts, "map-host", nil, "connect NAME to ADDR for this run, and allow it (NAME=ADDR, repeatable)")
 	fl.StringVar(&f.egressLog, "egress-log", "", "append every connection decision to FILE as JSON lines")
 	fl.BoolVar(&f.ephemeral, "ephemeral", false, "boot a fresh VM for this command even when the service is running")
+	fl.StringArrayVar(&f.secrets, "secret", nil, "give the command NAME=<placeholder> for secret NAME; the gate adds the value on requests to its hosts (repeatable; see airlock secret)")
+	fl.StringArrayVar(&f.upstreamCAs, "upstream-ca", nil, "also trust the CA certificates in this PEM file when verifying servers (corporate proxies; repeatable)")
+	fl.StringVar(&f.upstreamProxy, "upstream-proxy", "", "send every outbound connection through this HTTP proxy (http://[user:pass@]host:port)")
+	fl.BoolVar(&f.inspect, "inspect", false, "terminate TLS for every host, not just those with a secret, so placeholders are caught everywhere")
 	_ = fl.MarkHidden("kernel-arg")
 	fl.SetInterspersed(false)
 	return cmd
@@ -106,19 +116,23 @@ func run(ctx context.Context, stdio Stdio, f runFlags, argv []string) error {
 	if err != nil {
 		return err
 	}
-	gate, err := egress.New(egress.Config{
-		Allow: f.allow, Deny: f.deny, MapHosts: f.mapHosts, LogFile: f.egressLog, Logger: opts.Logger,
-	})
+	gcfg, secretEnv, err := f.ephemeralCredentials()
+	if err != nil {
+		return err
+	}
+	gcfg.Allow, gcfg.Deny, gcfg.MapHosts, gcfg.LogFile, gcfg.Logger = f.allow, f.deny, f.mapHosts, f.egressLog, opts.Logger
+	gate, err := egress.New(gcfg)
 	if err != nil {
 		return fmt.Errorf("egress rules: %w", err)
 	}
+	opts.GuestCA = gcfg.CA.CertPEM()
 	defer gate.Close()
 	opts.Egress = gate
 	gctx, stopReport := context.WithCancel(ctx)
 	defer stopReport()
 	go reportDenials(gctx, gate, stdio.Err)
 	user, pass := gate.Credentials(spec.ID)
-	spec.Env = append(egress.ProxyEnv(user, pass), spec.Env...)
+	spec.Env = slices.Concat(egress.ProxyEnv(user, pass), egress.TrustEnv(), secretEnv, spec.Env)
 
 	sb, err := sandbox.Start(ctx, opts)
 	if err != nil {

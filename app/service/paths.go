@@ -48,16 +48,24 @@ var Version = "dev"
 // image found in imageDirs (nil: sandbox.ImageSearchPath). The CLI and the
 // desktop app both start the service this way.
 func OpenUser(imageDirs []string, log *slog.Logger) (*Service, error) {
+	img, err := sandbox.FindImage(imageDirs)
+	if err != nil {
+		return nil, err
+	}
+	return openUser(img, log)
+}
+
+// OpenUserSettings opens the user's service without a guest image, for
+// commands that only manage settings and secrets: its VM cannot boot.
+func OpenUserSettings(log *slog.Logger) (*Service, error) { return openUser(sandbox.Image{}, log) }
+
+func openUser(img sandbox.Image, log *slog.Logger) (*Service, error) {
 	home, _ := os.UserHomeDir()
 	state, err := StateDir(runtime.GOOS, home, os.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("state folder: %w", err)
 	}
 	settingsPath, err := settings.DefaultPath()
-	if err != nil {
-		return nil, err
-	}
-	img, err := sandbox.FindImage(imageDirs)
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,35 @@ export interface Settings {
   allow: string[];
   deny: string[];
   map_hosts: string[];
+  secrets?: SecretMeta[];
+  upstream_cas?: string[];
+  upstream_proxy?: string;
+  inspect?: boolean;
+}
+
+/** SecretMeta is what the settings keep of a secret: never its value. */
+export interface SecretMeta {
+  name: string;
+  hosts: string[];
+  header?: string;
+  source: string;
+  placeholder: string;
+}
+
+export interface SecretInfo extends SecretMeta {
+  available: boolean;
+  problem?: string;
+  note?: string;
+}
+
+/** SecretRequest carries the value once, to the service; it is never sent back. */
+export interface SecretRequest {
+  name: string;
+  hosts: string[];
+  header?: string;
+  value?: string;
+  from_env?: string;
+  from_file?: string;
 }
 
 export interface Status {
@@ -344,6 +373,10 @@ export const api = {
 
   egressLog: () => call<Decision[]>("GET", "/v1/egress/log"),
   rule: (action: "allow" | "deny" | "remove", pattern: string) => call<Settings>("POST", "/v1/egress/rules", { action, pattern }),
+
+  secrets: () => call<SecretInfo[]>("GET", "/v1/secrets"),
+  setSecret: (req: SecretRequest) => call<SecretInfo>("PUT", `/v1/secrets/${encodeURIComponent(req.name)}`, req),
+  removeSecret: (name: string) => call<void>("DELETE", `/v1/secrets/${encodeURIComponent(name)}`),
 
   asks: () => call<Ask[]>("GET", "/v1/asks"),
   answer: (id: string, verdict: Verdict) => call<void>("POST", `/v1/asks/${encodeURIComponent(id)}`, { verdict }),

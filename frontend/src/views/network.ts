@@ -5,6 +5,7 @@ import { fill, h, icon } from "../dom";
 import { bytes, clock, reason, target } from "../format";
 import { store } from "../store";
 import { badge, busy, button, card, header, type View } from "../ui";
+import { secretsCard } from "./secrets";
 
 export interface Preset {
   id: string;
@@ -167,6 +168,7 @@ export function networkView(): View {
     pattern.classList.remove("input-error");
   });
 
+  const secrets = secretsCard();
   const el = h(
     "div",
     { class: "page page-wide", "data-testid": "screen-network" },
@@ -206,6 +208,7 @@ export function networkView(): View {
         ),
       ),
     ),
+    secrets.el,
     card(h("span", null, "Activity ", logCount), h("div", { class: "row log-tools" }, seg, search), h("div", { class: "table-wrap" }, h("table", { class: "log" }, h("thead", null, h("tr", null, ["Time", "", "Site", "Why", "Task", ""].map((c) => h("th", null, c)))), logBody))),
   );
   renderRules();
@@ -215,6 +218,7 @@ export function networkView(): View {
     title: "Network",
     icon: "network",
     el,
+    shown: () => void secrets.refresh(),
     update: (t) => {
       if (t === "status") {
         renderRules();

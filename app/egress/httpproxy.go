@@ -153,6 +153,7 @@ func (g *Gate) forward(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decisio
 	if req.Body != nil && req.Body != http.NoBody && len(set.list) > 0 {
 		scan = newScanReader(req.Body, set, func(*secret) bool { return false })
 		req.Body = io.NopCloser(scan)
+		req.Trailer = nil // trailers arrive after the scan: not passed on
 	}
 	key := pr.target.String()
 	if u := *up; u != nil && (u.key != key || !containsAddr(pl.addrs, u.addr)) {

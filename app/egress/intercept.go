@@ -166,6 +166,7 @@ func (x *exchange) next() bool {
 	if req.Body != nil && req.Body != http.NoBody && len(set.list) > 0 {
 		scan = newScanReader(req.Body, set, func(s *secret) bool { return s.allows(x.t) })
 		req.Body = io.NopCloser(scan)
+		req.Trailer = nil // trailers arrive after the scan: not passed on
 	}
 	keep := !req.Close
 	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {

@@ -66,7 +66,8 @@ func ParseHeaderTemplate(t string) (name, prefix, suffix string, err error) {
 		return "", "", "", fmt.Errorf("header %q: no line breaks allowed", t)
 	}
 	switch strings.ToLower(n) {
-	case "host", "content-length", "transfer-encoding", "connection":
+	case "host", "content-length", "transfer-encoding", "connection", "proxy-connection", "keep-alive",
+		"proxy-authenticate", "proxy-authorization", "te", "trailer", "upgrade", "expect":
 		return "", "", "", fmt.Errorf("header %q: %s cannot carry a secret", t, n)
 	}
 	prefix, suffix, _ = strings.Cut(v, "{}")

@@ -22,9 +22,16 @@ type OSKeychain struct{}
 
 // Get returns the value kept for name.
 func (OSKeychain) Get(name string) (string, error) {
-	var v string
-	err := bounded(func() (err error) { v, err = keyring.Get(KeychainService, name); return err })
-	return v, err
+	got := make(chan string, 1)
+	err := bounded(func() error {
+		v, err := keyring.Get(KeychainService, name)
+		got <- v
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return <-got, nil
 }
 
 // Set keeps value for name.

@@ -216,3 +216,27 @@ func TestDefaultPath(t *testing.T) {
 		t.Fatalf("DefaultPath = %q, %v", p, err)
 	}
 }
+
+func TestValidateSecretsAndUpstream(t *testing.T) {
+	s := Default()
+	s.Secrets = []Secret{{Name: "A", Hosts: []string{"a.com"}, Source: "keychain", Placeholder: "p"}, {Name: "A"}, {}}
+	s.UpstreamCAs = []string{"relative.pem"}
+	s.UpstreamProxy = "socks5://x"
+	checked := 0
+	err := s.Validate(Validators{
+		Secret:        func(Secret) error { checked++; return nil },
+		UpstreamProxy: func(string) error { return errors.New("want http://") },
+	})
+	for _, want := range []string{`"secrets"[1]: A appears twice`, `"secrets"[2]: no name`, `"upstream_cas"[0]`, `"upstream_proxy": want http://`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+	if checked != 1 {
+		t.Errorf("secret validator ran %d times", checked)
+	}
+	// A secret with an unknown field (say, a value) is refused on load.
+	if _, err := Decode([]byte(`{"secrets": [{"name": "A", "value": "x"}]}`)); err == nil || !strings.Contains(err.Error(), "value") {
+		t.Errorf("unknown secret field accepted: %v", err)
+	}
+}

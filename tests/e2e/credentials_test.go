@@ -13,6 +13,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -356,4 +357,73 @@ func leafFor(t *testing.T, host string, ca *x509.Certificate, caKey *ecdsa.Priva
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// TestRunSecretThroughTheCLI: `airlock run --secret` on an ephemeral VM
+// reads the secret's metadata from the settings and its value from the
+// environment variable they name, trusts --upstream-ca, and the task gets
+// only the placeholder.
+func TestRunSecretThroughTheCLI(t *testing.T) {
+	upCA, upKey := testCA(t)
+	seen := make(chan string, 4)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Get("Authorization")
+		rw.Write([]byte("ok"))
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{leafFor(t, "cli.test", upCA, upKey)}}
+	srv.StartTLS()
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+
+	home := t.TempDir()
+	caFile := filepath.Join(home, "upstream-ca.pem")
+	os.WriteFile(caFile, pemCert(upCA), 0o644)
+	value, ph := "cli-live-"+randHex(16), "airlock_ph_cli_token_"+randHex(12)
+	settingsJSON := fmt.Sprintf(`{"secrets": [{"name": "CLI_TOKEN", "hosts": ["cli.test"], "source": "env:E2E_CLI_TOKEN", "placeholder": %q}]}`, ph)
+	os.MkdirAll(filepath.Join(home, "config", "airlock"), 0o700)
+	os.WriteFile(filepath.Join(home, "config", "airlock", "settings.json"), []byte(settingsJSON), 0o600)
+
+	ws := newWorkspace(t)
+	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(ws, "credprobe"), "./testdata/credprobe")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build credprobe: %v\n%s", err, out)
+	}
+	run := func(args ...string) (int, string) {
+		cmd := exec.Command(airlockBin, args...)
+		cmd.Env = append(os.Environ(), "AIRLOCK_IMAGE_DIR="+imageRoot, "XDG_RUNTIME_DIR="+t.TempDir(),
+			"XDG_CONFIG_HOME="+filepath.Join(home, "config"), "XDG_STATE_HOME="+filepath.Join(home, "state"),
+			"XDG_CACHE_HOME="+filepath.Join(home, "cache"), "E2E_CLI_TOKEN="+value)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, string(out)
+	}
+	code, out := run("run", "--workspace", ws, "--map-host", "cli.test=127.0.0.1", "--upstream-ca", caFile, "--secret", "CLI_TOKEN", "--",
+		"sh", "-c", `echo "env=$CLI_TOKEN"; /workspace/credprobe get https://cli.test:`+port+`/ Authorization "Bearer $CLI_TOKEN"`)
+	if code != 0 || !strings.Contains(out, "env="+ph) || !strings.Contains(out, "status=200") || strings.Contains(out, value) {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	if got := <-seen; got != "Bearer "+value {
+		t.Fatalf("cli.test received %q", got)
+	}
+	if code, out := run("run", "--workspace", ws, "--secret", "NOPE", "--", "true"); code != 125 || !strings.Contains(out, "NOPE") {
+		t.Fatalf("unknown secret: exit %d %s", code, out)
+	}
+	filepath.WalkDir(home, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if b, _ := os.ReadFile(path); bytes.Contains(b, []byte(value)) {
+				t.Errorf("%s holds the secret", path)
+			}
+		}
+		return nil
+	})
+}
+
+func pemCert(c *x509.Certificate) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
 }

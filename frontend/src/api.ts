@@ -107,6 +107,8 @@ export interface Decision {
   reason: string;
   rule?: string;
   detail?: string;
+  /** secrets names the secrets the gate added (names only). */
+  secrets?: string[];
   bytes_up: number;
   bytes_down: number;
   duration_ns: number;

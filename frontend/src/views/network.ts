@@ -154,7 +154,13 @@ export function networkView(): View {
           h("td", { class: "mono muted nowrap" }, clock(d.time)),
           h("td", null, badge(ok ? "Allowed" : "Blocked", ok ? "ok" : "bad")),
           h("td", { class: "mono" }, target(d.host, d.port, d.protocol)),
-          h("td", { title: d.detail ?? d.rule ?? "" }, reason(d), d.rule && ok ? h("span", { class: "muted small" }, ` · ${d.rule}`) : null),
+          h(
+            "td",
+            { title: d.detail ?? d.rule ?? "" },
+            reason(d),
+            d.rule && ok ? h("span", { class: "muted small" }, ` · ${d.rule}`) : null,
+            d.secrets?.length ? h("span", { class: "muted small", "data-testid": "log-secrets" }, ` · added ${d.secrets.join(", ")}`) : null,
+          ),
           h("td", { class: "mono muted small" }, d.task ?? ""),
           h("td", { class: "muted small nowrap" }, ok ? `↓ ${bytes(d.bytes_down)} ↑ ${bytes(d.bytes_up)}` : quick),
         );

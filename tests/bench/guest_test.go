@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/workspace"
 	"github.com/airlock-sandbox/airlock/guest/client"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 	"github.com/airlock-sandbox/airlock/vm"
 	"github.com/airlock-sandbox/airlock/vm/qemu"
 )
@@ -50,9 +51,9 @@ func (h *harness) guestPhases() {
 
 	floorBin := filepath.Join(h.work, "floorinit")
 	for pkg, dst := range map[string]string{
-		"./testdata/floorinit":  floorBin,
-		"./testdata/gprobe":     filepath.Join(ws, "gprobe"),
-		"../e2e/testdata/probe": filepath.Join(ws, "probe"),
+		"./testdata/floorinit": floorBin,
+		"./testdata/gprobe":    filepath.Join(ws, "gprobe"),
+		vmharness.ProbeDir():   filepath.Join(ws, "probe"),
 	} {
 		if err := buildGuest(pkg, dst); err != nil {
 			h.b.Fatal(err)

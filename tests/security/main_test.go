@@ -18,13 +18,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -34,8 +31,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
-	"github.com/airlock-sandbox/airlock/app/workspace"
 	"github.com/airlock-sandbox/airlock/guest/client"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 )
 
 var (
@@ -188,17 +185,12 @@ func TestMain(m *testing.M) {
 
 func runMain(m *testing.M) int {
 	began := time.Now()
-	airlockBin = os.Getenv("AIRLOCK_E2E_BIN")
-	imageRoot = os.Getenv("AIRLOCK_IMAGE_DIR")
-	if airlockBin == "" || imageRoot == "" {
-		fmt.Fprintln(os.Stderr, "security: set AIRLOCK_E2E_BIN and AIRLOCK_IMAGE_DIR (make test-security does)")
+	env, err := vmharness.FromEnv("security")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	var err error
-	if image, err = sandbox.LoadImage(filepath.Join(imageRoot, runtime.GOARCH)); err != nil {
-		fmt.Fprintln(os.Stderr, "security:", err)
-		return 1
-	}
+	airlockBin, imageRoot, image = env.Bin, env.ImageRoot, env.Image
 	if hostRoot, err = os.MkdirTemp("", "airlock-sec-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -234,13 +226,9 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer gate.Close()
-	uid, gid := workspace.Owner(sharedWS)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	shared, err = sandbox.Start(ctx, sandbox.Options{
-		Workspace: sharedWS, Image: image, UID: uid, GID: gid, MemoryMiB: 1024, Egress: gate,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	shared, err = vmharness.Boot(ctx, image, sandbox.Options{Workspace: sharedWS, MemoryMiB: 1024, Egress: gate})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "security: boot the shared VM:", err)
 		return 1
@@ -248,9 +236,7 @@ func runMain(m *testing.M) int {
 	fmt.Fprintf(os.Stderr, "security: shared VM ready in %s (%+v)\n", time.Since(began).Round(time.Millisecond), shared.Machine().Info())
 	startWatch()
 	code := m.Run()
-	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer ccancel()
-	if err := shared.Close(cctx); err != nil {
+	if err := vmharness.Close(shared); err != nil {
 		fmt.Fprintln(os.Stderr, "security: close the shared VM:", err)
 		code = 1
 	}
@@ -261,18 +247,7 @@ func runMain(m *testing.M) int {
 	return code
 }
 
-// ownedByTaskUser makes dir belong to uid 1000 when the tests run as root,
-// as a user's own folder would.
-func ownedByTaskUser(dir string) string {
-	if os.Getuid() == 0 {
-		_ = os.Chown(dir, 1000, 1000)
-	}
-	canon, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		return dir
-	}
-	return canon
-}
+var ownedByTaskUser = vmharness.OwnedByTaskUser
 
 // lanAddress is one non-loopback IPv4 address of this host.
 func lanAddress() string {
@@ -394,32 +369,16 @@ func (a *Attack) breach(format string, args ...any) {
 
 // ---- running things in the guest ---------------------------------------
 
-type result struct {
-	exit           client.Exit
-	stdout, stderr string
-}
+type result = vmharness.Result
 
-func (r result) String() string {
-	return fmt.Sprintf("exit %d signal %d stdout %q stderr %q", r.exit.Code, r.exit.Signal, r.stdout, r.stderr)
-}
-
-func (r result) out() string { return r.stdout + r.stderr }
-
-// exec runs spec on sb and returns what it printed.
+// execOn runs spec on sb and returns what it printed.
 func execOn(t testing.TB, sb *sandbox.Sandbox, spec client.Spec, stdin string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out, errOut bytes.Buffer
 	var in io.Reader
 	if stdin != "" {
 		in = strings.NewReader(stdin)
 	}
-	exit, err := sb.Agent().Exec(ctx, spec, client.Stdio{Stdin: in, Stdout: &out, Stderr: &errOut})
-	if err != nil {
-		t.Fatalf("exec %v: %v (stderr %q)", spec.Argv, err, errOut.String())
-	}
-	return result{exit, out.String(), errOut.String()}
+	return vmharness.Exec(t, sb, spec, in)
 }
 
 // user runs a shell command as the task user (uid 1000) on the shared VM.
@@ -446,24 +405,12 @@ func netTask(t testing.TB, cmd, stdin string) (string, result) {
 	return id, execOn(t, shared, client.Spec{ID: id, Argv: []string{"sh", "-c", cmd}, Env: egress.ProxyEnv(u, p)}, stdin)
 }
 
-var (
-	probeOnce sync.Once
-	probeErr  error
-)
-
-// probe builds the static probe into the shared workspace once and returns
-// its guest path.
+// probe builds the probe program into the shared workspace once and
+// returns its guest path.
 func probe(t testing.TB) string {
 	t.Helper()
-	probeOnce.Do(func() {
-		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(sharedWS, "probe"), "./testdata/probe")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			probeErr = fmt.Errorf("build probe: %v\n%s", err, out)
-		}
-	})
-	if probeErr != nil {
-		t.Fatal(probeErr)
+	if err := vmharness.BuildProbe(filepath.Join(sharedWS, "probe")); err != nil {
+		t.Fatal(err)
 	}
 	return "/workspace/probe"
 }

@@ -119,7 +119,7 @@ func drainWatch() {
 			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
 			off += unix.SizeofInotifyEvent + int(ev.Len)
 			dir, ok := watch.dirs[int(ev.Wd)]
-			if !ok || ev.Mask&unix.IN_IGNORED != 0 || name == "ws" || name == "ro-ws" {
+			if !ok || ev.Mask&unix.IN_IGNORED != 0 || name == "ws" || name == "ro-ws" || name == "root-ws" {
 				continue
 			}
 			watch.seen = append(watch.seen, fmt.Sprintf("%s/%s mask %#x", dir, name, ev.Mask))
@@ -296,6 +296,7 @@ func TestWorkspaceEscape(t *testing.T) {
 	})
 
 	t.Run("read-only share", func(t *testing.T) { readOnly(t) })
+	t.Run("root's folder", func(t *testing.T) { rootFolder(t) })
 }
 
 // asUser runs a host program as uid (another user on the host).

@@ -145,6 +145,45 @@ func TestWorkspaceFilesBothWays(t *testing.T) {
 	}
 }
 
+// TestWorkspaceEverydayWork: what a task does with a user's folder all day
+// works through the share as it is served (as the folder's owner when the
+// tests run as root): the host's files are there as uid 1000 and editable,
+// scripts are written, made executable, run, renamed and removed, and what
+// the guest leaves behind, even as root, belongs to the folder's owner.
+func TestWorkspaceEverydayWork(t *testing.T) {
+	dir := filepath.Join(sharedWS, "everyday")
+	os.Mkdir(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("from the host\n"), 0o644)
+	if os.Getuid() == 0 {
+		os.Chown(dir, 1000, 1000)
+		os.Chown(filepath.Join(dir, "notes.txt"), 1000, 1000)
+	}
+	r := sh(t, shell(`cd /workspace/everyday && stat -c '%u %a' notes.txt && cat notes.txt && echo edited >> notes.txt &&
+		printf '#!/bin/sh\necho ran\n' > job.sh && chmod +x job.sh && ./job.sh && mkdir -p bin/x && mv job.sh bin/x/run.sh &&
+		bin/x/run.sh && echo gone > tmp.txt && rm tmp.txt && rmdir bin/x 2>/dev/null; ls -R`), nil)
+	if want := "1000 644\nfrom the host\nran\nran\n.:\nbin\nnotes.txt\n\n./bin:\nx\n\n./bin/x:\nrun.sh\n"; r.Stdout != want {
+		t.Fatalf("everyday work in the workspace:\n%s\nwant stdout %q", r, want)
+	}
+	r = sh(t, client.Spec{Argv: []string{"sh", "-c", "echo by-root > /workspace/everyday/root.txt"}, Root: true}, nil)
+	if r.Exit.Code != 0 {
+		t.Fatalf("a --root task cannot write the workspace: %s", r)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "notes.txt")); string(b) != "from the host\nedited\n" {
+		t.Errorf("the host sees notes.txt as %q", b)
+	}
+	for name, perm := range map[string]os.FileMode{"bin/x/run.sh": 0o755, "root.txt": 0o644, "bin": 0o755} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Errorf("the host does not see %s: %v", name, err)
+			continue
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode().Perm() != perm || (os.Getuid() == 0 && st.Uid != 1000) {
+			t.Errorf("the host sees %s as %v owned by %d, want %v owned by the folder's owner 1000", name, fi.Mode(), st.Uid, perm)
+		}
+	}
+}
+
 func TestUnprivilegedByDefault(t *testing.T) {
 	r := sh(t, shell("id -u; id -g; grep NoNewPrivs /proc/self/status | tr -d ' \t'"), nil)
 	if r.Stdout != "1000\n1000\nNoNewPrivs:1\n" {

@@ -22,6 +22,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -236,6 +237,7 @@ func runMain(m *testing.M) int {
 	fmt.Fprintf(os.Stderr, "security: shared VM ready in %s (%+v)\n", time.Since(began).Round(time.Millisecond), shared.Machine().Info())
 	startWatch()
 	code := m.Run()
+	run := runLine(began)
 	if err := vmharness.Close(shared); err != nil {
 		fmt.Fprintln(os.Stderr, "security: close the shared VM:", err)
 		code = 1
@@ -244,10 +246,35 @@ func runMain(m *testing.M) int {
 		code = 1
 	}
 	board.print(os.Stdout, time.Since(began))
+	board.mu.Lock()
+	rep := report{Run: strings.Replace(run, "DURATION", time.Since(began).Round(time.Second).String(), 1), Findings: board.findings}
+	board.mu.Unlock()
+	if err := writeReport(rep); err != nil {
+		fmt.Fprintln(os.Stderr, "security: write the report:", err)
+		code = 1
+	}
 	return code
 }
 
 var ownedByTaskUser = vmharness.OwnedByTaskUser
+
+// runLine says when and where the suite ran, for the report (DURATION is
+// filled in at the end).
+func runLine(began time.Time) string {
+	who := "a user"
+	if os.Getuid() == 0 {
+		who = "root"
+	}
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	info := shared.Machine().Info()
+	served := ""
+	if uid, err := processUID(info.PID); err == nil {
+		served = fmt.Sprintf(" served by QEMU as uid %d", uid)
+	}
+	return fmt.Sprintf("%s, DURATION; Linux %s %s; Airlock as %s; QEMU %s, %s transport, %s workspace share%s",
+		began.UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(kernel)), runtime.GOARCH, who,
+		info.Accelerator, info.Transport, info.Share, served)
+}
 
 // lanAddress is one non-loopback IPv4 address of this host.
 func lanAddress() string {
@@ -262,8 +289,6 @@ func lanAddress() string {
 
 // ---- the score board --------------------------------------------------
 
-var families = []string{"network escape", "workspace escape", "guest privilege", "host control"}
-
 // knownHoles are attacks that currently get through, by "family/name",
 // with the issue and an explanation; their tests skip with KNOWN HOLE.
 // Empty, and it should stay so: a hole is a bug to fix, and the list is
@@ -273,9 +298,10 @@ var knownHoles = map[string]string{}
 type row struct{ attacks, blocked, holes, failed int }
 
 type scoreBoard struct {
-	mu    sync.Mutex
-	rows  map[string]*row
-	holes []string
+	mu       sync.Mutex
+	rows     map[string]*row
+	holes    []string
+	findings []finding // for the report
 }
 
 var board = &scoreBoard{rows: map[string]*row{}}
@@ -309,8 +335,9 @@ func (b *scoreBoard) print(w io.Writer, took time.Duration) {
 // Attack is one attack: its test, and how it ended.
 type Attack struct {
 	*testing.T
-	key  string
-	hole bool
+	key      string
+	hole     bool
+	breached bool
 }
 
 // attack runs one attack as a subtest and scores it: blocked when the
@@ -329,6 +356,14 @@ func attack(t *testing.T, family, name string, f func(a *Attack)) {
 				board.rows[family] = r
 			}
 			r.attacks++
+			out := outBlocked
+			switch {
+			case a.breached:
+				out = outThrough
+			case t.Failed():
+				out = outError
+			}
+			board.findings = append(board.findings, finding{family, name, out})
 			switch {
 			case a.hole:
 				r.holes++
@@ -351,6 +386,7 @@ func attack(t *testing.T, family, name string, f func(a *Attack)) {
 func (a *Attack) breach(format string, args ...any) {
 	a.Helper()
 	msg := fmt.Sprintf(format, args...)
+	a.breached = true
 	if note, ok := knownHoles[a.key]; ok && os.Getenv("AIRLOCK_SECURITY_STRICT") != "1" {
 		a.hole = true
 		a.Skipf("KNOWN HOLE: %s: %s (%s)", a.key, msg, note)
@@ -471,6 +507,11 @@ func afterAll() bool {
 			board.rows[family] = r
 		}
 		r.attacks++
+		out := outBlocked
+		if breach != "" {
+			out = outThrough
+		}
+		board.findings = append(board.findings, finding{family, name, out})
 		if breach == "" {
 			r.blocked++
 			return

@@ -57,6 +57,9 @@ func TestGuestPrivilege(t *testing.T) {
 		perm      bool
 	}{
 		{"open the transport device /dev/vport*", "for d in /dev/vport* /dev/hvc* /dev/vsock /dev/virtio-ports/*; do [ -e $d ] && { cat $d; echo x > $d; }; done; exit 1", false},
+		{"vsock loopback to the agent's RPC port (CID 1:1024)", p + " vsock 1 1024", false},
+		{"vsock to the agent's RPC port on the host side (CID 2:1024)", p + " vsock 2 1024", false},
+		{"vsock to the guest's own CID on the agent's port (CID 3:1024)", p + " vsock 3 1024", false},
 		{"read /dev/mem, /dev/port, /dev/console", "cat /dev/mem | head -c1; cat /dev/port | head -c1; echo x > /dev/console", false},
 		{"read PID 1's environment", "cat /proc/1/environ", true},
 		{"read the agent's environment", "cat /proc/" + agent + "/environ", true},

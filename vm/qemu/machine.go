@@ -1,7 +1,14 @@
 // Package qemu is the Linux backend of vm.Machine: a QEMU child process
-// with no network card, one shared folder (virtio-fs or 9p) and the guest
-// transport on vhost-vsock when the host has it, else on one virtio-serial
-// port carrying the guest/mux stream multiplexer.
+// with no network card, one shared folder and the guest transport on
+// vhost-vsock when the host has it, else on one virtio-serial port carrying
+// the guest/mux stream multiplexer.
+//
+// The shared folder is 9p, served by QEMU with the rights of the folder's
+// owner and no more: QEMU runs as the user running Airlock, or, when that is
+// root and the folder belongs to a user, is started as that user; root's
+// own folder is shared with the guest's owners and modes kept in xattrs.
+// chooseShare has the table and the reasons (guest root must not be able
+// to leave setuid-root programs or device nodes on the host).
 package qemu
 
 import (

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -166,9 +167,33 @@ func BuildGuest(dir, dst string) error {
 	return os.Chmod(dst, 0o755)
 }
 
-// Leftovers lists processes whose command line mentions s (QEMU and
-// virtiofsd name the console log and the workspace in theirs).
+// Leftovers lists processes that name s in their command line or hold a
+// file under s open: QEMU started as the folder's owner gets the workspace
+// and the console log as descriptors, so its command line names neither.
 func Leftovers(s string) string {
-	out, _ := exec.Command("pgrep", "-af", s).Output()
-	return strings.TrimSpace(string(out))
+	ents, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		dir := filepath.Join("/proc", e.Name())
+		b, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
+		cmdline := strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+		hit := strings.Contains(cmdline, s)
+		if !hit {
+			fds, _ := os.ReadDir(filepath.Join(dir, "fd"))
+			for _, fd := range fds {
+				if target, err := os.Readlink(filepath.Join(dir, "fd", fd.Name())); err == nil && strings.Contains(target, s) {
+					hit = true
+					break
+				}
+			}
+		}
+		if hit {
+			out = append(out, e.Name()+" "+cmdline)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -36,6 +36,9 @@ var GuestModules = []Module{
 	{Name: "virtio_blk"},
 	{Name: "ext4"},
 	{Name: "overlay"},
+	// The root disk on Hyper-V is a SCSI disk (sd_mod over hv_storvsc).
+	{Name: "hv_storvsc", Optional: true},
+	{Name: "sd_mod", Optional: true},
 }
 
 // moduleIndex is what depmod knows about a kernel's loadable modules.

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/vm"
 )
 
 // plan is everything the QEMU command line depends on, resolved: no
@@ -36,6 +37,9 @@ type plan struct {
 	// as root (guest owners are kept on the host), "none" otherwise (files
 	// belong to the user running QEMU).
 	SecurityModel string
+
+	// Disks are attached as virtio-blk devices, in order.
+	Disks []vm.Disk
 }
 
 // bootConfig is what the guest is told about the devices.
@@ -116,6 +120,16 @@ func (p plan) args() []string {
 			"-fsdev", fsdev,
 			"-device", "virtio-9p-pci,fsdev=fs0,mount_tag="+api.WorkspaceTag,
 		)
+	}
+	for i, d := range p.Disks {
+		// Both formats are raw to QEMU (a VHD footer is just 512 bytes
+		// past the file system); readonly=on makes QEMU refuse writes and
+		// open the file read-only, so one image serves many VMs.
+		drive := fmt.Sprintf("file=%s,format=raw,if=none,id=disk%d", optValue(d.Path), i)
+		if d.ReadOnly {
+			drive += ",readonly=on"
+		}
+		a = append(a, "-drive", drive, "-device", fmt.Sprintf("virtio-blk-pci,drive=disk%d", i))
 	}
 	if p.PIDFile != "" {
 		a = append(a, "-pidfile", p.PIDFile)

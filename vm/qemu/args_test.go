@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/vm"
 )
 
 // UPDATE_GOLDEN=1 go test ./vm/qemu rewrites testdata/*.golden.
@@ -143,5 +144,25 @@ func TestBinaryAndPackage(t *testing.T) {
 	if binaryFor("arm64") != "qemu-system-aarch64" || packageFor("arm64") != "qemu-system-arm" ||
 		binaryFor("amd64") != "qemu-system-x86_64" || packageFor("amd64") != "qemu-system-x86" {
 		t.Error("binary or package names")
+	}
+}
+
+func TestArgsDisks(t *testing.T) {
+	p := basePlan("amd64", "tcg")
+	p.Disks = []vm.Disk{
+		{Path: "/img/std,1/root.vhd", ReadOnly: true, Format: vm.DiskRawVHD},
+		{Path: "/state/ws/data.img", Format: vm.DiskRaw},
+	}
+	got := strings.Join(p.args(), " ")
+	for _, want := range []string{
+		"-drive file=/img/std,,1/root.vhd,format=raw,if=none,id=disk0,readonly=on -device virtio-blk-pci,drive=disk0",
+		"-drive file=/state/ws/data.img,format=raw,if=none,id=disk1 -device virtio-blk-pci,drive=disk1",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("args lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Count(got, "readonly=on") != 1 {
+		t.Errorf("only the first disk is read-only:\n%s", got)
 	}
 }

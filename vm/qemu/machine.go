@@ -197,6 +197,7 @@ func (m *Machine) plan(accel, share string) plan {
 		PIDFile:    filepath.Join(m.cfg.Dir, "qemu.pid"),
 		Name:       "airlock",
 		Transport:  m.transport, MuxFD: 3, CID: m.cid,
+		Disks: m.cfg.Disks,
 	}
 	if s := m.cfg.Share; s != nil && share != "" {
 		p.SharePath, p.ShareReadOnly = s.HostPath, s.ReadOnly

@@ -315,5 +315,6 @@ func newWorkspaceCmd(stdio Stdio, g *globals) *cobra.Command {
 	}
 	set.Flags().BoolVar(&readOnly, "read-only", false, "share it read-only")
 	cmd.AddCommand(set)
+	cmd.AddCommand(newResetDiskCmd(stdio, g))
 	return cmd
 }

@@ -19,7 +19,7 @@ import (
 // vmShapingFlags need a VM of their own: with any of them, run boots an
 // ephemeral VM even when a service is running.
 var vmShapingFlags = []string{"workspace", "read-only", "tty", "cpus", "memory", "boot-timeout", "image-dir",
-	"console-log", "kernel-arg", "allow", "deny", "map-host", "egress-log", "ephemeral"}
+	"console-log", "kernel-arg", "allow", "deny", "map-host", "egress-log", "ephemeral", "image", "keep-disk"}
 
 // useService returns a client of the running service when run can use it.
 func useService(cmd *cobra.Command, g *globals) *api.Client {

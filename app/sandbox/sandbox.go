@@ -34,6 +34,10 @@ type Options struct {
 	MemoryMiB int
 	// Image is the verified guest image to boot.
 	Image Image
+	// DataDisk, for an image with a root disk, is a persistent disk file
+	// for the writable layer over it (created blank when missing, see
+	// EnsureDataDisk); "" keeps that layer in memory, empty every boot.
+	DataDisk string
 	// RunDir is a private folder for runtime files; a temporary one is made
 	// (and removed on Close) when empty.
 	RunDir string
@@ -111,11 +115,26 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		o.ConsoleLog = filepath.Join(s.runDir, "console.log")
 	}
 	boot := api.BootConfig{UID: o.UID, GID: o.GID}
+	var disks []vm.Disk
+	if o.Image.RootDisk != "" {
+		boot.Root = o.Image.RootLabel
+		disks = append(disks, vm.Disk{Path: o.Image.RootDisk, ReadOnly: true, Format: vm.DiskRawVHD})
+		if o.DataDisk != "" {
+			if err := EnsureDataDisk(o.DataDisk, DefaultDataDiskSize); err != nil {
+				return nil, err
+			}
+			boot.RootKeep = true
+			disks = append(disks, vm.Disk{Path: o.DataDisk, Format: vm.DiskRawVHD})
+		}
+	} else if o.DataDisk != "" {
+		return nil, fmt.Errorf("sandbox: a persistent disk needs an image with a root disk (standard); the %s image has none", o.Image.Name)
+	}
 	cfg := vm.Config{
 		Kernel: o.Image.Kernel, Initrd: o.Image.Initrd,
 		Cmdline: append(boot.Args(), o.KernelArgs...),
 		CPUs:    o.CPUs, MemoryMiB: o.MemoryMiB,
 		Dir: s.runDir, ConsoleLog: o.ConsoleLog, Logger: o.Logger,
+		Disks: disks,
 	}
 	if o.Workspace != "" {
 		cfg.Share = &vm.Share{HostPath: o.Workspace, ReadOnly: o.ReadOnly}

@@ -81,6 +81,10 @@ func runMain(m *testing.M) int {
 	}
 	fmt.Fprintf(os.Stderr, "e2e: shared VM ready in %s (%+v)\n", time.Since(began).Round(time.Millisecond), shared.Machine().Info())
 	code := m.Run()
+	if err := closeStandardVM(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: close the standard VM:", err)
+		code = 1
+	}
 	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer ccancel()
 	if err := shared.Close(cctx); err != nil {

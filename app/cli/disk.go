@@ -63,13 +63,22 @@ func displayWorkspace(ws string) string {
 	return ws
 }
 
-// dataDiskPath is the persistent disk of workspace ws in the user's state
-// folder.
-func dataDiskPath(ws string) (string, error) {
+// stateDir is the user's state folder, where persistent disks live.
+func stateDir() (string, error) {
 	home, _ := os.UserHomeDir()
 	state, err := service.StateDir(runtime.GOOS, home, os.Getenv)
 	if err != nil {
 		return "", fmt.Errorf("state folder: %w", err)
+	}
+	return state, nil
+}
+
+// dataDiskPath is the persistent disk of workspace ws in the user's state
+// folder.
+func dataDiskPath(ws string) (string, error) {
+	state, err := stateDir()
+	if err != nil {
+		return "", err
 	}
 	return sandbox.DataDiskPath(state, ws), nil
 }

@@ -207,7 +207,7 @@ func (f runFlags) sandboxOptions(stdio Stdio) (sandbox.Options, error) {
 		if img.RootDisk == "" {
 			return o, fmt.Errorf("--keep-disk needs --image standard (the %s image has no root disk to keep changes over)", img.Name)
 		}
-		if o.DataDisk, err = dataDiskPath(o.Workspace); err != nil {
+		if o.DiskDir, err = stateDir(); err != nil {
 			return o, err
 		}
 	}

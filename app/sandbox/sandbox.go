@@ -34,10 +34,11 @@ type Options struct {
 	MemoryMiB int
 	// Image is the verified guest image to boot.
 	Image Image
-	// DataDisk, for an image with a root disk, is a persistent disk file
-	// for the writable layer over it (created blank when missing, see
-	// EnsureDataDisk); "" keeps that layer in memory, empty every boot.
-	DataDisk string
+	// DiskDir, for an image with a root disk, keeps the writable layer over
+	// it on the workspace's persistent disk, DataDiskPath(DiskDir,
+	// Workspace) (created blank when missing, see EnsureDataDisk); ""
+	// keeps that layer in memory, empty every boot.
+	DiskDir string
 	// RunDir is a private folder for runtime files; a temporary one is made
 	// (and removed on Close) when empty.
 	RunDir string
@@ -119,14 +120,15 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if o.Image.RootDisk != "" {
 		boot.Root = o.Image.RootLabel
 		disks = append(disks, vm.Disk{Path: o.Image.RootDisk, ReadOnly: true, Format: vm.DiskRawVHD})
-		if o.DataDisk != "" {
-			if err := EnsureDataDisk(o.DataDisk, DefaultDataDiskSize); err != nil {
+		if o.DiskDir != "" {
+			data := DataDiskPath(o.DiskDir, o.Workspace)
+			if err := EnsureDataDisk(data, DefaultDataDiskSize); err != nil {
 				return nil, err
 			}
 			boot.RootKeep = true
-			disks = append(disks, vm.Disk{Path: o.DataDisk, Format: vm.DiskRawVHD})
+			disks = append(disks, vm.Disk{Path: data, Format: vm.DiskRawVHD})
 		}
-	} else if o.DataDisk != "" {
+	} else if o.DiskDir != "" {
 		return nil, fmt.Errorf("sandbox: a persistent disk needs an image with a root disk (standard); the %s image has none", o.Image.Name)
 	}
 	cfg := vm.Config{

@@ -60,5 +60,12 @@ func OpenUser(imageDirs []string, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Open(Config{StateDir: state, SettingsPath: settingsPath, Image: img, Logger: log, Version: Version})
+	find := func(name string) (sandbox.Image, error) {
+		var dirs []string
+		for _, d := range imageDirs {
+			dirs = append(dirs, d, filepath.Join(d, name, runtime.GOARCH))
+		}
+		return sandbox.FindNamedImage(name, dirs)
+	}
+	return Open(Config{StateDir: state, SettingsPath: settingsPath, Image: img, FindImage: find, Logger: log, Version: Version})
 }

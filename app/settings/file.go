@@ -89,6 +89,8 @@ var fields = map[string]func(*Settings) any{
 	"allow":      func(s *Settings) any { return &s.Allow },
 	"deny":       func(s *Settings) any { return &s.Deny },
 	"map_hosts":  func(s *Settings) any { return &s.MapHosts },
+	"image":      func(s *Settings) any { return &s.Image },
+	"keep_disk":  func(s *Settings) any { return &s.KeepDisk },
 }
 
 // Decode parses settings JSON over Default(). It checks syntax and types,

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -32,7 +33,15 @@ type Settings struct {
 	Deny []string `json:"deny"`
 	// MapHosts pins names to addresses, NAME=ADDR.
 	MapHosts []string `json:"map_hosts"`
+	// Image is the guest image: "minimal" (also when empty) or "standard".
+	Image string `json:"image,omitempty"`
+	// KeepDisk keeps the standard image's changes outside the workspace on
+	// a persistent disk per workspace instead of starting clean each boot.
+	KeepDisk bool `json:"keep_disk,omitempty"`
 }
+
+// Images are the values Image may take ("" too, meaning the first).
+var Images = []string{"minimal", "standard"}
 
 // Bounds and defaults. The defaults match app/sandbox's.
 const (
@@ -106,6 +115,12 @@ func (s Settings) Validate(v Validators) error {
 	}
 	if s.MemoryMiB < MinMemoryMiB || s.MemoryMiB > MaxMemoryMiB {
 		bad("memory_mib", -1, fmt.Errorf("%d is not between %d and %d", s.MemoryMiB, MinMemoryMiB, MaxMemoryMiB))
+	}
+	if s.Image != "" && !slices.Contains(Images, s.Image) {
+		bad("image", -1, fmt.Errorf("%q is not an image: choose %s", s.Image, strings.Join(Images, " or ")))
+	}
+	if s.KeepDisk && s.Image != "standard" {
+		bad("keep_disk", -1, errors.New(`only the "standard" image has a disk to keep`))
 	}
 	lists := []struct {
 		field   string

@@ -32,15 +32,20 @@ disk; the next boot starts from the image alone. Stop VMs using it first.`,
 					return err
 				}
 			} else {
+				// The service stops its VM, deletes the disk, boots again.
 				c, err := g.client(cmd.Context())
 				if err != nil {
 					return fmt.Errorf("%w (or name the workspace: airlock workspace reset-disk DIR)", err)
+				}
+				if err := c.ResetDisk(cmd.Context()); err != nil {
+					return err
 				}
 				st, err := c.Status(cmd.Context())
 				if err != nil {
 					return err
 				}
-				ws = st.Session.Workspace
+				fmt.Fprintf(stdio.Out, "persistent disk of %s reset (vm %s)\n", displayWorkspace(st.Session.Workspace), st.Session.State)
+				return nil
 			}
 			path, err := dataDiskPath(ws)
 			if err != nil {
@@ -81,4 +86,40 @@ func dataDiskPath(ws string) (string, error) {
 		return "", err
 	}
 	return sandbox.DataDiskPath(state, ws), nil
+}
+
+// newImageCmd is "airlock image".
+func newImageCmd(stdio Stdio, g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "image", Short: "Choose the guest image the service boots"}
+	var keepDisk bool
+	set := &cobra.Command{
+		Use:   "set minimal|standard",
+		Short: "Boot NAME from now on (the VM restarts on it)",
+		Long: `minimal is a busybox guest (fast, small); standard is Debian with python3, pip,
+git, curl, jq, sqlite3 and the libraries common data packages need, on a
+read-only root disk. Changes outside /workspace start clean every boot unless
+--keep-disk keeps them on the workspace's persistent disk.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := sandbox.CheckImageName(args[0]); err != nil {
+				return err
+			}
+			c, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := c.SetImage(cmd.Context(), args[0], keepDisk); err != nil {
+				return err
+			}
+			st, err := c.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdio.Out, "image: %s, keep disk: %t (vm %s)\n", st.Session.Image, st.Session.KeepDisk, st.Session.State)
+			return nil
+		},
+	}
+	set.Flags().BoolVar(&keepDisk, "keep-disk", false, "keep changes outside /workspace on the workspace's persistent disk (standard only)")
+	cmd.AddCommand(set)
+	return cmd
 }

@@ -14,6 +14,8 @@ export interface SessionStatus {
   read_only: boolean;
   cpus: number;
   memory_mib: number;
+  image?: string;
+  keep_disk?: boolean;
   accelerator?: string;
   pid?: number;
   boot_time_ns: number;
@@ -33,6 +35,8 @@ export interface Settings {
   allow: string[];
   deny: string[];
   map_hosts: string[];
+  image?: string;
+  keep_disk?: boolean;
 }
 
 export interface Status {
@@ -324,6 +328,8 @@ export const api = {
   settings: () => call<Settings>("GET", "/v1/settings"),
   vm: (action: "start" | "stop" | "restart") => call<Status>("POST", `/v1/vm/${action}`),
   setWorkspace: (dir: string, readOnly: boolean) => call<Status>("PUT", "/v1/workspace", { dir, read_only: readOnly }),
+  setImage: (image: string, keepDisk: boolean) => call<Status>("PUT", "/v1/image", { image, keep_disk: keepDisk }),
+  resetDisk: () => call<Status>("POST", "/v1/disk/reset"),
 
   run: (req: RunRequest) => call<Task>("POST", "/v1/tasks", req),
   runShell: (line: string, opts: { root?: boolean; timeoutSec?: number; stdin?: string } = {}) =>

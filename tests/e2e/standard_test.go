@@ -176,7 +176,8 @@ func rootSh(t *testing.T, cmd string) (result, error) {
 }
 
 // buildWheel zips a minimal pure-Python wheel by hand (PEP 427): a
-// module, METADATA, WHEEL and a RECORD with the files' hashes.
+// module, METADATA, WHEEL, a console script and a RECORD with the files'
+// hashes.
 func buildWheel(t *testing.T, name, version, code string) []byte {
 	t.Helper()
 	dist := name + "-" + version + ".dist-info"
@@ -184,6 +185,7 @@ func buildWheel(t *testing.T, name, version, code string) []byte {
 		{name + "/__init__.py", code},
 		{dist + "/METADATA", "Metadata-Version: 2.1\nName: " + strings.ReplaceAll(name, "_", "-") + "\nVersion: " + version + "\n"},
 		{dist + "/WHEEL", "Wheel-Version: 1.0\nGenerator: airlock-e2e\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+		{dist + "/entry_points.txt", "[console_scripts]\n" + strings.ReplaceAll(name, "_", "-") + " = " + name + ":main\n"},
 	}
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
@@ -210,7 +212,7 @@ func buildWheel(t *testing.T, name, version, code string) []byte {
 // package index on the host (PEP 503 simple index), through the guest's
 // proxy and the host's gate, and Python imports it.
 func TestStandardPipInstallThroughGate(t *testing.T) {
-	wheel := buildWheel(t, "airlock_demo", "1.0", "def hello():\n    return 'hello from a wheel'\n")
+	wheel := buildWheel(t, "airlock_demo", "1.0", "def hello():\n    return 'hello from a wheel'\n\ndef main():\n    print('command', hello())\n")
 	file := "airlock_demo-1.0-py3-none-any.whl"
 	sum := sha256.Sum256(wheel)
 	var mu sync.Mutex
@@ -231,9 +233,11 @@ func TestStandardPipInstallThroughGate(t *testing.T) {
 
 	r := stdSh(t, fmt.Sprintf(`set -e
 pip install --no-cache-dir --disable-pip-version-check --index-url %s --trusted-host pypi.test airlock-demo 2>&1 | tail -3
-python3 -c 'import airlock_demo; print(airlock_demo.hello())'`, index))
+python3 -c 'import airlock_demo; print(airlock_demo.hello())'
+airlock-demo`, index))
 	mustOK(t, r, "pip install")
-	if !strings.Contains(r.stdout, "hello from a wheel") {
+	// The import works, and the package's command is on the task's PATH.
+	if !strings.Contains(r.stdout, "\nhello from a wheel\ncommand hello from a wheel\n") {
 		t.Fatalf("the installed package does not import:\n%s\n%s", r.stdout, r.stderr)
 	}
 	mu.Lock()

@@ -43,7 +43,10 @@ func EnsureDataDisk(path string, size int64) error {
 	if err != nil {
 		return fmt.Errorf("sandbox: persistent disk: %w", err)
 	}
-	_, err = f.WriteString(api.BlankDiskMagic)
+	err = markSparse(f)
+	if err == nil {
+		_, err = f.WriteString(api.BlankDiskMagic)
+	}
 	if err == nil {
 		err = f.Truncate(size)
 	}

@@ -262,14 +262,14 @@ func (in *pid1) agentExited(restart chan<- struct{}) {
 // startAgent starts "/init agent" as a child; init reaps it like any other.
 func (in *pid1) startAgent() error {
 	// After a switch to a root disk, /init is out of reach by name; the
-	// running binary is not.
+	// running binary is not. The agent is still called /init (argv[0]).
 	exe := "/proc/self/exe"
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return fmt.Errorf("start agent: %w", err)
 	}
 	defer null.Close()
-	p, err := os.StartProcess(exe, []string{exe, "agent"}, &os.ProcAttr{
+	p, err := os.StartProcess(exe, []string{"/init", "agent"}, &os.ProcAttr{
 		Env:   []string{"PATH=" + defaultPath, "HOME=/root"},
 		Files: []*os.File{null, os.Stderr, os.Stderr},
 	})

@@ -96,10 +96,10 @@ test("workspace: a file is refused inline without losing the input, then a folde
   assert.match(await page.getByTestId("ws-statement").innerText(), /reports/);
 
   // Read only, and back (the machine is not running yet, so this is cheap).
-  await page.locator(".switch").click();
+  await page.getByTestId("screen-workspace").locator(".switch").click();
   await page.getByTestId("ws-mode").filter({ hasText: "Read only" }).waitFor();
   assert.match(await page.getByTestId("ws-statement").innerText(), /cannot change/);
-  await page.locator(".switch").click();
+  await page.getByTestId("screen-workspace").locator(".switch").click();
   await page.getByTestId("ws-mode").filter({ hasText: "Read and write" }).waitFor();
 
   // Another folder, then back to the first from the recent list.

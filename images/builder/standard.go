@@ -81,7 +81,7 @@ func buildStandard(ctx context.Context, opts Options, min Result, log *slog.Logg
 	if arch != runtime.GOARCH {
 		// debootstrap's second stage runs the guest's own programs
 		// (dpkg, maintainer scripts) in a chroot.
-		return res, fmt.Errorf("images: standard image for %s: it can only be built on a %s host (debootstrap's second stage runs %s programs, and this host has no binfmt emulation set up for them)", arch, arch, arch)
+		return res, fmt.Errorf("images: standard image for %s: build it on a %s host (debootstrap's second stage runs %s programs in a chroot, and the builder does not set up emulation for them); this host is %s", arch, arch, arch, runtime.GOARCH)
 	}
 	release, err := fetchRelease(ctx, mirror, suite)
 	if err != nil {

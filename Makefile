@@ -9,9 +9,9 @@ IMAGE_DIR := images/out
 WORKSPACE ?= $(HOME)/airlock-demo
 E2E_TIMEOUT ?= 40m
 
-APT_PACKAGES := qemu-system-x86 qemu-system-arm busybox-static kmod cpio xz-utils protobuf-compiler
+APT_PACKAGES := qemu-system-x86 qemu-system-arm busybox-static kmod cpio xz-utils protobuf-compiler debootstrap e2fsprogs qemu-utils
 
-.PHONY: all build airlock image image-all deps run test test-unit test-e2e bench vet proto check-proto clean
+.PHONY: all build airlock image image-all image-standard deps run test test-unit test-e2e bench vet proto check-proto clean
 
 all: build
 
@@ -26,6 +26,11 @@ image:
 
 image-all:
 	$(GO) run ./images/cmd/airlock-image -arch all -out $(IMAGE_DIR)
+
+## image-standard: the standard image (Debian root disk, needs debootstrap and e2fsprogs) for
+## this machine's architecture in $(IMAGE_DIR)/standard/$(ARCH), beside the minimal one
+image-standard:
+	$(GO) run ./images/cmd/airlock-image -arch $(ARCH) -image standard -out $(IMAGE_DIR)
 
 ## deps: install the Debian/Ubuntu packages Airlock needs (only what is missing)
 deps:
@@ -57,6 +62,7 @@ test-unit:
 
 test-e2e: airlock
 	$(GO) run ./images/cmd/airlock-image -arch all -out $(IMAGE_DIR)
+	$(GO) run ./images/cmd/airlock-image -arch $(ARCH) -image standard -out $(IMAGE_DIR) -q
 	AIRLOCK_E2E_BIN=$(CURDIR)/bin/airlock AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) \
 		$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./tests/e2e/ ./vm/qemu/ ./app/clock/ ./app/session/ 2>&1 | tee /tmp/airlock-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
 

@@ -47,6 +47,9 @@ func (f *fakeCore) Task(_ context.Context, id string) (tasks.Task, error) {
 	return tasks.Task{ID: "t1", State: tasks.Exited}, nil
 }
 
+func (f *fakeCore) SetImage(context.Context, string, bool) error { return nil }
+func (f *fakeCore) ResetDisk(context.Context) error              { return nil }
+
 func (f *fakeCore) SetWorkspace(_ context.Context, dir string, _ bool) error {
 	return fmt.Errorf("%w: %s is your home folder", workspace.ErrRefused, dir)
 }

@@ -159,6 +159,16 @@ func (c *Client) SetWorkspace(ctx context.Context, dir string, readOnly bool) er
 	return c.do(ctx, "PUT", "/v1/workspace", WorkspaceRequest{Dir: dir, ReadOnly: readOnly}, nil)
 }
 
+// SetImage implements service.Core.
+func (c *Client) SetImage(ctx context.Context, image string, keepDisk bool) error {
+	return c.do(ctx, "PUT", "/v1/image", ImageRequest{Image: image, KeepDisk: keepDisk}, nil)
+}
+
+// ResetDisk implements service.Core.
+func (c *Client) ResetDisk(ctx context.Context) error {
+	return c.do(ctx, "POST", "/v1/disk/reset", nil, nil)
+}
+
 // Run implements service.Core.
 func (c *Client) Run(ctx context.Context, req service.RunRequest) (t tasks.Task, err error) {
 	return t, c.do(ctx, "POST", "/v1/tasks", req, &t)

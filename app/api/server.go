@@ -38,6 +38,8 @@ func Handler(core service.Core, log *slog.Logger) http.Handler {
 	m.HandleFunc("GET /v1/settings", h.settings)
 	m.HandleFunc("POST /v1/vm/{action}", h.vm)
 	m.HandleFunc("PUT /v1/workspace", h.workspace)
+	m.HandleFunc("PUT /v1/image", h.image)
+	m.HandleFunc("POST /v1/disk/reset", h.resetDisk)
 	m.HandleFunc("POST /v1/tasks", h.run)
 	m.HandleFunc("GET /v1/tasks", h.tasks)
 	m.HandleFunc("GET /v1/tasks/{id}", h.task)
@@ -164,6 +166,35 @@ func (h *handler) workspace(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := h.core.SetWorkspace(r.Context(), req.Dir, req.ReadOnly); err != nil {
+		h.fail(w, err)
+		return
+	}
+	h.status(w, r)
+}
+
+// ImageRequest is the body of PUT /v1/image.
+type ImageRequest struct {
+	Image    string `json:"image"`
+	KeepDisk bool   `json:"keep_disk"`
+}
+
+func (h *handler) image(w http.ResponseWriter, r *http.Request) {
+	var req ImageRequest
+	if !h.decode(w, r, &req) {
+		return
+	}
+	if err := h.core.SetImage(r.Context(), req.Image, req.KeepDisk); err != nil {
+		if errors.Is(err, service.ErrBadImage) {
+			err = invalid(err)
+		}
+		h.fail(w, err)
+		return
+	}
+	h.status(w, r)
+}
+
+func (h *handler) resetDisk(w http.ResponseWriter, r *http.Request) {
+	if err := h.core.ResetDisk(r.Context()); err != nil {
 		h.fail(w, err)
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -54,6 +55,8 @@ type runFlags struct {
 	upstreamCAs   []string
 	upstreamProxy string
 	inspect       bool
+	image         string
+	keepDisk      bool
 }
 
 func newRunCmd(stdio Stdio, g *globals) *cobra.Command {
@@ -102,6 +105,8 @@ command runs on its warm VM instead, in milliseconds, and appears in
 	fl.StringArrayVar(&f.upstreamCAs, "upstream-ca", nil, "also trust the CA certificates in this PEM file when verifying servers (corporate proxies; repeatable)")
 	fl.StringVar(&f.upstreamProxy, "upstream-proxy", "", "send every outbound connection through this HTTP proxy (http://[user:pass@]host:port)")
 	fl.BoolVar(&f.inspect, "inspect", false, "terminate TLS for every host, not just those with a secret, so placeholders are caught everywhere")
+	fl.StringVar(&f.image, "image", sandbox.DefaultImage, "guest image: minimal (busybox) or standard (Debian with python3, pip, git, curl, ...)")
+	fl.BoolVar(&f.keepDisk, "keep-disk", false, "standard image: keep changes outside /workspace (installed packages, home) on the workspace's persistent disk; 'airlock workspace reset-disk' wipes it")
 	_ = fl.MarkHidden("kernel-arg")
 	fl.SetInterspersed(false)
 	return cmd
@@ -200,15 +205,26 @@ func (f runFlags) sandboxOptions(stdio Stdio) (sandbox.Options, error) {
 			o.UID, o.GID = 0, 0
 		}
 	}
+	if err := sandbox.CheckImageName(f.image); err != nil {
+		return o, fmt.Errorf("--image: %w", err)
+	}
 	dirs := []string(nil)
 	if f.imageDir != "" {
-		dirs = []string{f.imageDir, f.imageDir + "/" + runtime.GOARCH}
+		dirs = []string{f.imageDir, filepath.Join(f.imageDir, runtime.GOARCH), filepath.Join(f.imageDir, f.image, runtime.GOARCH)}
 	}
-	img, err := sandbox.FindImage(dirs)
+	img, err := sandbox.FindNamedImage(f.image, dirs)
 	if err != nil {
 		return o, err
 	}
 	o.Image = img
+	if f.keepDisk {
+		if img.RootDisk == "" {
+			return o, fmt.Errorf("--keep-disk needs --image standard (the %s image has no root disk to keep changes over)", img.Name)
+		}
+		if o.DiskDir, err = stateDir(); err != nil {
+			return o, err
+		}
+	}
 	if o.ConsoleLog == "" {
 		o.ConsoleLog = defaultConsoleLog()
 	}

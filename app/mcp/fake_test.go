@@ -235,9 +235,12 @@ func (f *fakeCore) forbid(name string) error {
 	return fmt.Errorf("fake: %s is not for tools", name)
 }
 
-func (f *fakeCore) StartVM(context.Context) error   { return f.forbid("StartVM") }
-func (f *fakeCore) StopVM(context.Context) error    { return f.forbid("StopVM") }
-func (f *fakeCore) RestartVM(context.Context) error { return f.forbid("RestartVM") }
+func (f *fakeCore) StartVM(context.Context) error                { return f.forbid("StartVM") }
+func (f *fakeCore) StopVM(context.Context) error                 { return f.forbid("StopVM") }
+func (f *fakeCore) RestartVM(context.Context) error              { return f.forbid("RestartVM") }
+func (f *fakeCore) SetImage(context.Context, string, bool) error { return nil }
+func (f *fakeCore) ResetDisk(context.Context) error              { return nil }
+
 func (f *fakeCore) SetWorkspace(context.Context, string, bool) error {
 	return f.forbid("SetWorkspace")
 }

@@ -36,6 +36,11 @@ type Options struct {
 	MemoryMiB int
 	// Image is the verified guest image to boot.
 	Image Image
+	// DiskDir, for an image with a root disk, keeps the writable layer over
+	// it on the workspace's persistent disk, DataDiskPath(DiskDir,
+	// Workspace) (created blank when missing, see EnsureDataDisk); ""
+	// keeps that layer in memory, empty every boot.
+	DiskDir string
 	// RunDir is a private folder for runtime files; a temporary one is made
 	// (and removed on Close) when empty.
 	RunDir string
@@ -117,11 +122,27 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		o.ConsoleLog = filepath.Join(s.runDir, "console.log")
 	}
 	boot := api.BootConfig{UID: o.UID, GID: o.GID}
+	var disks []vm.Disk
+	if o.Image.RootDisk != "" {
+		boot.Root = o.Image.RootLabel
+		disks = append(disks, vm.Disk{Path: o.Image.RootDisk, ReadOnly: true, Format: vm.DiskRawVHD})
+		if o.DiskDir != "" {
+			data := DataDiskPath(o.DiskDir, o.Workspace)
+			if err := EnsureDataDisk(data, DefaultDataDiskSize); err != nil {
+				return nil, err
+			}
+			boot.RootKeep = true
+			disks = append(disks, vm.Disk{Path: data, Format: vm.DiskRawVHD})
+		}
+	} else if o.DiskDir != "" {
+		return nil, fmt.Errorf("sandbox: a persistent disk needs an image with a root disk (standard); the %s image has none", o.Image.Name)
+	}
 	cfg := vm.Config{
 		Kernel: o.Image.Kernel, Initrd: o.Image.Initrd,
 		Cmdline: append(boot.Args(), o.KernelArgs...),
 		CPUs:    o.CPUs, MemoryMiB: o.MemoryMiB,
 		Dir: s.runDir, ConsoleLog: o.ConsoleLog, Logger: o.Logger,
+		Disks: disks,
 	}
 	if o.Workspace != "" {
 		cfg.Share = &vm.Share{HostPath: o.Workspace, ReadOnly: o.ReadOnly}

@@ -20,6 +20,8 @@ type Core interface {
 	StopVM(ctx context.Context) error
 	RestartVM(ctx context.Context) error
 	SetWorkspace(ctx context.Context, dir string, readOnly bool) error
+	SetImage(ctx context.Context, image string, keepDisk bool) error
+	ResetDisk(ctx context.Context) error
 
 	Run(ctx context.Context, req RunRequest) (tasks.Task, error)
 	Task(ctx context.Context, id string) (tasks.Task, error)

@@ -52,14 +52,14 @@ func OpenUser(imageDirs []string, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openUser(img, log)
+	return openUser(img, imageDirs, log)
 }
 
 // OpenUserSettings opens the user's service without a guest image, for
 // commands that only manage settings and secrets: its VM cannot boot.
-func OpenUserSettings(log *slog.Logger) (*Service, error) { return openUser(sandbox.Image{}, log) }
+func OpenUserSettings(log *slog.Logger) (*Service, error) { return openUser(sandbox.Image{}, nil, log) }
 
-func openUser(img sandbox.Image, log *slog.Logger) (*Service, error) {
+func openUser(img sandbox.Image, imageDirs []string, log *slog.Logger) (*Service, error) {
 	home, _ := os.UserHomeDir()
 	state, err := StateDir(runtime.GOOS, home, os.Getenv)
 	if err != nil {
@@ -69,5 +69,12 @@ func openUser(img sandbox.Image, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Open(Config{StateDir: state, SettingsPath: settingsPath, Image: img, Logger: log, Version: Version, Keychain: secrets.OSKeychain{}})
+	find := func(name string) (sandbox.Image, error) {
+		var dirs []string
+		for _, d := range imageDirs {
+			dirs = append(dirs, d, filepath.Join(d, name, runtime.GOARCH))
+		}
+		return sandbox.FindNamedImage(name, dirs)
+	}
+	return Open(Config{StateDir: state, SettingsPath: settingsPath, Image: img, FindImage: find, Logger: log, Version: Version, Keychain: secrets.OSKeychain{}})
 }

@@ -31,8 +31,11 @@ type Config struct {
 	StateDir string
 	// SettingsPath is the settings file (settings.DefaultPath() in the app).
 	SettingsPath string
-	// Image is the verified guest image.
+	// Image is the verified minimal guest image.
 	Image sandbox.Image
+	// FindImage finds another image by name (the standard one) when the
+	// settings or SetImage choose it; nil offers only Image.
+	FindImage func(name string) (sandbox.Image, error)
 	// Tasks bounds the task history.
 	Tasks tasks.Options
 	// CancelGrace is how long Cancel waits after SIGTERM before the task's
@@ -137,9 +140,10 @@ func Open(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("service: %w", err)
 	}
 	opts := sandbox.Options{
-		ReadOnly: st.ReadOnly, CPUs: st.CPUs, MemoryMiB: st.MemoryMiB, Image: cfg.Image,
+		ReadOnly: st.ReadOnly, CPUs: st.CPUs, MemoryMiB: st.MemoryMiB,
 		Egress: s.gate, BootTimeout: cfg.BootTimeout, Logger: cfg.Logger, GuestCA: s.ca.CertPEM(),
 	}
+	opts.Image, opts.DiskDir = s.startImage(st)
 	if st.Workspace != "" {
 		f, err := cfg.Resolve(st.Workspace)
 		if err != nil {

@@ -96,6 +96,8 @@ var fields = map[string]func(*Settings) any{
 	"upstream_cas":   func(s *Settings) any { return &s.UpstreamCAs },
 	"upstream_proxy": func(s *Settings) any { return &s.UpstreamProxy },
 	"inspect":        func(s *Settings) any { return &s.Inspect },
+	"image":          func(s *Settings) any { return &s.Image },
+	"keep_disk":      func(s *Settings) any { return &s.KeepDisk },
 }
 
 // Decode parses settings JSON over Default(). It checks syntax and types,

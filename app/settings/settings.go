@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -44,6 +45,11 @@ type Settings struct {
 	// Inspect terminates TLS for every host, not only those with a
 	// secret, so placeholders are caught everywhere.
 	Inspect bool `json:"inspect"`
+	// Image is the guest image: "minimal" (also when empty) or "standard".
+	Image string `json:"image,omitempty"`
+	// KeepDisk keeps the standard image's changes outside the workspace on
+	// a persistent disk per workspace instead of starting clean each boot.
+	KeepDisk bool `json:"keep_disk,omitempty"`
 }
 
 // Secret is the metadata of one credential. The value lives in the OS
@@ -62,6 +68,9 @@ type Secret struct {
 	// Placeholder is what the guest gets instead of the value.
 	Placeholder string `json:"placeholder"`
 }
+
+// Images are the values Image may take ("" too, meaning the first).
+var Images = []string{"minimal", "standard"}
 
 // Bounds and defaults. The defaults match app/sandbox's.
 const (
@@ -140,6 +149,12 @@ func (s Settings) Validate(v Validators) error {
 	}
 	if s.MemoryMiB < MinMemoryMiB || s.MemoryMiB > MaxMemoryMiB {
 		bad("memory_mib", -1, fmt.Errorf("%d is not between %d and %d", s.MemoryMiB, MinMemoryMiB, MaxMemoryMiB))
+	}
+	if s.Image != "" && !slices.Contains(Images, s.Image) {
+		bad("image", -1, fmt.Errorf("%q is not an image: choose %s", s.Image, strings.Join(Images, " or ")))
+	}
+	if s.KeepDisk && s.Image != "standard" {
+		bad("keep_disk", -1, errors.New(`only the "standard" image has a disk to keep`))
 	}
 	lists := []struct {
 		field   string

@@ -33,6 +33,16 @@ func TestMissingFileGivesDefaults(t *testing.T) {
 	}
 }
 
+func TestImageSettings(t *testing.T) {
+	s, err := Load(writeFile(t, `{"image": "standard", "keep_disk": true}`), Validators{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Image != "standard" || !s.KeepDisk {
+		t.Fatalf("got %+v", s)
+	}
+}
+
 func TestPartialFileKeepsDefaults(t *testing.T) {
 	s, err := Load(writeFile(t, `{"cpus": 4, "allow": null}`), Validators{})
 	if err != nil {
@@ -58,12 +68,14 @@ func TestLoadErrors(t *testing.T) {
 		{"workspace relative", `{"workspace": "proj"}`, `settings.json: "workspace": "proj" is not an absolute path`},
 		{"workspace type", `{"workspace": 7}`, `settings.json: "workspace": want a string, got 7`},
 		{"allow type", `{"allow": "example.com"}`, `settings.json: "allow": want a list of strings, got "example.com"`},
+		{"image unknown", `{"image": "fedora"}`, `settings.json: "image": "fedora" is not an image: choose minimal or standard`},
+		{"keep_disk without a disk", `{"keep_disk": true}`, `settings.json: "keep_disk": only the "standard" image has a disk to keep`},
 		{"allow empty entry", `{"allow": ["a.com", " "]}`, `settings.json: "allow"[1]: empty entry`},
 		{"deny entry type", `{"deny": [1]}`, `settings.json: "deny": want a string, got [1]`},
 		{"deny empty entry", `{"deny": [""]}`, `settings.json: "deny"[0]: empty entry`},
 		{"map_hosts shape", `{"map_hosts": ["a.com"]}`, `settings.json: "map_hosts"[0]: "a.com" is not NAME=ADDR`},
 		{"map_hosts empty addr", `{"map_hosts": ["a.com="]}`, `settings.json: "map_hosts"[0]: "a.com=" is not NAME=ADDR`},
-		{"unknown field", `{"cpus": 2, "proxy": "x", "Cpus": 3}`, `settings.json: unknown field "Cpus", "proxy"; known fields are allow, cpus, deny, inspect, map_hosts, memory_mib, read_only, secrets, upstream_cas, upstream_proxy, workspace`},
+		{"unknown field", `{"cpus": 2, "proxy": "x", "Cpus": 3}`, `settings.json: unknown field "Cpus", "proxy"; known fields are allow, cpus, deny, image, inspect, keep_disk, map_hosts, memory_mib, read_only, secrets, upstream_cas, upstream_proxy, workspace`},
 		{"syntax", "{\n  \"cpus\": 2,\n}", `settings.json: line 3, column 1: invalid character '}' looking for beginning of object key string`},
 		{"empty", ``, `settings.json: empty file`},
 		{"not an object", `[1]`, `settings.json: not a JSON object`},

@@ -14,6 +14,8 @@ export interface SessionStatus {
   read_only: boolean;
   cpus: number;
   memory_mib: number;
+  image?: string;
+  keep_disk?: boolean;
   accelerator?: string;
   pid?: number;
   boot_time_ns: number;
@@ -37,6 +39,8 @@ export interface Settings {
   upstream_cas?: string[];
   upstream_proxy?: string;
   inspect?: boolean;
+  image?: string;
+  keep_disk?: boolean;
 }
 
 /** SecretMeta is what the settings keep of a secret: never its value. */
@@ -355,6 +359,8 @@ export const api = {
   settings: () => call<Settings>("GET", "/v1/settings"),
   vm: (action: "start" | "stop" | "restart") => call<Status>("POST", `/v1/vm/${action}`),
   setWorkspace: (dir: string, readOnly: boolean) => call<Status>("PUT", "/v1/workspace", { dir, read_only: readOnly }),
+  setImage: (image: string, keepDisk: boolean) => call<Status>("PUT", "/v1/image", { image, keep_disk: keepDisk }),
+  resetDisk: () => call<Status>("POST", "/v1/disk/reset"),
 
   run: (req: RunRequest) => call<Task>("POST", "/v1/tasks", req),
   runShell: (line: string, opts: { root?: boolean; timeoutSec?: number; stdin?: string } = {}) =>

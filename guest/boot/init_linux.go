@@ -92,6 +92,11 @@ func (in *pid1) setup() error {
 	if err := unix.Sethostname([]byte(hostname)); err != nil {
 		in.log.Warn("hostname", "err", err)
 	}
+	if in.cfg.Root != "" {
+		if err := in.switchRoot(); err != nil {
+			return err
+		}
+	}
 	in.prepareHome()
 	if in.cfg.Share != api.ShareNone {
 		if err := mountWorkspace(in.cfg); err != nil {
@@ -256,16 +261,15 @@ func (in *pid1) agentExited(restart chan<- struct{}) {
 
 // startAgent starts "/init agent" as a child; init reaps it like any other.
 func (in *pid1) startAgent() error {
-	exe, err := os.Executable()
-	if err != nil {
-		exe = "/init"
-	}
+	// After a switch to a root disk, /init is out of reach by name; the
+	// running binary is not. The agent is still called /init (argv[0]).
+	exe := "/proc/self/exe"
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return fmt.Errorf("start agent: %w", err)
 	}
 	defer null.Close()
-	p, err := os.StartProcess(exe, []string{exe, "agent"}, &os.ProcAttr{
+	p, err := os.StartProcess(exe, []string{"/init", "agent"}, &os.ProcAttr{
 		Env:   []string{"PATH=" + defaultPath, "HOME=/root"},
 		Files: []*os.File{null, os.Stderr, os.Stderr},
 	})

@@ -96,10 +96,10 @@ test("workspace: a file is refused inline without losing the input, then a folde
   assert.match(await page.getByTestId("ws-statement").innerText(), /reports/);
 
   // Read only, and back (the machine is not running yet, so this is cheap).
-  await page.locator(".switch").click();
+  await page.getByTestId("screen-workspace").locator(".switch").click();
   await page.getByTestId("ws-mode").filter({ hasText: "Read only" }).waitFor();
   assert.match(await page.getByTestId("ws-statement").innerText(), /cannot change/);
-  await page.locator(".switch").click();
+  await page.getByTestId("screen-workspace").locator(".switch").click();
   await page.getByTestId("ws-mode").filter({ hasText: "Read and write" }).waitFor();
 
   // Another folder, then back to the first from the recent list.
@@ -125,6 +125,10 @@ test("machine: start from the UI, boot progress, then ready with CPUs and memory
   assert.equal(await page.getByTestId("vm-cpus").innerText(), "2");
   assert.match(await page.getByTestId("vm-memory").innerText(), /GB|MB/);
   assert.match(await page.getByTestId("vm-console-log").innerText(), /console\.log$/);
+  // The image card: minimal by default, so there is no disk to keep or reset.
+  assert.equal(await page.getByTestId("vm-image").inputValue(), "minimal");
+  assert.equal(await page.getByTestId("vm-keep-disk").isDisabled(), true);
+  assert.equal(await page.getByTestId("vm-reset-disk").isDisabled(), true);
   await screenshot(page, "03-machine");
 });
 

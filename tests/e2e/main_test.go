@@ -74,6 +74,10 @@ func runMain(m *testing.M) int {
 	}
 	fmt.Fprintf(os.Stderr, "e2e: shared VM ready in %s (%+v)\n", time.Since(began).Round(time.Millisecond), shared.Machine().Info())
 	code := m.Run()
+	if err := closeStandardVM(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: close the standard VM:", err)
+		code = 1
+	}
 	if err := vmharness.Close(shared); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: close the shared VM:", err)
 		code = 1

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/vm"
 )
 
 // plan is everything the QEMU command line depends on, resolved: no
@@ -41,6 +42,14 @@ type plan struct {
 	// owners and modes in xattrs, plain files on the host) or
 	// "passthrough" (read-only).
 	SecurityModel string
+
+	// Disks are attached as virtio-blk devices, in order.
+	Disks []vm.Disk
+	// DiskFDs, when set, holds for each disk an inherited descriptor
+	// (opened read-only or read-write as the disk is) that QEMU uses
+	// through an fdset instead of opening the path: QEMU started as the
+	// folder's owner may not reach a disk in Airlock's state folder.
+	DiskFDs []int
 }
 
 // bootConfig is what the guest is told about the devices.
@@ -130,6 +139,22 @@ func (p plan) args() []string {
 			"-fsdev", fsdev,
 			"-device", "virtio-9p-pci,fsdev=fs0,mount_tag="+api.WorkspaceTag,
 		)
+	}
+	for i, d := range p.Disks {
+		// Both formats are raw to QEMU (a VHD footer is just 512 bytes
+		// past the file system); readonly=on makes QEMU refuse writes and
+		// open the file read-only, so one image serves many VMs.
+		file := d.Path
+		if i < len(p.DiskFDs) && p.DiskFDs[i] > 0 {
+			set := 2 + i // fdset 1 is the console's
+			a = append(a, "-add-fd", fmt.Sprintf("fd=%d,set=%d", p.DiskFDs[i], set))
+			file = fmt.Sprintf("/dev/fdset/%d", set)
+		}
+		drive := fmt.Sprintf("file=%s,format=raw,if=none,id=disk%d", optValue(file), i)
+		if d.ReadOnly {
+			drive += ",readonly=on"
+		}
+		a = append(a, "-drive", drive, "-device", fmt.Sprintf("virtio-blk-pci,drive=disk%d", i))
 	}
 	if p.PIDFile != "" {
 		a = append(a, "-pidfile", p.PIDFile)

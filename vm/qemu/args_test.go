@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/vm"
 )
 
 // UPDATE_GOLDEN=1 go test ./vm/qemu rewrites testdata/*.golden.
@@ -167,5 +168,50 @@ func TestArgsHandedOver(t *testing.T) {
 	}
 	if strings.Contains(got, "-pidfile") || strings.Contains(got, "console.log") {
 		t.Errorf("QEMU would open a runtime file itself:\n%s", got)
+	}
+}
+
+func TestArgsDisks(t *testing.T) {
+	p := basePlan("amd64", "tcg")
+	p.Disks = []vm.Disk{
+		{Path: "/img/std,1/root.vhd", ReadOnly: true, Format: vm.DiskRawVHD},
+		{Path: "/state/ws/data.img", Format: vm.DiskRaw},
+	}
+	got := strings.Join(p.args(), " ")
+	for _, want := range []string{
+		"-drive file=/img/std,,1/root.vhd,format=raw,if=none,id=disk0,readonly=on -device virtio-blk-pci,drive=disk0",
+		"-drive file=/state/ws/data.img,format=raw,if=none,id=disk1 -device virtio-blk-pci,drive=disk1",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("args lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Count(got, "readonly=on") != 1 {
+		t.Errorf("only the first disk is read-only:\n%s", got)
+	}
+}
+
+// TestArgsDiskFDs: QEMU started as the folder's owner gets each disk as an
+// fdset of an inherited descriptor, never a path it would open itself.
+func TestArgsDiskFDs(t *testing.T) {
+	p := basePlan("amd64", "tcg")
+	p.ConsoleFD = 7
+	p.Disks = []vm.Disk{
+		{Path: "/img/root.vhd", ReadOnly: true, Format: vm.DiskRawVHD},
+		{Path: "/root/.local/state/airlock/disk.img", Format: vm.DiskRaw},
+	}
+	p.DiskFDs = []int{8, 9}
+	got := strings.Join(p.args(), " ")
+	for _, want := range []string{
+		"-add-fd fd=7,set=1",
+		"-add-fd fd=8,set=2 -drive file=/dev/fdset/2,format=raw,if=none,id=disk0,readonly=on",
+		"-add-fd fd=9,set=3 -drive file=/dev/fdset/3,format=raw,if=none,id=disk1 ",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("args lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "root.vhd") || strings.Contains(got, "disk.img") {
+		t.Errorf("QEMU would open a disk by path:\n%s", got)
 	}
 }

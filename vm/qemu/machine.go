@@ -233,6 +233,7 @@ func (m *Machine) plan(accel, share string) plan {
 		PIDFile:    filepath.Join(m.cfg.Dir, "qemu.pid"),
 		Name:       "airlock",
 		Transport:  m.transport, MuxFD: 3, CID: m.cid,
+		Disks: m.cfg.Disks,
 	}
 	if s := m.cfg.Share; s != nil && share != "" {
 		p.SharePath, p.ShareReadOnly = s.HostPath, s.ReadOnly
@@ -284,6 +285,21 @@ func (m *Machine) handOver(p *plan, first int) ([]*os.File, error) {
 	}
 	if p.SharePath, err = procFD("shared folder", p.SharePath, os.O_RDONLY); err != nil {
 		return files, err
+	}
+	// Disks go in as descriptors QEMU never reopens (an fdset): the base
+	// image read-only, a workspace's persistent disk read-write, which may
+	// sit in a state folder closed to the owner.
+	p.DiskFDs = nil
+	for _, d := range p.Disks {
+		flag := os.O_RDWR
+		if d.ReadOnly {
+			flag = os.O_RDONLY
+		}
+		f, err := os.OpenFile(d.Path, flag, 0)
+		if err != nil {
+			return files, fmt.Errorf("disk: %w", err)
+		}
+		p.DiskFDs = append(p.DiskFDs, fd(f))
 	}
 	// The console log stays this process's file: QEMU writes through the
 	// descriptor (a file chardev on /dev/fdset), never reopening it.

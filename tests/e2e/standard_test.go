@@ -121,13 +121,13 @@ func stdSh(t *testing.T, cmd string) result {
 	if err != nil {
 		t.Fatalf("exec %q: %v (stderr %q)", cmd, err, errOut.String())
 	}
-	return result{exit, out.String(), errOut.String()}
+	return result{Exit: exit, Stdout: out.String(), Stderr: errOut.String()}
 }
 
 func mustOK(t *testing.T, r result, what string) {
 	t.Helper()
-	if r.exit.Code != 0 || r.exit.Signal != 0 {
-		t.Fatalf("%s: exit %+v\nstdout: %s\nstderr: %s", what, r.exit, r.stdout, r.stderr)
+	if r.Exit.Code != 0 || r.Exit.Signal != 0 {
+		t.Fatalf("%s: exit %+v\nstdout: %s\nstderr: %s", what, r.Exit, r.Stdout, r.Stderr)
 	}
 }
 
@@ -147,8 +147,8 @@ ls /usr/lib/x86_64-linux-gnu/libxml2.so.2 /usr/lib/*/libjpeg.so.62 >/dev/null
 `)
 	mustOK(t, r, "tools")
 	for _, want := range []string{"os=debian-bookworm", "user=1000:1000 home=/home/agent", "rootfs=overlay", "python OpenSSL", "[1,2]", "hi\n"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.Stdout)
 		}
 	}
 	// The base disk is read-only even for root; root writes land in the
@@ -159,8 +159,8 @@ dd if=/dev/zero of=$base bs=512 count=1 conv=notrunc 2>/dev/null && echo WROTE-B
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(rr.stdout, "upper-ok") || !strings.Contains(rr.stdout, "ro-disk=vd") || strings.Contains(rr.stdout, "WROTE-BASE") {
-		t.Fatalf("root and the base disk: %+v\n%s\n%s", rr.exit, rr.stdout, rr.stderr)
+	if !strings.Contains(rr.Stdout, "upper-ok") || !strings.Contains(rr.Stdout, "ro-disk=vd") || strings.Contains(rr.Stdout, "WROTE-BASE") {
+		t.Fatalf("root and the base disk: %+v\n%s\n%s", rr.Exit, rr.Stdout, rr.Stderr)
 	}
 }
 
@@ -172,7 +172,7 @@ func rootSh(t *testing.T, cmd string) (result, error) {
 	defer cancel()
 	var out, errOut bytes.Buffer
 	exit, err := sb.Agent().Exec(ctx, client.Spec{Argv: []string{"bash", "-c", cmd}, Root: true}, client.Stdio{Stdout: &out, Stderr: &errOut})
-	return result{exit, out.String(), errOut.String()}, err
+	return result{Exit: exit, Stdout: out.String(), Stderr: errOut.String()}, err
 }
 
 // buildWheel zips a minimal pure-Python wheel by hand (PEP 427): a
@@ -237,8 +237,8 @@ python3 -c 'import airlock_demo; print(airlock_demo.hello())'
 airlock-demo`, index))
 	mustOK(t, r, "pip install")
 	// The import works, and the package's command is on the task's PATH.
-	if !strings.Contains(r.stdout, "\nhello from a wheel\ncommand hello from a wheel\n") {
-		t.Fatalf("the installed package does not import:\n%s\n%s", r.stdout, r.stderr)
+	if !strings.Contains(r.Stdout, "\nhello from a wheel\ncommand hello from a wheel\n") {
+		t.Fatalf("the installed package does not import:\n%s\n%s", r.Stdout, r.Stderr)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -247,8 +247,8 @@ airlock-demo`, index))
 	}
 	// The same index under a name the gate does not allow is refused.
 	r = stdSh(t, fmt.Sprintf(`pip download --no-cache-dir --disable-pip-version-check --retries 0 --timeout 20 -d /tmp/dl --index-url http://pypi.example:%s/simple/ --trusted-host pypi.example airlock-demo 2>&1; echo rc=$?`, port(srv)))
-	if strings.Contains(r.stdout, "rc=0") {
-		t.Fatalf("pip reached an index the gate does not allow:\n%s", r.stdout)
+	if strings.Contains(r.Stdout, "rc=0") {
+		t.Fatalf("pip reached an index the gate does not allow:\n%s", r.Stdout)
 	}
 }
 
@@ -295,8 +295,8 @@ func TestStandardGitCloneThroughGate(t *testing.T) {
 cd /tmp && rm -rf repo && git clone -q http://git.test:%s/git/repo.git repo
 cat repo/README.md; git -C repo log --format=%%s`, port(srv)))
 	mustOK(t, r, "git clone")
-	if r.stdout != "cloned through the gate\nfirst\n" {
-		t.Fatalf("clone gave %q (stderr %q)", r.stdout, r.stderr)
+	if r.Stdout != "cloned through the gate\nfirst\n" {
+		t.Fatalf("clone gave %q (stderr %q)", r.Stdout, r.Stderr)
 	}
 	mu.Lock()
 	defer mu.Unlock()

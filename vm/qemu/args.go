@@ -45,11 +45,12 @@ type plan struct {
 
 	// Disks are attached as virtio-blk devices, in order.
 	Disks []vm.Disk
-	// DiskFDs, when set, holds for each disk an inherited descriptor
-	// (opened read-only or read-write as the disk is) that QEMU uses
-	// through an fdset instead of opening the path: QEMU started as the
-	// folder's owner may not reach a disk in Airlock's state folder.
-	DiskFDs []int
+	// DiskFDs, when set, holds for each disk the inherited descriptors
+	// QEMU uses through an fdset instead of opening the path (QEMU started
+	// as the folder's owner may not reach a disk in Airlock's state
+	// folder): one read-only, and for a writable disk one read-write too,
+	// as QEMU opens a writable image both ways.
+	DiskFDs [][]int
 }
 
 // bootConfig is what the guest is told about the devices.
@@ -145,9 +146,11 @@ func (p plan) args() []string {
 		// past the file system); readonly=on makes QEMU refuse writes and
 		// open the file read-only, so one image serves many VMs.
 		file := d.Path
-		if i < len(p.DiskFDs) && p.DiskFDs[i] > 0 {
+		if i < len(p.DiskFDs) && len(p.DiskFDs[i]) > 0 {
 			set := 2 + i // fdset 1 is the console's
-			a = append(a, "-add-fd", fmt.Sprintf("fd=%d,set=%d", p.DiskFDs[i], set))
+			for _, fd := range p.DiskFDs[i] {
+				a = append(a, "-add-fd", fmt.Sprintf("fd=%d,set=%d", fd, set))
+			}
 			file = fmt.Sprintf("/dev/fdset/%d", set)
 		}
 		drive := fmt.Sprintf("file=%s,format=raw,if=none,id=disk%d", optValue(file), i)

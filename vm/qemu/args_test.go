@@ -200,12 +200,12 @@ func TestArgsDiskFDs(t *testing.T) {
 		{Path: "/img/root.vhd", ReadOnly: true, Format: vm.DiskRawVHD},
 		{Path: "/root/.local/state/airlock/disk.img", Format: vm.DiskRaw},
 	}
-	p.DiskFDs = []int{8, 9}
+	p.DiskFDs = [][]int{{8}, {9, 10}}
 	got := strings.Join(p.args(), " ")
 	for _, want := range []string{
 		"-add-fd fd=7,set=1",
 		"-add-fd fd=8,set=2 -drive file=/dev/fdset/2,format=raw,if=none,id=disk0,readonly=on",
-		"-add-fd fd=9,set=3 -drive file=/dev/fdset/3,format=raw,if=none,id=disk1 ",
+		"-add-fd fd=9,set=3 -add-fd fd=10,set=3 -drive file=/dev/fdset/3,format=raw,if=none,id=disk1 ",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("args lack %q:\n%s", want, got)

@@ -291,15 +291,19 @@ func (m *Machine) handOver(p *plan, first int) ([]*os.File, error) {
 	// sit in a state folder closed to the owner.
 	p.DiskFDs = nil
 	for _, d := range p.Disks {
-		flag := os.O_RDWR
-		if d.ReadOnly {
-			flag = os.O_RDONLY
+		flags := []int{os.O_RDONLY}
+		if !d.ReadOnly {
+			flags = append(flags, os.O_RDWR)
 		}
-		f, err := os.OpenFile(d.Path, flag, 0)
-		if err != nil {
-			return files, fmt.Errorf("disk: %w", err)
+		var fds []int
+		for _, flag := range flags {
+			f, err := os.OpenFile(d.Path, flag, 0)
+			if err != nil {
+				return files, fmt.Errorf("disk: %w", err)
+			}
+			fds = append(fds, fd(f))
 		}
-		p.DiskFDs = append(p.DiskFDs, fd(f))
+		p.DiskFDs = append(p.DiskFDs, fds)
 	}
 	// The console log stays this process's file: QEMU writes through the
 	// descriptor (a file chardev on /dev/fdset), never reopening it.

@@ -76,6 +76,7 @@ func (in *pid1) setup() error {
 	in.log = console.NewLogger(os.Stderr, "", in.cfg.Debug)
 	in.log.Debug("boot config", "cmdline", strings.TrimSpace(string(cmdline)))
 
+	in.harden()
 	if err := setupCgroups("/sys/fs/cgroup"); err != nil {
 		in.log.Warn("no task cgroups", "err", err)
 	}
@@ -106,6 +107,28 @@ func (in *pid1) setup() error {
 		in.log.Debug("workspace mounted", "fs", in.cfg.Share, "read_only", in.cfg.ShareReadOnly)
 	}
 	return nil
+}
+
+// hardening are the kernel settings init makes before any task runs.
+// Tasks share uid 1000, so without Yama's scope 1 one task could ptrace
+// (read the memory of, inject into) another task's processes; scope 1
+// still lets a task trace its own children (strace, gdb of a child).
+var hardening = []struct{ path, value string }{
+	{"/proc/sys/kernel/yama/ptrace_scope", "1"},
+	{"/proc/sys/kernel/kptr_restrict", "2"},
+	{"/proc/sys/kernel/dmesg_restrict", "1"},
+	{"/proc/sys/kernel/unprivileged_bpf_disabled", "1"},
+	{"/proc/sys/kernel/perf_event_paranoid", "3"},
+}
+
+// harden applies hardening; a setting the kernel lacks is logged, not
+// fatal (the tests in tests/security say whether it held).
+func (in *pid1) harden() {
+	for _, h := range hardening {
+		if err := os.WriteFile(h.path, []byte(h.value), 0); err != nil {
+			in.log.Warn("hardening", "path", h.path, "err", err)
+		}
+	}
 }
 
 // openConsole makes /dev/console init's stdio: the kernel opens it before

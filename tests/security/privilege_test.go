@@ -7,6 +7,7 @@ import (
 	"context"
 	"io"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -40,14 +41,20 @@ func TestGuestPrivilege(t *testing.T) {
 	defer cancel()
 	pr, pw := io.Pipe()
 	go func() {
-		shared.Agent().Exec(ctx, client.Spec{Argv: []string{"sh", "-c", "cat /proc/self/cgroup; exec sleep 600"}}, client.Stdio{Stdout: pw})
+		shared.Agent().Exec(ctx, client.Spec{Argv: []string{"sh", "-c", "cat /proc/self/cgroup; echo $$; exec sleep 600"}}, client.Stdio{Stdout: pw})
 		pw.Close()
 	}()
-	line, _ := bufio.NewReader(pr).ReadString('\n')
-	go io.Copy(io.Discard, pr)
+	br := bufio.NewReader(pr)
+	line, _ := br.ReadString('\n')
+	victimPID, _ := br.ReadString('\n')
+	victimPID = strings.TrimSpace(victimPID)
+	go io.Copy(io.Discard, br)
 	victimCg := "/sys/fs/cgroup" + strings.TrimPrefix(strings.TrimSpace(line), "0::")
 	if !strings.HasPrefix(victimCg, "/sys/fs/cgroup/airlock/tasks/") {
 		t.Fatalf("victim task's cgroup: %q", line)
+	}
+	if _, err := strconv.Atoi(victimPID); err != nil {
+		t.Fatalf("victim task's pid: %q", victimPID)
 	}
 
 	// perm: the refusal must be EPERM or EACCES (for the others any
@@ -69,6 +76,8 @@ func TestGuestPrivilege(t *testing.T) {
 		{"enter the agent's root and cwd", "ls /proc/" + agent + "/root/ && ls /proc/1/cwd/", true},
 		{"ptrace the agent", p + " ptrace " + agent, true},
 		{"ptrace PID 1", p + " ptrace 1", true},
+		{"ptrace another task's process (same uid)", p + " ptrace " + victimPID, true},
+		{"read another task's memory via /proc/PID/mem", p + " readmem " + victimPID, true},
 		{"kill the agent (SIGKILL)", p + " kill " + agent + " 9", true},
 		{"stop the agent (SIGSTOP)", p + " kill " + agent + " 19", true},
 		{"kill PID 1", p + " kill 1 9", true},

@@ -165,13 +165,16 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 // the boot timeout or ctx, whichever comes first.
 func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.Duration) (api.Ready, error) {
 	got := make(chan api.Ready, 1)
+	broken := make(chan error, 1)
 	go func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
-				// The transport ended: the machine is going away, and its
-				// exit (or the timeout) is the error worth reporting.
+				// The transport ended: either the machine is going away (its
+				// exit is the error worth reporting) or the guest broke the
+				// transport, and no readiness can come any more.
 				s.log.Debug("readiness listener closed", "err", err)
+				broken <- err
 				return
 			}
 			// The guest is untrusted: bound the time and size of its message.
@@ -193,10 +196,7 @@ func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.D
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	info := s.m.Info()
-	select {
-	case r := <-got:
-		return r, nil
-	case err := <-exited:
+	stopped := func(err error) (api.Ready, error) {
 		if ctx.Err() != nil {
 			return api.Ready{}, ctx.Err()
 		}
@@ -204,6 +204,23 @@ func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.D
 			err = errors.New("it powered off")
 		}
 		return api.Ready{}, fmt.Errorf("%w: the machine stopped during boot (%v)%s", ErrNotReady, err, consoleHint(info.ConsoleLog))
+	}
+	select {
+	case r := <-got:
+		return r, nil
+	case err := <-exited:
+		return stopped(err)
+	case berr := <-broken:
+		// A machine that is exiting closes the transport first; give its
+		// exit a moment to arrive, since that is the better explanation.
+		select {
+		case err := <-exited:
+			return stopped(err)
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+			return api.Ready{}, ctx.Err()
+		}
+		return api.Ready{}, fmt.Errorf("%w: the transport to the guest failed before it was ready (%v)%s", ErrNotReady, berr, consoleHint(info.ConsoleLog))
 	case <-timer.C:
 		return api.Ready{}, fmt.Errorf("%w within %s (accelerator %s)%s", ErrNotReady, timeout, info.Accelerator, consoleHint(info.ConsoleLog))
 	case <-ctx.Done():

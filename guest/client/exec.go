@@ -64,6 +64,12 @@ func (e Exit) ShellCode() int {
 
 const stdinChunk = 32 << 10
 
+// maxSignal is the highest Linux signal number (SIGRTMAX).
+const maxSignal = 64
+
+// ErrBadExit means the agent reported an exit status no process can have.
+var ErrBadExit = errors.New("guest agent reported an impossible exit status")
+
 // Exec runs a task and streams its input and output until it exits. When ctx
 // is cancelled the call is abandoned and the guest kills the task's tree.
 func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error) {
@@ -121,6 +127,9 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error)
 			}
 		case *agentv1.ExecEvent_Exit:
 			x := e.Exit
+			if c, sig := x.GetCode(), x.GetSignal(); c < 0 || c > 255 || sig < 0 || sig > maxSignal || x.GetDurationMs() < 0 {
+				return Exit{}, fmt.Errorf("exec: %w (code %d, signal %d, duration %d ms)", ErrBadExit, c, sig, x.GetDurationMs())
+			}
 			return Exit{
 				Code: int(x.GetCode()), Signal: int(x.GetSignal()), TimedOut: x.GetTimedOut(),
 				Duration: time.Duration(x.GetDurationMs()) * time.Millisecond,

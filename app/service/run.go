@@ -223,8 +223,14 @@ func outcome(exit client.Exit, err error, cancelled bool, timeout time.Duration)
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.ResourceExhausted:
 		return tasks.Exited, tasks.Exit{Code: 125}, st.Message()
 	}
-	// The transport or the VM went away under the task.
-	return tasks.Lost, tasks.Exit{}, "the VM or its agent stopped: " + err.Error()
+	// How the task ended is not known: it is lost. Say whose fault that is.
+	switch st := status.Convert(errors.Unwrap(err)); {
+	case errors.Is(err, client.ErrNoExit), errors.Is(err, client.ErrBadExit):
+		return tasks.Lost, tasks.Exit{}, "the guest agent broke the protocol: " + err.Error()
+	case st.Code() == codes.Unavailable, st.Code() == codes.Canceled, st.Code() == codes.DeadlineExceeded:
+		return tasks.Lost, tasks.Exit{}, "the VM or its agent stopped: " + err.Error()
+	}
+	return tasks.Lost, tasks.Exit{}, "the guest agent failed: " + err.Error()
 }
 
 func (s *Service) finish(id string, state tasks.State, exit tasks.Exit, reason string) {

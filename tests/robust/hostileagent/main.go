@@ -169,12 +169,12 @@ func bogusReady(dial dialer, log *slog.Logger) {
 		fmt.Fprintf(c, `{"agent_version":%q,"boot_ms":1}`, strings.Repeat("v", 3000))
 	})
 	send("oversized", func(c net.Conn) {
-		c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		c.SetWriteDeadline(time.Now().Add(6 * time.Second))
 		c.Write(bytes.Repeat([]byte("["), 8<<20)) // the host stops reading at 4 KiB
 	})
 	send("dribble", func(c net.Conn) {
-		// One byte a second: the host's deadline must end it.
-		for range 30 {
+		// One byte a second: the host's 5 s deadline must end it.
+		for range 8 {
 			if _, err := c.Write([]byte(" ")); err != nil {
 				return
 			}
@@ -260,9 +260,11 @@ func (h *hostile) misbehave(stream agentv1.Agent_ExecServer, what string, n int)
 	case "panic-code":
 		return status.Error(codes.Code(9999), strings.Repeat("e", 1<<20))
 	case "streams":
-		return stream.Send(h.streams(n))
+		stream.Send(h.streams(n))
+		return stream.Send(exit(0))
 	case "slowloris":
-		return stream.Send(h.slowloris(stream, n))
+		stream.Send(h.slowloris(n))
+		return stream.Send(exit(0))
 	case "garbage":
 		// Random bytes on the transport, in the middle of the host's frames.
 		junk := make([]byte, 64<<10)
@@ -305,7 +307,7 @@ func (h *hostile) streams(n int) *agentv1.ExecEvent {
 
 // slowloris opens n egress connections and sends each a request head one
 // byte a second, forever; it reports how many the host cut off within 60 s.
-func (h *hostile) slowloris(stream agentv1.Agent_ExecServer, n int) *agentv1.ExecEvent {
+func (h *hostile) slowloris(n int) *agentv1.ExecEvent {
 	var cut, opened atomic.Int64
 	var wg sync.WaitGroup
 	head := []byte("GET http://files.test/ HTTP/1.1\r\nHost: files.test\r\nX-Slow: ")

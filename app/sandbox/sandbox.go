@@ -152,8 +152,8 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := s.agent.SetTime(tctx, time.Now()); err != nil {
-		s.agent.Close()
 		s.stopMachine()
+		s.closeAgent()
 		return nil, fmt.Errorf("sandbox: guest agent does not answer after readiness: %w%s", err, consoleHint(o.ConsoleLog))
 	}
 	s.watchClock()
@@ -296,13 +296,36 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		} else {
 			s.log.Warn("guest agent did not accept shutdown; stopping the machine", "err", err)
 		}
-		s.agent.Close()
 	}
+	// The machine goes first: closing the agent's connection writes to the
+	// guest, which blocks for good when the guest no longer reads (a frozen
+	// VM), and the transport only fails those writes once the machine is gone.
 	err := s.stopMachine()
+	if s.agent != nil {
+		s.closeAgent()
+	}
 	if s.ownRunDir {
 		os.RemoveAll(s.runDir)
 	}
 	return err
+}
+
+// agentCloseTimeout bounds closing the agent's connection after the machine
+// stopped; a transport that still does not fail its writes must not hang
+// the caller (the session's supervisor) for good.
+const agentCloseTimeout = 10 * time.Second
+
+func (s *Sandbox) closeAgent() {
+	done := make(chan struct{})
+	go func() {
+		s.agent.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(agentCloseTimeout):
+		s.log.Warn("the guest agent's connection did not close; leaving it behind", "after", agentCloseTimeout)
+	}
 }
 
 func (s *Sandbox) stopMachine() error {

@@ -152,7 +152,7 @@ func (s *Store) repairLog(t *task) time.Time {
 	if size == out.LogBytes {
 		return fi.ModTime()
 	}
-	if size < out.LogBytes {
+	if size < out.LogBytes || out.LogBytes < 0 {
 		s.noteError(t, fmt.Errorf("log: %d bytes, %d expected; the end was lost", size, out.LogBytes))
 		out.LogBytes, out.Stdout, out.Stderr = 0, 0, 0
 	}

@@ -126,7 +126,7 @@ func TestFaults(t *testing.T) {
 		// Health reports it, and the session replaces the VM.
 		for i := 0; ; i++ {
 			now := s.status()
-			if strings.Contains(now.Session.LastError, "stopped answering") {
+			if now.Session.Restarts > st.Session.Restarts && strings.Contains(now.Session.LastError, "stopped answering") {
 				t.Logf("status: %s, %s", now.Session.State, now.Session.LastError)
 				break
 			}

@@ -30,6 +30,7 @@ func (s *Store) persist(t *task) error {
 	}
 	if err != nil {
 		t.dirty = true
+		s.unsaved.Store(true)
 		s.noteError(t, fmt.Errorf("write metadata: %w", err))
 		return err
 	}

@@ -65,7 +65,7 @@ type Store struct {
 	// disk); the next successful write retries them (retryUnsaved).
 	unsaved atomic.Bool
 	mu      sync.Mutex // guards tasks; taken before any task.mu
-	tasks  map[string]*task
+	tasks   map[string]*task
 
 	// Seams for tests that simulate a full disk.
 	openLog   func(path string) (logFile, error)

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -320,4 +319,3 @@ func counts(s string) map[string]int {
 	return m
 }
 
-var _ = fmt.Sprint

@@ -3,7 +3,6 @@
 package robust
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -134,4 +133,3 @@ func TestLoad(t *testing.T) {
 	s.works("after the load")
 }
 
-var _ = bytes.Equal

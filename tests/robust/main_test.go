@@ -16,10 +16,8 @@ package robust
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -35,11 +33,11 @@ import (
 )
 
 var (
-	airlockBin string         // the CLI under test
-	imageRoot  string         // images/out
-	realImage  sandbox.Image  // the verified guest image
-	hostileImg sandbox.Image  // the same kernel, with hostileagent as /init
-	scratch    string         // removed after the run
+	airlockBin string        // the CLI under test
+	imageRoot  string        // images/out
+	realImage  sandbox.Image // the verified guest image
+	hostileImg sandbox.Image // the same kernel, with hostileagent as /init
+	scratch    string        // removed after the run
 	logLevel   = slog.LevelWarn
 )
 
@@ -163,9 +161,9 @@ func (l *testLogger) slog() *slog.Logger {
 // reads that process's resident set instead. Peaks are what the tests
 // bound.
 type memWatch struct {
-	pid      int
-	stop     chan struct{}
-	done     chan struct{}
+	pid       int
+	stop      chan struct{}
+	done      chan struct{}
 	mu        sync.Mutex
 	peakHeap  uint64 // bytes in use by Go objects, this process
 	phaseHeap uint64 // the same since the last mark
@@ -280,5 +278,3 @@ func readAll(read func(off int64) ([][]byte, int64, error)) ([]byte, error) {
 	}
 }
 
-var _ = io.Discard
-var _ = context.Background

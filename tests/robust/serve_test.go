@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -187,4 +186,3 @@ func repeat(word string, n int) []byte {
 	return bytes.Repeat([]byte(word+"\n"), n/(len(word)+1)+1)[:n]
 }
 
-var _ = strings.Contains

@@ -318,4 +318,3 @@ func counts(s string) map[string]int {
 	}
 	return m
 }
-

@@ -132,4 +132,3 @@ func TestLoad(t *testing.T) {
 	}
 	s.works("after the load")
 }
-

@@ -277,4 +277,3 @@ func readAll(read func(off int64) ([][]byte, int64, error)) ([]byte, error) {
 		off = next
 	}
 }
-

@@ -185,4 +185,3 @@ func (s *served) works(what string) {
 func repeat(word string, n int) []byte {
 	return bytes.Repeat([]byte(word+"\n"), n/(len(word)+1)+1)[:n]
 }
-

@@ -25,15 +25,14 @@ func eventStream(evs ...*agentv1.ExecEvent) []byte {
 // handling: no panic, output reaches the right writer, and an exit status
 // is only ever one a process can have.
 func FuzzExecEvents(f *testing.F) {
-	ev := func(e agentv1.ExecEvent) *agentv1.ExecEvent { return &e }
 	f.Add(eventStream(
-		ev(agentv1.ExecEvent{Event: &agentv1.ExecEvent_Started{Started: &agentv1.Started{Pid: 7}}}),
-		ev(agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stdout{Stdout: []byte("out")}}),
-		ev(agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stderr{Stderr: []byte("err")}}),
-		ev(agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Code: 3, DurationMs: 5}}}),
+		(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Started{Started: &agentv1.Started{Pid: 7}}}),
+		(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stdout{Stdout: []byte("out")}}),
+		(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stderr{Stderr: []byte("err")}}),
+		(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Code: 3, DurationMs: 5}}}),
 	))
-	f.Add(eventStream(ev(agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Code: -1, Signal: 99}}})))
-	f.Add(eventStream(ev(agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Signal: 9, TimedOut: true}}})))
+	f.Add(eventStream((&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Code: -1, Signal: 99}}})))
+	f.Add(eventStream((&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Signal: 9, TimedOut: true}}})))
 	f.Add([]byte{0x05, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var out, errOut bytes.Buffer

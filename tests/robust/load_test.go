@@ -123,6 +123,16 @@ func TestLoad(t *testing.T) {
 			}
 		}
 		t.Errorf("downloads: %s %+v, %d of %d not byte-exact: %.400q", dtk.State, dtk.Exit, bad, downloads, s.log(dl.ID))
+		ds, _ := s.client.EgressLog(t.Context())
+		reasons := map[string]int{}
+		for _, d := range ds {
+			reasons[fmt.Sprintf("%s %s %s", d.Action, d.Reason, d.Detail)]++
+		}
+		t.Logf("gate decisions: %v", reasons)
+		if b, err := os.ReadFile(s.status().Session.ConsoleLog); err == nil {
+			t.Logf("guest console tail: %s", b[max(0, len(b)-3000):])
+		}
+		t.Logf("airlock serve: %s", s.stderr.String())
 	}
 	_, rss := mem.end()
 	t.Logf("moved %d MiB of task output and %d MiB of downloads; airlock serve peak RSS %s (bound %s)",

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/tasks"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 )
 
 // agentKill is a root task that kills the guest agent (/init agent) with
@@ -37,7 +38,7 @@ func TestFaults(t *testing.T) {
 	}
 	ws := filepath.Join(root, "ws")
 	os.Mkdir(ws, 0o755)
-	ws = ownedByTaskUser(ws)
+	ws = vmharness.OwnedByTaskUser(ws)
 	s := startServe(t, root)
 	if err := s.client.SetWorkspace(t.Context(), ws, false); err != nil {
 		t.Fatal(err)
@@ -185,7 +186,7 @@ func TestFaults(t *testing.T) {
 		t.Logf("task in a deleted workspace: %s %+v %q", tk.State, tk.Exit, s.log(tk.ID))
 		s.works("with the workspace deleted")
 		os.Mkdir(ws, 0o755)
-		ownedByTaskUser(ws)
+		vmharness.OwnedByTaskUser(ws)
 		if err := s.client.SetWorkspace(t.Context(), ws, false); err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/settings"
 	"github.com/airlock-sandbox/airlock/app/tasks"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 )
 
 // Load sizes, and the bound on the service's memory under them.
@@ -60,7 +61,7 @@ func TestLoad(t *testing.T) {
 	root := t.TempDir()
 	ws := filepath.Join(root, "ws")
 	os.Mkdir(ws, 0o755)
-	ws = ownedByTaskUser(ws)
+	ws = vmharness.OwnedByTaskUser(ws)
 	writeSettings(t, root, settings.Settings{
 		Workspace: ws, CPUs: 2, MemoryMiB: 1024,
 		Allow: []string{fmt.Sprintf("files.test:%d", port)}, MapHosts: []string{"files.test=127.0.0.1"},

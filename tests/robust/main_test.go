@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -30,6 +29,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/sandbox"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 )
 
 var (
@@ -44,22 +44,17 @@ var (
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }
 
 func runMain(m *testing.M) int {
-	airlockBin = os.Getenv("AIRLOCK_E2E_BIN")
-	imageRoot = os.Getenv("AIRLOCK_IMAGE_DIR")
-	if airlockBin == "" || imageRoot == "" {
-		fmt.Fprintln(os.Stderr, "robust: set AIRLOCK_E2E_BIN and AIRLOCK_IMAGE_DIR (make test-robust does)")
+	env, err := vmharness.FromEnv("robust")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	var err error
+	airlockBin, imageRoot, realImage = env.Bin, env.ImageRoot, env.Image
 	if scratch, err = os.MkdirTemp("", "airlock-robust-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(scratch)
-	if realImage, err = sandbox.LoadImage(filepath.Join(imageRoot, runtime.GOARCH)); err != nil {
-		fmt.Fprintln(os.Stderr, "robust:", err)
-		return 1
-	}
 	if hostileImg, err = buildHostileImage(realImage, filepath.Join(scratch, "hostile")); err != nil {
 		fmt.Fprintln(os.Stderr, "robust: hostile image:", err)
 		return 1
@@ -76,10 +71,8 @@ func buildHostileImage(real sandbox.Image, dir string) (sandbox.Image, error) {
 		return sandbox.Image{}, err
 	}
 	bin := filepath.Join(dir, "hostileagent")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./hostileagent")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return sandbox.Image{}, fmt.Errorf("go build hostileagent: %v\n%s", err, out)
+	if err := vmharness.BuildGuest("hostileagent", bin); err != nil {
+		return sandbox.Image{}, err
 	}
 	agent, err := os.ReadFile(bin)
 	if err != nil {
@@ -119,18 +112,6 @@ func writeNewc(w *bytes.Buffer, name string, mode uint32, data []byte) {
 	for w.Len()%4 != 0 {
 		w.WriteByte(0)
 	}
-}
-
-// ownedByTaskUser makes dir belong to uid 1000 when the tests run as root,
-// as a user's own folder would, and returns its canonical path.
-func ownedByTaskUser(dir string) string {
-	if os.Getuid() == 0 {
-		_ = os.Chown(dir, 1000, 1000)
-	}
-	if canon, err := filepath.EvalSymlinks(dir); err == nil {
-		return canon
-	}
-	return dir
 }
 
 // testLogger writes the host's warnings to the test log and keeps them for

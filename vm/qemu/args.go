@@ -21,20 +21,25 @@ type plan struct {
 	CPUs           int
 	MemoryMiB      int
 	ConsoleLog     string
-	PIDFile        string
-	Name           string
+	// ConsoleFD, when set, is an inherited descriptor QEMU writes the
+	// console to instead of opening ConsoleLog.
+	ConsoleFD int
+	PIDFile   string
+	Name      string
 
 	Transport api.Transport // TransportSerial or TransportVsock
 	MuxFD     int           // serial: the socket's descriptor number in QEMU
 	CID       uint32        // vsock: the guest's context id
+	VhostFD   int           // vsock: an inherited /dev/vhost-vsock descriptor, else 0 (QEMU opens it)
 
 	Share          api.ShareFS // ShareNone, ShareVirtiofs or Share9P
 	SharePath      string
 	ShareReadOnly  bool
 	VirtiofsSocket string
-	// SecurityModel is the 9p security model: "passthrough" when QEMU runs
-	// as root (guest owners are kept on the host), "none" otherwise (files
-	// belong to the user running QEMU).
+	// SecurityModel is the 9p security model, as chooseShare decided:
+	// "none" (files belong to the user running QEMU), "mapped-xattr" (guest
+	// owners and modes in xattrs, plain files on the host) or
+	// "passthrough" (read-only).
 	SecurityModel string
 }
 
@@ -83,14 +88,23 @@ func (p plan) args() []string {
 	if p.Initrd != "" {
 		a = append(a, "-initrd", p.Initrd)
 	}
+	console := optValue(p.ConsoleLog)
+	if p.ConsoleFD > 0 {
+		a = append(a, "-add-fd", fmt.Sprintf("fd=%d,set=1", p.ConsoleFD))
+		console = "/dev/fdset/1"
+	}
 	a = append(a, "-append", p.kernelCmdline(),
-		"-chardev", "file,id=con,path="+optValue(p.ConsoleLog)+",append=on",
+		"-chardev", "file,id=con,path="+console+",append=on",
 		"-serial", "chardev:con",
 		"-device", "virtio-rng-pci",
 	)
 	switch p.Transport {
 	case api.TransportVsock:
-		a = append(a, "-device", fmt.Sprintf("vhost-vsock-pci,guest-cid=%d", p.CID))
+		dev := fmt.Sprintf("vhost-vsock-pci,guest-cid=%d", p.CID)
+		if p.VhostFD > 0 {
+			dev += fmt.Sprintf(",vhostfd=%d", p.VhostFD)
+		}
+		a = append(a, "-device", dev)
 	case api.TransportSerial:
 		a = append(a,
 			"-device", "virtio-serial-pci",

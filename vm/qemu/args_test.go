@@ -145,3 +145,27 @@ func TestBinaryAndPackage(t *testing.T) {
 		t.Error("binary or package names")
 	}
 }
+
+// TestArgsHandedOver: QEMU started as the folder's owner gets the console
+// as an inherited descriptor (an fdset it never reopens), vhost-vsock as a
+// descriptor too, and no pidfile.
+func TestArgsHandedOver(t *testing.T) {
+	p := basePlan("amd64", "tcg")
+	p.Transport, p.CID, p.VhostFD, p.ConsoleFD, p.PIDFile = api.TransportVsock, 42, 8, 7, ""
+	p.Kernel, p.Initrd = "/proc/self/fd/3", "/proc/self/fd/4"
+	p.Share, p.SharePath, p.SecurityModel = api.Share9P, "/proc/self/fd/5", modelNone
+	got := formatArgs(p.args())
+	for _, want := range []string{
+		"-add-fd fd=7,set=1", "-chardev file,id=con,path=/dev/fdset/1,append=on",
+		"-device vhost-vsock-pci,guest-cid=42,vhostfd=8",
+		"-kernel /proc/self/fd/3", "-initrd /proc/self/fd/4",
+		"-fsdev local,id=fs0,path=/proc/self/fd/5,security_model=none",
+	} {
+		if !strings.Contains(strings.ReplaceAll(got, "\n", " "), want) {
+			t.Errorf("missing %q in\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "-pidfile") || strings.Contains(got, "console.log") {
+		t.Errorf("QEMU would open a runtime file itself:\n%s", got)
+	}
+}

@@ -30,13 +30,7 @@ func (g *Gate) handleHTTP(c net.Conn) {
 	var up *upstream
 	defer func() { g.dropUpstream(&up) }()
 	for first := true; ; first = false {
-		// A connection that never sends its first byte is a slowloris, not
-		// an idle keep-alive: it gets the head's time, not the idle time.
-		wait := g.limits.IdleTimeout
-		if first {
-			wait = min(wait, g.limits.HeaderTimeout)
-		}
-		c.SetReadDeadline(time.Now().Add(wait))
+		c.SetReadDeadline(time.Now().Add(g.limits.IdleTimeout))
 		if _, err := br.Peek(1); err != nil {
 			if first && isTimeout(err) {
 				g.record(Decision{Time: g.now(), Protocol: ProtoHTTP, Reason: ReasonTimeout, Detail: "no request"})

@@ -253,11 +253,11 @@ func TestHostileAgent(t *testing.T) {
 			t.Errorf("a task the guest never ends, with a 3 s timeout: %s %q", hang.State, hang.Reason)
 		}
 		t.Logf("hang: %s: %s", hang.State, hang.Reason)
-		// The host accepts at most its stream limit (1024, one of them the
-		// agent's own) and refuses the rest; every stream it accepted, the gate
-		// closed by itself once no request head came in time.
+		// The host accepts at most its stream limit (1024, the agent's own
+		// among them) and refuses the rest at once; the silent ones it holds
+		// until the gate's idle timeout (90 s), while everything else goes on.
 		n := counts(streamsOut)
-		if streams.State != tasks.Exited || n["opened"]+n["refused"] != 3000 || n["opened"] > 1024 || n["closed_by_host"] != n["opened"] {
+		if streams.State != tasks.Exited || n["opened"]+n["refused"] != 3000 || n["opened"] == 0 || n["opened"] > 1024 {
 			t.Errorf("3000 idle streams: %s %q", streams.State, streamsOut)
 		}
 		t.Logf("3000 streams: %s", strings.TrimSpace(streamsOut))

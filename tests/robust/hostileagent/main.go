@@ -277,8 +277,8 @@ func (h *hostile) misbehave(stream agentv1.Agent_ExecServer, what string, n int)
 }
 
 // streams opens n streams to the host's HTTP egress port at once and holds
-// them, sending nothing, until the host closes them or a minute passes. It
-// reports how many opened and how many the host closed.
+// them, sending nothing, for 15 s or until the host closes them. It reports
+// how many opened, how many were refused and how many the host closed.
 func (h *hostile) streams(n int) *agentv1.ExecEvent {
 	var opened, closedByHost, refused atomic.Int64
 	var wg sync.WaitGroup
@@ -295,7 +295,7 @@ func (h *hostile) streams(n int) *agentv1.ExecEvent {
 			}
 			opened.Add(1)
 			defer c.Close()
-			c.SetReadDeadline(time.Now().Add(time.Minute))
+			c.SetReadDeadline(time.Now().Add(15 * time.Second))
 			if _, err := io.Copy(io.Discard, c); err == nil {
 				closedByHost.Add(1)
 			}

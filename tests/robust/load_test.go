@@ -32,7 +32,7 @@ const (
 	// (its peak, VmHWM, over its whole life): output goes to disk as it
 	// arrives and the gate relays without buffering whole bodies, so the
 	// total moved (356 MiB) must not show up in the host's memory.
-	serveRSSBound = 160 << 20
+	serveRSSBound = 128 << 20
 )
 
 // TestLoad runs 64 tasks with large output and 200 downloads through the

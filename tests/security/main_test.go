@@ -253,6 +253,11 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "security: write the report:", err)
 		code = 1
 	}
+	if os.Getenv("AIRLOCK_SECURITY_REPORT") == "" {
+		if diff := compareReport(rep); diff != "" {
+			fmt.Printf("security: docs/security-report.md differs from this run (make security-report rewrites it): %s\n", diff)
+		}
+	}
 	return code
 }
 

@@ -56,6 +56,21 @@ func TestShareServedAsOwner(t *testing.T) {
 			a.breach("a file guest root wrote in uid %d's folder belongs to %d:%d on the host (%s)", vmharness.TaskUID, st.Uid, st.Gid, r)
 		}
 	})
+	attack(t, wsFamily, "guest root reads a root-only file inside the user's folder", func(a *Attack) {
+		// The owner cannot read it on the host, so neither can the guest.
+		f := filepath.Join(sharedWS, "root-only.txt")
+		os.WriteFile(f, []byte(secretText+"\n"), 0o600)
+		defer os.Remove(f)
+		if os.Getuid() != 0 {
+			return // only root can plant a file its owner cannot read
+		}
+		os.Chown(f, 0, 0)
+		noSecret(a, root(a, "cat /workspace/root-only.txt; cp /workspace/root-only.txt /tmp/x && cat /tmp/x"))
+		r := root(a, "echo pwned >> /workspace/root-only.txt; chmod 666 /workspace/root-only.txt")
+		if b, _ := os.ReadFile(f); string(b) != secretText+"\n" {
+			a.breach("guest root wrote a root-only file in the user's folder: %q (%s)", b, r)
+		}
+	})
 	attack(t, wsFamily, "guest root makes a setuid program of the folder's owner run as someone else", func(a *Attack) {
 		// The owner may make their own setuid files; what matters is that
 		// the bit gives nobody more than the owner has.

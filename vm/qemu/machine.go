@@ -263,7 +263,12 @@ func (m *Machine) handOver(p *plan, first int) ([]*os.File, error) {
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", what, err)
 		}
-		return "/proc/self/fd/" + strconv.Itoa(fd(f)), nil
+		n := fd(f)
+		if fi, err := f.Stat(); err == nil && !readableBy(fi, *m.sp.RunAs) {
+			return "", fmt.Errorf("%w: %s %s (%v) cannot be read by uid %d, as whom QEMU runs to serve the folder: make it readable by everyone (chmod a+r)",
+				vm.ErrInvalidConfig, what, path, fi.Mode(), m.sp.RunAs.UID)
+		}
+		return "/proc/self/fd/" + strconv.Itoa(n), nil
 	}
 	var err error
 	// QEMU reopens these through /proc/self/fd as the owner: the image must

@@ -182,6 +182,24 @@ func chooseShare(s *vm.Share, mode, virtiofsd string, euid int, owner hostUser) 
 	return sharePlan{FS: Share9P, SecurityModel: modelMappedXattr}, nil
 }
 
+// readableBy reports whether u may read a file (or list a folder) with
+// these owner and mode bits (QEMU reopens it through /proc/self/fd as u,
+// which checks the file's own permissions, not its path's).
+func readableBy(fi os.FileInfo, u hostUser) bool {
+	uid, gid, ok := fileOwner(fi)
+	if !ok {
+		return true // not ours to judge: QEMU will say
+	}
+	perm := fi.Mode().Perm()
+	switch {
+	case uid == u.UID:
+		return perm&0o400 != 0
+	case gid == u.GID:
+		return perm&0o040 != 0
+	}
+	return perm&0o004 != 0
+}
+
 var errNotFile = errors.New("not a regular file")
 
 // checkFile gives a clear error for a kernel or initrd that is missing.

@@ -142,3 +142,41 @@ func TestCheckFile(t *testing.T) {
 		}
 	}
 }
+
+// TestReadableBy: what QEMU, started as the folder's owner, can reopen
+// through /proc/self/fd (the file's own bits count, not its folder's).
+func TestReadableBy(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to give files away")
+	}
+	dir := t.TempDir()
+	alice := hostUser{UID: 1000, GID: 1000}
+	tests := []struct {
+		name     string
+		uid, gid int
+		mode     os.FileMode
+		want     bool
+	}{
+		{"world-readable image", 0, 0, 0o644, true},
+		{"root's private file", 0, 0, 0o600, false},
+		{"the owner's own file", 1000, 1000, 0o600, true},
+		{"the owner's file without read", 1000, 1000, 0o200, false},
+		{"the owner's group", 0, 1000, 0o640, true},
+		{"another group", 0, 0, 0o640, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "-"))
+			os.WriteFile(f, nil, tt.mode)
+			os.Chmod(f, tt.mode)
+			os.Chown(f, tt.uid, tt.gid)
+			fi, err := os.Stat(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := readableBy(fi, alice); got != tt.want {
+				t.Errorf("readableBy(%v %d:%d) = %v", fi.Mode(), tt.uid, tt.gid, got)
+			}
+		})
+	}
+}

@@ -66,6 +66,15 @@ func folderOwner(dir string) (hostUser, error) {
 	return u, nil
 }
 
+// fileOwner is who owns the file fi describes.
+func fileOwner(fi os.FileInfo) (uid, gid uint32, ok bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, false
+	}
+	return st.Uid, st.Gid, true
+}
+
 // groupID is the id of a host group, if it exists.
 func groupID(name string) (uint32, bool) {
 	g, err := user.LookupGroup(name)

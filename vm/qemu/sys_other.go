@@ -27,6 +27,8 @@ func folderOwner(string) (hostUser, error) {
 
 func groupID(string) (uint32, bool) { return 0, false }
 
+func fileOwner(os.FileInfo) (uid, gid uint32, ok bool) { return 0, 0, false }
+
 func terminate(p *os.Process) error { return p.Kill() }
 
 func usable(string) bool { return false }

@@ -51,7 +51,7 @@ run: deps airlock image
 
 ## test: everything: vet, darwin type-check, windows cross-build, unit tests, generated-code drift,
 ## e2e in real VMs, the web UI in Chromium, the Linux desktop app under Xvfb
-test: vet check-darwin check-windows test-unit check-proto check-wailsjs test-e2e test-security test-browser test-desktop desktop-windows
+test: vet check-darwin check-windows test-unit check-proto check-wailsjs test-e2e test-security test-robust test-browser test-desktop desktop-windows
 
 vet:
 	$(GO) vet ./...
@@ -186,3 +186,23 @@ test-security: airlock
 	$(GO) run ./images/cmd/airlock-image -arch $(ARCH) -out $(IMAGE_DIR) -q
 	AIRLOCK_E2E_BIN=$(CURDIR)/bin/airlock AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) \
 		$(GO) test -count=1 -tags e2e -parallel 8 -timeout $(SECURITY_TIMEOUT) -v ./tests/security/ 2>&1 | tee /tmp/airlock-security.log | grep -E '^(\s*--- (FAIL|SKIP)|PASS|FAIL|ok|panic|\s+\S+_test.go|security|family|[a-z ]+:\s+[0-9]|  KNOWN HOLE)' ; exit $${PIPESTATUS[0]}
+
+## test-robust: issue 8's hostile guest, faults and load (tests/robust): a guest agent that attacks
+## the host, QEMU/agent/service killed, the VM frozen, the log folder full, the workspace deleted,
+## 64 large tasks and 200 downloads at once, each with its outcome and a memory bound asserted
+.PHONY: test-robust
+ROBUST_TIMEOUT ?= 20m
+test-robust: airlock
+	$(GO) run ./images/cmd/airlock-image -arch $(ARCH) -out $(IMAGE_DIR) -q
+	AIRLOCK_E2E_BIN=$(CURDIR)/bin/airlock AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) \
+		$(GO) test -count=1 -tags e2e -timeout $(ROBUST_TIMEOUT) -v ./tests/robust/ 2>&1 | tee /tmp/airlock-robust.log | grep -E '^(=== RUN|\s*--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
+
+## fuzz: run every fuzz target for FUZZTIME each (not part of make test; their seed corpora are,
+## as ordinary tests)
+FUZZTIME ?= 30s
+.PHONY: fuzz
+fuzz:
+	@set -e; for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+		for f in $$(grep -h '^func Fuzz' $$pkg/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+			echo "$$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; done

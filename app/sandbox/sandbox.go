@@ -179,8 +179,8 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := s.agent.SetTime(tctx, time.Now()); err != nil {
-		s.agent.Close()
 		s.stopMachine()
+		s.closeAgent()
 		return nil, fmt.Errorf("sandbox: guest agent does not answer after readiness: %w%s", err, consoleHint(o.ConsoleLog))
 	}
 	// vmtest machines run the real agent on this host: installing the CA
@@ -230,13 +230,16 @@ func (s *Sandbox) installCA(ctx context.Context, pem []byte) error {
 // the boot timeout or ctx, whichever comes first.
 func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.Duration) (api.Ready, error) {
 	got := make(chan api.Ready, 1)
+	broken := make(chan error, 1)
 	go func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
-				// The transport ended: the machine is going away, and its
-				// exit (or the timeout) is the error worth reporting.
+				// The transport ended: either the machine is going away (its
+				// exit is the error worth reporting) or the guest broke the
+				// transport, and no readiness can come any more.
 				s.log.Debug("readiness listener closed", "err", err)
+				broken <- err
 				return
 			}
 			// The guest is untrusted: bound the time and size of its message.
@@ -258,10 +261,7 @@ func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.D
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	info := s.m.Info()
-	select {
-	case r := <-got:
-		return r, nil
-	case err := <-exited:
+	stopped := func(err error) (api.Ready, error) {
 		if ctx.Err() != nil {
 			return api.Ready{}, ctx.Err()
 		}
@@ -269,6 +269,23 @@ func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.D
 			err = errors.New("it powered off")
 		}
 		return api.Ready{}, fmt.Errorf("%w: the machine stopped during boot (%v)%s", ErrNotReady, err, consoleHint(info.ConsoleLog))
+	}
+	select {
+	case r := <-got:
+		return r, nil
+	case err := <-exited:
+		return stopped(err)
+	case berr := <-broken:
+		// A machine that is exiting closes the transport first; give its
+		// exit a moment to arrive, since that is the better explanation.
+		select {
+		case err := <-exited:
+			return stopped(err)
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+			return api.Ready{}, ctx.Err()
+		}
+		return api.Ready{}, fmt.Errorf("%w: the transport to the guest failed before it was ready (%v)%s", ErrNotReady, berr, consoleHint(info.ConsoleLog))
 	case <-timer.C:
 		return api.Ready{}, fmt.Errorf("%w within %s (accelerator %s)%s", ErrNotReady, timeout, info.Accelerator, consoleHint(info.ConsoleLog))
 	case <-ctx.Done():
@@ -344,13 +361,36 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		} else {
 			s.log.Warn("guest agent did not accept shutdown; stopping the machine", "err", err)
 		}
-		s.agent.Close()
 	}
+	// The machine goes first: closing the agent's connection writes to the
+	// guest, which blocks for good when the guest no longer reads (a frozen
+	// VM), and the transport only fails those writes once the machine is gone.
 	err := s.stopMachine()
+	if s.agent != nil {
+		s.closeAgent()
+	}
 	if s.ownRunDir {
 		os.RemoveAll(s.runDir)
 	}
 	return err
+}
+
+// agentCloseTimeout bounds closing the agent's connection after the machine
+// stopped; a transport that still does not fail its writes must not hang
+// the caller (the session's supervisor) for good.
+const agentCloseTimeout = 10 * time.Second
+
+func (s *Sandbox) closeAgent() {
+	done := make(chan struct{})
+	go func() {
+		s.agent.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(agentCloseTimeout):
+		s.log.Warn("the guest agent's connection did not close; leaving it behind", "after", agentCloseTimeout)
+	}
 }
 
 func (s *Sandbox) stopMachine() error {

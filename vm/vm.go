@@ -7,8 +7,10 @@ package vm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 )
 
 // Sentinel errors shared by all backends.
@@ -41,6 +43,10 @@ type Config struct {
 	MemoryMiB int
 	// Share is the one host folder the guest sees, or nil for none.
 	Share *Share
+	// Disks are block devices, attached in order (the standard image's
+	// read-only root disk, a persistent writable disk). The guest finds
+	// them by what is on them, never by their order or device name.
+	Disks []Disk
 	// Dir is a private, existing folder for the backend's runtime files
 	// (sockets, pid files). It must not be shared with other machines.
 	Dir string
@@ -58,6 +64,41 @@ type Share struct {
 	ReadOnly bool
 }
 
+// Disk is a disk image file attached as a block device.
+type Disk struct {
+	// Path is the absolute path of the image file.
+	Path string
+	// ReadOnly is enforced by the hypervisor: the guest cannot write.
+	ReadOnly bool
+	// Format is DiskRaw or DiskRawVHD.
+	Format DiskFormat
+}
+
+// DiskFormat is the layout of a disk image file.
+type DiskFormat string
+
+// Disk formats.
+const (
+	// DiskRaw is a plain raw disk image (QEMU and vz only).
+	DiskRaw DiskFormat = "raw"
+	// DiskRawVHD is a raw disk image followed by a fixed-VHD footer: raw
+	// to QEMU and vz, a fixed VHD to Hyper-V.
+	DiskRawVHD DiskFormat = "raw+vhd"
+)
+
+// MaxDisks bounds Config.Disks.
+const MaxDisks = 4
+
+func (d Disk) validate() error {
+	switch {
+	case d.Path == "" || !filepath.IsAbs(d.Path):
+		return fmt.Errorf("disk path %q is not absolute", d.Path)
+	case d.Format != DiskRaw && d.Format != DiskRawVHD:
+		return fmt.Errorf("disk %s: unknown format %q (want %q or %q)", d.Path, d.Format, DiskRaw, DiskRawVHD)
+	}
+	return nil
+}
+
 // Validate checks what every backend needs; backends add their own limits.
 func (c *Config) Validate() error {
 	switch {
@@ -73,6 +114,13 @@ func (c *Config) Validate() error {
 		return errors.Join(ErrInvalidConfig, errors.New("no runtime folder"))
 	case c.Share != nil && c.Share.HostPath == "":
 		return errors.Join(ErrInvalidConfig, errors.New("share without a host folder"))
+	case len(c.Disks) > MaxDisks:
+		return errors.Join(ErrInvalidConfig, fmt.Errorf("%d disks, at most %d", len(c.Disks), MaxDisks))
+	}
+	for _, d := range c.Disks {
+		if err := d.validate(); err != nil {
+			return errors.Join(ErrInvalidConfig, err)
+		}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,7 +14,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/service"
+	"github.com/airlock-sandbox/airlock/app/settings"
 	"github.com/airlock-sandbox/airlock/app/tasks"
 	"github.com/airlock-sandbox/airlock/app/workspace"
 )
@@ -43,6 +46,9 @@ func (f *fakeCore) Task(_ context.Context, id string) (tasks.Task, error) {
 	}
 	return tasks.Task{ID: "t1", State: tasks.Exited}, nil
 }
+
+func (f *fakeCore) SetImage(context.Context, string, bool) error { return nil }
+func (f *fakeCore) ResetDisk(context.Context) error              { return nil }
 
 func (f *fakeCore) SetWorkspace(_ context.Context, dir string, _ bool) error {
 	return fmt.Errorf("%w: %s is your home folder", workspace.ErrRefused, dir)
@@ -158,5 +164,72 @@ func TestRequireToken(t *testing.T) {
 				t.Fatalf("no session cookie: %q", w.Header().Get("Set-Cookie"))
 			}
 		})
+	}
+}
+
+// secretCore keeps secrets the way the service does: the value goes in,
+// only metadata comes out.
+type secretCore struct {
+	fakeCore
+	values map[string]string
+	list   []service.SecretInfo
+}
+
+func (f *secretCore) SetSecret(_ context.Context, req service.SecretRequest) (service.SecretInfo, error) {
+	if len(req.Hosts) == 0 {
+		return service.SecretInfo{}, fmt.Errorf("%w: no host", secrets.ErrInvalid)
+	}
+	f.values[req.Name] = req.Value
+	info := service.SecretInfo{Secret: settings.Secret{Name: req.Name, Hosts: req.Hosts, Source: "keychain"}, Available: true}
+	f.list = append(f.list, info)
+	return info, nil
+}
+
+func (f *secretCore) Secrets(context.Context) ([]service.SecretInfo, error) { return f.list, nil }
+
+func (f *secretCore) RemoveSecret(_ context.Context, name string) error {
+	if _, ok := f.values[name]; !ok {
+		return fmt.Errorf("%w: no secret named %q", secrets.ErrInvalid, name)
+	}
+	delete(f.values, name)
+	f.list = nil
+	return nil
+}
+
+func TestSecretEndpointsNeverAnswerWithTheValue(t *testing.T) {
+	core := &secretCore{values: map[string]string{}}
+	srv := httptest.NewServer(Handler(core, nil))
+	defer srv.Close()
+	c := NewHTTPClient(srv.URL, "")
+	ctx := context.Background()
+	const value = "value-that-stays-put"
+	info, err := c.SetSecret(ctx, service.SecretRequest{Name: "TOK", Hosts: []string{"a.com"}, Value: value})
+	if err != nil || info.Name != "TOK" || core.values["TOK"] != value {
+		t.Fatalf("set: %+v %v", info, err)
+	}
+	if _, err := c.SetSecret(ctx, service.SecretRequest{Name: "X", Value: value}); !errors.Is(err, errInvalid) {
+		t.Fatalf("invalid secret: %v", err)
+	}
+	for _, path := range []string{"/v1/secrets"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(b), value) {
+			t.Fatalf("%s answers with the value: %s", path, b)
+		}
+	}
+	// The name in the path and the body must agree.
+	req, _ := http.NewRequest("PUT", srv.URL+"/v1/secrets/OTHER", strings.NewReader(`{"name":"TOK","hosts":["a.com"],"value":"x"}`))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 400 {
+		t.Fatalf("mismatched name: %v %v", resp, err)
+	}
+	if err := c.RemoveSecret(ctx, "TOK"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RemoveSecret(ctx, "TOK"); !errors.Is(err, errInvalid) {
+		t.Fatalf("second remove: %v", err)
 	}
 }

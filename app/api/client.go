@@ -159,6 +159,16 @@ func (c *Client) SetWorkspace(ctx context.Context, dir string, readOnly bool) er
 	return c.do(ctx, "PUT", "/v1/workspace", WorkspaceRequest{Dir: dir, ReadOnly: readOnly}, nil)
 }
 
+// SetImage implements service.Core.
+func (c *Client) SetImage(ctx context.Context, image string, keepDisk bool) error {
+	return c.do(ctx, "PUT", "/v1/image", ImageRequest{Image: image, KeepDisk: keepDisk}, nil)
+}
+
+// ResetDisk implements service.Core.
+func (c *Client) ResetDisk(ctx context.Context) error {
+	return c.do(ctx, "POST", "/v1/disk/reset", nil, nil)
+}
+
 // Run implements service.Core.
 func (c *Client) Run(ctx context.Context, req service.RunRequest) (t tasks.Task, err error) {
 	return t, c.do(ctx, "POST", "/v1/tasks", req, &t)
@@ -228,6 +238,21 @@ func (c *Client) Asks(ctx context.Context) (as []service.Ask, err error) {
 // Answer implements service.Core.
 func (c *Client) Answer(ctx context.Context, id, verdict string) error {
 	return c.do(ctx, "POST", "/v1/asks/"+url.PathEscape(id), AnswerRequest{Verdict: verdict}, nil)
+}
+
+// Secrets implements service.Core.
+func (c *Client) Secrets(ctx context.Context) (list []service.SecretInfo, err error) {
+	return list, c.do(ctx, "GET", "/v1/secrets", nil, &list)
+}
+
+// SetSecret implements service.Core.
+func (c *Client) SetSecret(ctx context.Context, req service.SecretRequest) (info service.SecretInfo, err error) {
+	return info, c.do(ctx, "PUT", "/v1/secrets/"+url.PathEscape(req.Name), req, &info)
+}
+
+// RemoveSecret implements service.Core.
+func (c *Client) RemoveSecret(ctx context.Context, name string) error {
+	return c.do(ctx, "DELETE", "/v1/secrets/"+url.PathEscape(name), nil, nil)
 }
 
 // follow reads a stream of JSON lines into a channel that closes when the

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/tasks"
 	"github.com/airlock-sandbox/airlock/app/workspace"
@@ -37,6 +38,8 @@ func Handler(core service.Core, log *slog.Logger) http.Handler {
 	m.HandleFunc("GET /v1/settings", h.settings)
 	m.HandleFunc("POST /v1/vm/{action}", h.vm)
 	m.HandleFunc("PUT /v1/workspace", h.workspace)
+	m.HandleFunc("PUT /v1/image", h.image)
+	m.HandleFunc("POST /v1/disk/reset", h.resetDisk)
 	m.HandleFunc("POST /v1/tasks", h.run)
 	m.HandleFunc("GET /v1/tasks", h.tasks)
 	m.HandleFunc("GET /v1/tasks/{id}", h.task)
@@ -48,6 +51,9 @@ func Handler(core service.Core, log *slog.Logger) http.Handler {
 	m.HandleFunc("GET /v1/events", h.events)
 	m.HandleFunc("GET /v1/asks", h.asks)
 	m.HandleFunc("POST /v1/asks/{id}", h.answerAsk)
+	m.HandleFunc("GET /v1/secrets", h.secrets)
+	m.HandleFunc("PUT /v1/secrets/{name}", h.setSecret)
+	m.HandleFunc("DELETE /v1/secrets/{name}", h.removeSecret)
 	return m
 }
 
@@ -77,7 +83,8 @@ func (h *handler) fail(w http.ResponseWriter, err error) {
 		status, code = http.StatusNotFound, codeNotFound
 	case errors.Is(err, workspace.ErrRefused):
 		status, code = http.StatusBadRequest, codeRefused
-	case errors.Is(err, errInvalid), errors.Is(err, egress.ErrInvalidEntry), errors.Is(err, tasks.ErrOffset):
+	case errors.Is(err, errInvalid), errors.Is(err, egress.ErrInvalidEntry), errors.Is(err, tasks.ErrOffset),
+		errors.Is(err, secrets.ErrInvalid), errors.Is(err, secrets.ErrNoValue):
 		status, code = http.StatusBadRequest, codeInvalid
 	}
 	writeJSON(w, status, apiError{Error: err.Error(), Code: code})
@@ -159,6 +166,35 @@ func (h *handler) workspace(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := h.core.SetWorkspace(r.Context(), req.Dir, req.ReadOnly); err != nil {
+		h.fail(w, err)
+		return
+	}
+	h.status(w, r)
+}
+
+// ImageRequest is the body of PUT /v1/image.
+type ImageRequest struct {
+	Image    string `json:"image"`
+	KeepDisk bool   `json:"keep_disk"`
+}
+
+func (h *handler) image(w http.ResponseWriter, r *http.Request) {
+	var req ImageRequest
+	if !h.decode(w, r, &req) {
+		return
+	}
+	if err := h.core.SetImage(r.Context(), req.Image, req.KeepDisk); err != nil {
+		if errors.Is(err, service.ErrBadImage) {
+			err = invalid(err)
+		}
+		h.fail(w, err)
+		return
+	}
+	h.status(w, r)
+}
+
+func (h *handler) resetDisk(w http.ResponseWriter, r *http.Request) {
+	if err := h.core.ResetDisk(r.Context()); err != nil {
 		h.fail(w, err)
 		return
 	}
@@ -307,6 +343,39 @@ func (h *handler) answerAsk(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.fail(w, invalid(err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *handler) secrets(w http.ResponseWriter, r *http.Request) {
+	list, err := h.core.Secrets(r.Context())
+	if list == nil {
+		list = []service.SecretInfo{}
+	}
+	h.answer(w, list, err)
+}
+
+// setSecret takes the value once, in the body; the answer never holds it.
+func (h *handler) setSecret(w http.ResponseWriter, r *http.Request) {
+	var req service.SecretRequest
+	if !h.decode(w, r, &req) {
+		return
+	}
+	if req.Name == "" {
+		req.Name = r.PathValue("name")
+	}
+	if req.Name != r.PathValue("name") {
+		h.fail(w, invalid(errors.New("the name in the body differs from the one in the path")))
+		return
+	}
+	info, err := h.core.SetSecret(r.Context(), req)
+	h.answer(w, info, err)
+}
+
+func (h *handler) removeSecret(w http.ResponseWriter, r *http.Request) {
+	if err := h.core.RemoveSecret(r.Context(), r.PathValue("name")); err != nil {
+		h.fail(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -80,7 +80,8 @@ func newRoot(stdio Stdio) *cobra.Command {
 		newVMCmd(stdio, g, "stop", "Shut the service's VM down"),
 		newVMCmd(stdio, g, "restart", "Replace the service's VM with a fresh one"),
 		newTasksCmd(stdio, g), newLogsCmd(stdio, g), newCancelCmd(stdio, g),
-		newEgressCmd(stdio, g), newWorkspaceCmd(stdio, g), newMCPCmd(stdio, g))
+		newEgressCmd(stdio, g), newWorkspaceCmd(stdio, g), newImageCmd(stdio, g), newMCPCmd(stdio, g),
+		newSecretCmd(stdio, g))
 	return root
 }
 

@@ -48,6 +48,7 @@ func newStatusCmd(stdio Stdio, g *globals) *cobra.Command {
 			}
 			fmt.Fprintln(stdio.Out)
 			fmt.Fprintf(stdio.Out, "workspace: %s\n", ws)
+			fmt.Fprintf(stdio.Out, "image:     %s%s\n", orDash(s.Image), map[bool]string{true: " (changes kept on the workspace's disk)"}[s.KeepDisk])
 			fmt.Fprintf(stdio.Out, "machine:   %d CPUs, %d MiB, %s, generation %d, booted in %s, up %s\n",
 				s.CPUs, s.MemoryMiB, orDash(s.Accelerator), s.Generation, s.BootTime.Round(time.Millisecond), s.Uptime.Round(time.Second))
 			fmt.Fprintf(stdio.Out, "tasks:     %d running\n", st.RunningTasks)
@@ -315,5 +316,6 @@ func newWorkspaceCmd(stdio Stdio, g *globals) *cobra.Command {
 	}
 	set.Flags().BoolVar(&readOnly, "read-only", false, "share it read-only")
 	cmd.AddCommand(set)
+	cmd.AddCommand(newResetDiskCmd(stdio, g))
 	return cmd
 }

@@ -12,7 +12,9 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,6 +50,13 @@ type runFlags struct {
 	mapHosts    []string
 	egressLog   string
 	ephemeral   bool
+
+	secrets       []string
+	upstreamCAs   []string
+	upstreamProxy string
+	inspect       bool
+	image         string
+	keepDisk      bool
 }
 
 func newRunCmd(stdio Stdio, g *globals) *cobra.Command {
@@ -92,6 +101,12 @@ command runs on its warm VM instead, in milliseconds, and appears in
 	fl.StringArrayVar(&f.mapHosts, "map-host", nil, "connect NAME to ADDR for this run, and allow it (NAME=ADDR, repeatable)")
 	fl.StringVar(&f.egressLog, "egress-log", "", "append every connection decision to FILE as JSON lines")
 	fl.BoolVar(&f.ephemeral, "ephemeral", false, "boot a fresh VM for this command even when the service is running")
+	fl.StringArrayVar(&f.secrets, "secret", nil, "give the command NAME=<placeholder> for secret NAME; the gate adds the value on requests to its hosts (repeatable; see airlock secret)")
+	fl.StringArrayVar(&f.upstreamCAs, "upstream-ca", nil, "also trust the CA certificates in this PEM file when verifying servers (corporate proxies; repeatable)")
+	fl.StringVar(&f.upstreamProxy, "upstream-proxy", "", "send every outbound connection through this HTTP proxy (http://[user:pass@]host:port)")
+	fl.BoolVar(&f.inspect, "inspect", false, "terminate TLS for every host, not just those with a secret, so placeholders are caught everywhere")
+	fl.StringVar(&f.image, "image", sandbox.DefaultImage, "guest image: minimal (busybox) or standard (Debian with python3, pip, git, curl, ...)")
+	fl.BoolVar(&f.keepDisk, "keep-disk", false, "standard image: keep changes outside /workspace (installed packages, home) on the workspace's persistent disk; 'airlock workspace reset-disk' wipes it")
 	_ = fl.MarkHidden("kernel-arg")
 	fl.SetInterspersed(false)
 	return cmd
@@ -106,19 +121,23 @@ func run(ctx context.Context, stdio Stdio, f runFlags, argv []string) error {
 	if err != nil {
 		return err
 	}
-	gate, err := egress.New(egress.Config{
-		Allow: f.allow, Deny: f.deny, MapHosts: f.mapHosts, LogFile: f.egressLog, Logger: opts.Logger,
-	})
+	gcfg, secretEnv, err := f.ephemeralCredentials()
+	if err != nil {
+		return err
+	}
+	gcfg.Allow, gcfg.Deny, gcfg.MapHosts, gcfg.LogFile, gcfg.Logger = f.allow, f.deny, f.mapHosts, f.egressLog, opts.Logger
+	gate, err := egress.New(gcfg)
 	if err != nil {
 		return fmt.Errorf("egress rules: %w", err)
 	}
+	opts.GuestCA = gcfg.CA.CertPEM()
 	defer gate.Close()
 	opts.Egress = gate
 	gctx, stopReport := context.WithCancel(ctx)
 	defer stopReport()
 	go reportDenials(gctx, gate, stdio.Err)
 	user, pass := gate.Credentials(spec.ID)
-	spec.Env = append(egress.ProxyEnv(user, pass), spec.Env...)
+	spec.Env = slices.Concat(egress.ProxyEnv(user, pass), egress.TrustEnv(), secretEnv, spec.Env)
 
 	sb, err := sandbox.Start(ctx, opts)
 	if err != nil {
@@ -186,15 +205,26 @@ func (f runFlags) sandboxOptions(stdio Stdio) (sandbox.Options, error) {
 			o.UID, o.GID = 0, 0
 		}
 	}
+	if err := sandbox.CheckImageName(f.image); err != nil {
+		return o, fmt.Errorf("--image: %w", err)
+	}
 	dirs := []string(nil)
 	if f.imageDir != "" {
-		dirs = []string{f.imageDir, f.imageDir + "/" + runtime.GOARCH}
+		dirs = []string{f.imageDir, filepath.Join(f.imageDir, runtime.GOARCH), filepath.Join(f.imageDir, f.image, runtime.GOARCH)}
 	}
-	img, err := sandbox.FindImage(dirs)
+	img, err := sandbox.FindNamedImage(f.image, dirs)
 	if err != nil {
 		return o, err
 	}
 	o.Image = img
+	if f.keepDisk {
+		if img.RootDisk == "" {
+			return o, fmt.Errorf("--keep-disk needs --image standard (the %s image has no root disk to keep changes over)", img.Name)
+		}
+		if o.DiskDir, err = stateDir(); err != nil {
+			return o, err
+		}
+	}
 	if o.ConsoleLog == "" {
 		o.ConsoleLog = defaultConsoleLog()
 	}

@@ -19,7 +19,8 @@ import (
 // vmShapingFlags need a VM of their own: with any of them, run boots an
 // ephemeral VM even when a service is running.
 var vmShapingFlags = []string{"workspace", "read-only", "tty", "cpus", "memory", "boot-timeout", "image-dir",
-	"console-log", "kernel-arg", "allow", "deny", "map-host", "egress-log", "ephemeral"}
+	"console-log", "kernel-arg", "allow", "deny", "map-host", "egress-log", "ephemeral",
+	"upstream-ca", "upstream-proxy", "inspect", "image", "keep-disk"}
 
 // useService returns a client of the running service when run can use it.
 func useService(cmd *cobra.Command, g *globals) *api.Client {
@@ -38,7 +39,7 @@ func useService(cmd *cobra.Command, g *globals) *api.Client {
 // runViaService runs the task on the service's warm VM, streams its log,
 // and maps how it ended to the same exit codes as an ephemeral run.
 func runViaService(ctx context.Context, stdio Stdio, c *api.Client, f runFlags, argv []string) error {
-	req := service.RunRequest{Argv: argv, Env: f.env, Cwd: f.cwd, Root: f.root, Timeout: f.timeout}
+	req := service.RunRequest{Argv: argv, Env: f.env, Cwd: f.cwd, Root: f.root, Timeout: f.timeout, Secrets: f.secrets}
 	if in, ok := stdio.In.(*os.File); !ok || !term.IsTerminal(int(in.Fd())) {
 		b, err := io.ReadAll(io.LimitReader(stdio.In, service.MaxStdin+1))
 		if err != nil {

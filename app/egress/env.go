@@ -33,6 +33,27 @@ func ProxyEnv(user, pass string) []string {
 	return env
 }
 
+// Where the guest keeps the installation CA: its own file, and appended to
+// the system bundle every TLS library of the image reads.
+const (
+	GuestCAFile   = "/etc/ssl/certs/airlock-ca.pem"
+	GuestCABundle = "/etc/ssl/certs/ca-certificates.crt"
+)
+
+// TrustEnv returns the variables that point a task's tools at the bundle
+// holding the installation CA: SSL_CERT_FILE (Go, OpenSSL), REQUESTS_CA_BUNDLE
+// (Python requests), CURL_CA_BUNDLE, GIT_SSL_CAINFO, and NODE_EXTRA_CA_CERTS
+// (Node adds it to its own roots).
+func TrustEnv() []string {
+	return []string{
+		"SSL_CERT_FILE=" + GuestCABundle,
+		"REQUESTS_CA_BUNDLE=" + GuestCABundle,
+		"CURL_CA_BUNDLE=" + GuestCABundle,
+		"GIT_SSL_CAINFO=" + GuestCABundle,
+		"NODE_EXTRA_CA_CERTS=" + GuestCAFile,
+	}
+}
+
 // Server is what a sandbox needs from the gate: serving the two proxy
 // protocols on the transport's listeners.
 type Server interface {

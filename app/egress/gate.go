@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -54,6 +55,22 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	// CA, when set, lets the gate terminate the guest's TLS for the hosts
+	// of Secrets (and for every host with Inspect). Without it tunnels
+	// are never opened and secrets cannot be added.
+	CA *CA
+	// Secrets are added on the way out (see Secret); SetSecrets replaces them.
+	Secrets []Secret
+	// Inspect terminates TLS for every host, not just those of a secret,
+	// so placeholders are looked for everywhere. Needs CA.
+	Inspect bool
+	// UpstreamRoots verify real servers where the gate terminates TLS;
+	// nil means the system's roots (see UpstreamRoots).
+	UpstreamRoots *x509.CertPool
+	// UpstreamProxy, if set (http://[user:pass@]host:port), is an HTTP
+	// proxy every upstream connection goes through with CONNECT.
+	UpstreamProxy string
 }
 
 // Limits bounds what a guest can make the gate hold or wait for.
@@ -130,6 +147,11 @@ type Gate struct {
 	now      func() time.Time
 	asks     asker
 
+	ca      *CA
+	roots   *x509.CertPool
+	secrets atomic.Pointer[secretSet]
+	inspect atomic.Bool
+
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -166,6 +188,21 @@ func New(cfg Config) (*Gate, error) {
 		conns:     map[net.Conn]struct{}{},
 		byUser:    map[string]credential{},
 		byTask:    map[string]string{},
+	}
+	g.ca, g.roots = cfg.CA, cfg.UpstreamRoots
+	if err := g.SetSecrets(cfg.Secrets); err != nil {
+		return nil, err
+	}
+	g.inspect.Store(cfg.Inspect)
+	if cfg.UpstreamProxy != "" {
+		if g.dialer == nil {
+			g.dialer = &net.Dialer{}
+		}
+		pd, err := newProxyDialer(cfg.UpstreamProxy, g.dialer, g.limits.MaxHeaderBytes)
+		if err != nil {
+			return nil, err
+		}
+		g.dialer = pd
 	}
 	if g.resolver == nil {
 		g.resolver = net.DefaultResolver
@@ -207,6 +244,23 @@ func (g *Gate) SetPolicy(allow, deny, mapHosts []string) error {
 	g.policy.Store(p)
 	return nil
 }
+
+// SetSecrets replaces the secrets, for requests from now on. On an error
+// (each secret's problem joined, names only) nothing changes.
+func (g *Gate) SetSecrets(secrets []Secret) error {
+	set, err := newSecretSet(secrets)
+	if err != nil {
+		return fmt.Errorf("egress: secrets: %w", err)
+	}
+	if len(set.list) > 0 && g.ca == nil {
+		return errors.New("egress: secrets need a CA (Config.CA) to terminate TLS")
+	}
+	g.secrets.Store(set)
+	return nil
+}
+
+// SetInspect turns TLS inspection of every host on or off (it needs a CA).
+func (g *Gate) SetInspect(on bool) { g.inspect.Store(on && g.ca != nil) }
 
 // ServeHTTPProxy serves the HTTP proxy protocol (CONNECT and absolute-URI
 // requests) on l until Close, which it returns ErrClosed after. l is closed

@@ -95,6 +95,10 @@ func (g *Gate) connect(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decisio
 		g.refuseHTTP(c, d, statusFor(pl.reason), false)
 		return
 	}
+	if g.intercepts(pr.target) {
+		g.intercept(c, br, pr.target, pl, d, g.httpTunnelReply(c))
+		return
+	}
 	uc, addr, err := g.dial(g.ctx, pl, pr.target.port)
 	d.Addr = addrText(addr)
 	if err != nil {
@@ -135,6 +139,21 @@ func (g *Gate) forward(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decisio
 		keep = keep && req.ContentLength == 0
 		g.refuseHTTP(c, d, statusFor(pl.reason), keep)
 		return keep
+	}
+	// Plain HTTP never carries a secret: a placeholder here is refused,
+	// whatever the destination.
+	set := g.secrets.Load()
+	if _, err := set.apply(req, pr.target, false); err != nil {
+		d.Reason, d.Detail = ReasonPlaceholder, err.Error()
+		keep = keep && req.ContentLength == 0
+		g.refuseHTTP(c, d, http.StatusForbidden, keep)
+		return keep
+	}
+	var scan *scanReader
+	if req.Body != nil && req.Body != http.NoBody && len(set.list) > 0 {
+		scan = newScanReader(req.Body, set, func(*secret) bool { return false })
+		req.Body = io.NopCloser(scan)
+		req.Trailer = nil // trailers arrive after the scan: not passed on
 	}
 	key := pr.target.String()
 	if u := *up; u != nil && (u.key != key || !containsAddr(pl.addrs, u.addr)) {
@@ -179,6 +198,13 @@ func (g *Gate) forward(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decisio
 		err = bw.Flush()
 	}
 	d.BytesUp = upw.n
+	if scan != nil && scan.found != nil {
+		g.dropUpstream(up)
+		d.Reason = ReasonPlaceholder
+		d.Detail = fmt.Sprintf("the placeholder of secret %s was sent in the body of a plain-HTTP request: secrets are only added to HTTPS requests to their hosts", scan.found.Name)
+		g.refuseHTTP(c, d, http.StatusForbidden, false)
+		return false
+	}
 	if err != nil {
 		return g.upstreamFailed(c, d, up, fmt.Errorf("write request: %w", err), false)
 	}
@@ -260,7 +286,7 @@ func statusFor(r Reason) int {
 	switch r {
 	case ReasonBadRequest, ReasonHostMismatch:
 		return http.StatusBadRequest
-	case ReasonResolveFailed, ReasonDialFailed, ReasonUpstreamError:
+	case ReasonResolveFailed, ReasonDialFailed, ReasonUpstreamError, ReasonUpstreamCert:
 		return http.StatusBadGateway
 	case ReasonAuthFailed:
 		return http.StatusProxyAuthRequired
@@ -339,6 +365,10 @@ func refusalText(d Decision) string {
 		b.WriteString("Use the proxy URL (with its credential) from HTTP_PROXY / HTTPS_PROXY.\n")
 	case ReasonHostMismatch:
 		b.WriteString("The Host header must name the same host and port as the request target.\n")
+	case ReasonPlaceholder:
+		b.WriteString("Secret placeholders are replaced only in HTTPS requests to the secret's hosts (airlock secret list).\n")
+	case ReasonUpstreamCert:
+		b.WriteString("Airlock verifies this server's certificate itself. If a corporate proxy or private CA signs it, add that CA: airlock run --upstream-ca FILE (or upstream_cas in the settings).\n")
 	}
 	return b.String()
 }

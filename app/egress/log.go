@@ -87,6 +87,13 @@ const (
 	ReasonUpstreamError Reason = "upstream-error"
 	// ReasonShutdown: the gate closed while deciding.
 	ReasonShutdown Reason = "shutdown"
+	// ReasonPlaceholder: a request carried the placeholder of a secret to
+	// a host the secret is not for (or over plain HTTP); the secret's name
+	// is in the detail, never its value.
+	ReasonPlaceholder Reason = "placeholder-refused"
+	// ReasonUpstreamCert: the gate terminates this host's TLS and the real
+	// server's certificate did not verify (or the TLS handshake failed).
+	ReasonUpstreamCert Reason = "upstream-tls-failed"
 )
 
 // allowed reports whether r lets bytes flow.
@@ -121,6 +128,9 @@ type Decision struct {
 	Rule string `json:"rule,omitempty"`
 	// Detail is a human-readable explanation for refusals and errors.
 	Detail string `json:"detail,omitempty"`
+	// Secrets names the secrets the gate added to this connection's
+	// requests (names only; values are never logged).
+	Secrets []string `json:"secrets,omitempty"`
 	// BytesUp counts bytes from the guest to the upstream.
 	BytesUp int64 `json:"bytes_up"`
 	// BytesDown counts bytes from the upstream to the guest.

@@ -230,6 +230,10 @@ func (g *Gate) handleSOCKS(c net.Conn) {
 		g.record(d)
 		return
 	}
+	if g.intercepts(r.target) {
+		g.intercept(c, br, r.target, pl, d, socksTunnelReply(c))
+		return
+	}
 	uc, addr, err := g.dial(g.ctx, pl, r.port)
 	d.Addr = addrText(addr)
 	if err != nil {

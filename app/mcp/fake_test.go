@@ -235,9 +235,12 @@ func (f *fakeCore) forbid(name string) error {
 	return fmt.Errorf("fake: %s is not for tools", name)
 }
 
-func (f *fakeCore) StartVM(context.Context) error   { return f.forbid("StartVM") }
-func (f *fakeCore) StopVM(context.Context) error    { return f.forbid("StopVM") }
-func (f *fakeCore) RestartVM(context.Context) error { return f.forbid("RestartVM") }
+func (f *fakeCore) StartVM(context.Context) error                { return f.forbid("StartVM") }
+func (f *fakeCore) StopVM(context.Context) error                 { return f.forbid("StopVM") }
+func (f *fakeCore) RestartVM(context.Context) error              { return f.forbid("RestartVM") }
+func (f *fakeCore) SetImage(context.Context, string, bool) error { return nil }
+func (f *fakeCore) ResetDisk(context.Context) error              { return nil }
+
 func (f *fakeCore) SetWorkspace(context.Context, string, bool) error {
 	return f.forbid("SetWorkspace")
 }
@@ -255,3 +258,12 @@ func (f *fakeCore) Asks(context.Context) ([]service.Ask, error) { return nil, f.
 
 // Answer is forbidden: an agent must never answer its own network asks.
 func (f *fakeCore) Answer(context.Context, string, string) error { return f.forbid("Answer") }
+
+// The secret calls are forbidden: an agent must never change credentials.
+func (f *fakeCore) Secrets(context.Context) ([]service.SecretInfo, error) {
+	return nil, f.forbid("Secrets")
+}
+func (f *fakeCore) SetSecret(context.Context, service.SecretRequest) (service.SecretInfo, error) {
+	return service.SecretInfo{}, f.forbid("SetSecret")
+}
+func (f *fakeCore) RemoveSecret(context.Context, string) error { return f.forbid("RemoveSecret") }

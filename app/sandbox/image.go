@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/images/manifest"
@@ -15,44 +16,94 @@ type Image struct {
 	Dir    string
 	Kernel string
 	Initrd string
+	// Name is manifest.ImageMinimal or manifest.ImageStandard.
+	Name string
+	// RootDisk is the read-only root disk (raw ext4 with a VHD footer) of
+	// an image that has one, and RootLabel its label; "" otherwise.
+	RootDisk, RootLabel string
 }
 
-// ImageSearchPath lists the folders a guest image for arch is looked for in,
-// in order: $AIRLOCK_IMAGE_DIR, next to the executable (a source checkout's
-// bin/, an installed prefix, a macOS app bundle's Resources), then the
-// current folder's images/out.
-func ImageSearchPath(arch string) []string {
+// ImageNames are the images Airlock knows, the default first.
+var ImageNames = manifest.ImageNames
+
+// DefaultImage is the image used when none is chosen.
+const DefaultImage = manifest.ImageMinimal
+
+// CheckImageName returns an error naming the choices when name is not an
+// image Airlock knows ("" is the default).
+func CheckImageName(name string) error {
+	if name == "" || slices.Contains(ImageNames, name) {
+		return nil
+	}
+	return fmt.Errorf("unknown image %q: choose %s", name, strings.Join(ImageNames, " or "))
+}
+
+// imageSub is the folder of image name for arch, relative to an images
+// folder: <arch> for minimal, standard/<arch> for standard.
+func imageSub(name, arch string) string {
+	if name == "" || name == manifest.ImageMinimal {
+		return arch
+	}
+	return filepath.Join(name, arch)
+}
+
+// ImageSearchPath lists the folders a minimal guest image for arch is
+// looked for in (ImageSearchPathFor).
+func ImageSearchPath(arch string) []string { return ImageSearchPathFor(DefaultImage, arch) }
+
+// ImageSearchPathFor lists the folders image name for arch is looked for
+// in, in order: $AIRLOCK_IMAGE_DIR, next to the executable (a source
+// checkout's bin/, an installed prefix, a macOS app bundle's Resources),
+// then the current folder's images/out.
+func ImageSearchPathFor(name, arch string) []string {
+	sub := imageSub(name, arch)
 	var dirs []string
 	if d := os.Getenv("AIRLOCK_IMAGE_DIR"); d != "" {
-		dirs = append(dirs, d, filepath.Join(d, arch))
+		dirs = append(dirs, d, filepath.Join(d, sub))
 	}
 	if exe, err := os.Executable(); err == nil {
 		if exe, err = filepath.EvalSymlinks(exe); err == nil {
 			base := filepath.Dir(exe)
 			dirs = append(dirs,
-				filepath.Join(base, "..", "images", "out", arch),
-				filepath.Join(base, "..", "share", "airlock", "images", arch),
+				filepath.Join(base, "..", "images", "out", sub),
+				filepath.Join(base, "..", "share", "airlock", "images", sub),
 				// Inside a macOS app bundle: Contents/MacOS/<exe> → Contents/Resources.
-				filepath.Join(base, "..", "Resources", "images", arch),
-				filepath.Join(base, "images", arch))
+				filepath.Join(base, "..", "Resources", "images", sub),
+				filepath.Join(base, "images", sub))
 		}
 	}
-	dirs = append(dirs, filepath.Join("images", "out", arch))
+	dirs = append(dirs, filepath.Join("images", "out", sub))
 	return dirs
 }
 
-// FindImage returns the verified image for the host's architecture from the
-// first folder of dirs that has a manifest (ImageSearchPath when dirs is nil).
-func FindImage(dirs []string) (Image, error) {
+// FindImage returns the verified minimal image (FindNamedImage).
+func FindImage(dirs []string) (Image, error) { return FindNamedImage(DefaultImage, dirs) }
+
+// FindNamedImage returns the verified image name for the host's
+// architecture from the first folder of dirs whose manifest is that image
+// (ImageSearchPathFor when dirs is nil).
+func FindNamedImage(name string, dirs []string) (Image, error) {
+	if err := CheckImageName(name); err != nil {
+		return Image{}, err
+	}
+	if name == "" {
+		name = DefaultImage
+	}
 	if dirs == nil {
-		dirs = ImageSearchPath(runtime.GOARCH)
+		dirs = ImageSearchPathFor(name, runtime.GOARCH)
 	}
 	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, "manifest.json")); err == nil {
-			return LoadImage(d)
+		m, err := manifest.Load(d)
+		if err != nil || m.Name() != name {
+			continue
 		}
+		return LoadImage(d)
 	}
-	return Image{}, fmt.Errorf("no guest image found (looked in %s); build it with `make image`", strings.Join(dirs, ", "))
+	hint := manifest.RebuildHint
+	if name == manifest.ImageStandard {
+		hint = manifest.RebuildHintStandard
+	}
+	return Image{}, fmt.Errorf("no %s guest image found (looked in %s); build it with `%s`", name, strings.Join(dirs, ", "), hint)
 }
 
 // LoadImage reads and verifies the image in dir: every artifact must match
@@ -69,5 +120,9 @@ func LoadImage(dir string) (Image, error) {
 	if err := m.Verify(dir); err != nil {
 		return Image{}, err
 	}
-	return Image{Dir: dir, Kernel: m.KernelPath(dir), Initrd: m.InitrdPath(dir)}, nil
+	img := Image{Dir: dir, Kernel: m.KernelPath(dir), Initrd: m.InitrdPath(dir), Name: m.Name(), RootDisk: m.RootDiskPath(dir)}
+	if m.RootDisk != nil {
+		img.RootLabel = m.RootDisk.Label
+	}
+	return img, nil
 }

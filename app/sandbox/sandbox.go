@@ -6,6 +6,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/clock"
@@ -34,6 +36,11 @@ type Options struct {
 	MemoryMiB int
 	// Image is the verified guest image to boot.
 	Image Image
+	// DiskDir, for an image with a root disk, keeps the writable layer over
+	// it on the workspace's persistent disk, DataDiskPath(DiskDir,
+	// Workspace) (created blank when missing, see EnsureDataDisk); ""
+	// keeps that layer in memory, empty every boot.
+	DiskDir string
 	// RunDir is a private folder for runtime files; a temporary one is made
 	// (and removed on Close) when empty.
 	RunDir string
@@ -53,6 +60,10 @@ type Options struct {
 	// guest's proxies forward them to PortEgressHTTP and PortEgressSOCKS).
 	// Without it the guest's connections are refused at once.
 	Egress egress.Server
+	// GuestCA, when set, is the PEM certificate of the installation CA:
+	// it is added to the guest's trust store (egress.GuestCAFile and the
+	// system bundle) after readiness, before any task runs.
+	GuestCA []byte
 }
 
 // Defaults for Options fields left zero.
@@ -111,11 +122,27 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		o.ConsoleLog = filepath.Join(s.runDir, "console.log")
 	}
 	boot := api.BootConfig{UID: o.UID, GID: o.GID}
+	var disks []vm.Disk
+	if o.Image.RootDisk != "" {
+		boot.Root = o.Image.RootLabel
+		disks = append(disks, vm.Disk{Path: o.Image.RootDisk, ReadOnly: true, Format: vm.DiskRawVHD})
+		if o.DiskDir != "" {
+			data := DataDiskPath(o.DiskDir, o.Workspace)
+			if err := EnsureDataDisk(data, DefaultDataDiskSize); err != nil {
+				return nil, err
+			}
+			boot.RootKeep = true
+			disks = append(disks, vm.Disk{Path: data, Format: vm.DiskRawVHD})
+		}
+	} else if o.DiskDir != "" {
+		return nil, fmt.Errorf("sandbox: a persistent disk needs an image with a root disk (standard); the %s image has none", o.Image.Name)
+	}
 	cfg := vm.Config{
 		Kernel: o.Image.Kernel, Initrd: o.Image.Initrd,
 		Cmdline: append(boot.Args(), o.KernelArgs...),
 		CPUs:    o.CPUs, MemoryMiB: o.MemoryMiB,
 		Dir: s.runDir, ConsoleLog: o.ConsoleLog, Logger: o.Logger,
+		Disks: disks,
 	}
 	if o.Workspace != "" {
 		cfg.Share = &vm.Share{HostPath: o.Workspace, ReadOnly: o.ReadOnly}
@@ -152,26 +179,67 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := s.agent.SetTime(tctx, time.Now()); err != nil {
-		s.agent.Close()
 		s.stopMachine()
+		s.closeAgent()
 		return nil, fmt.Errorf("sandbox: guest agent does not answer after readiness: %w%s", err, consoleHint(o.ConsoleLog))
+	}
+	// vmtest machines run the real agent on this host: installing the CA
+	// there would change the host's own trust store.
+	if len(o.GuestCA) > 0 && s.m.Info().Backend != "vmtest" {
+		if err := s.installCA(ctx, o.GuestCA); err != nil {
+			s.agent.Close()
+			s.stopMachine()
+			return nil, err
+		}
 	}
 	s.watchClock()
 	s.log.Info("guest ready", "boot", s.bootTime, "agent", s.ready.AgentVersion, "accel", s.m.Info().Accelerator)
 	return s, nil
 }
 
+// caScript installs the PEM on stdin as the guest's Airlock CA file and
+// appends it to the system bundle, as root, through the agent.
+const caScript = `set -e
+umask 022
+mkdir -p "$(dirname "$1")" "$(dirname "$2")"
+cat > "$1"
+grep -q 'BEGIN CERTIFICATE' "$1"
+if [ -s "$2" ] && [ -n "$(tail -c 1 "$2")" ]; then echo >> "$2"; fi
+cat "$1" >> "$2"
+`
+
+// installCA makes the guest trust the gate's CA (the certificate only; the
+// key never leaves the host).
+func (s *Sandbox) installCA(ctx context.Context, pem []byte) error {
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	exit, err := s.agent.Exec(ictx, client.Spec{
+		ID: "airlock-install-ca", Argv: []string{"/bin/sh", "-c", caScript, "sh", egress.GuestCAFile, egress.GuestCABundle}, Root: true,
+	}, client.Stdio{Stdin: bytes.NewReader(pem), Stdout: &out, Stderr: &out})
+	if err == nil && exit.ShellCode() != 0 {
+		err = fmt.Errorf("exit status %d: %s", exit.ShellCode(), strings.TrimSpace(out.String()))
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox: install the Airlock CA in the guest: %w", err)
+	}
+	return nil
+}
+
 // awaitReady waits for the guest's readiness message, the machine's exit,
 // the boot timeout or ctx, whichever comes first.
 func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.Duration) (api.Ready, error) {
 	got := make(chan api.Ready, 1)
+	broken := make(chan error, 1)
 	go func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
-				// The transport ended: the machine is going away, and its
-				// exit (or the timeout) is the error worth reporting.
+				// The transport ended: either the machine is going away (its
+				// exit is the error worth reporting) or the guest broke the
+				// transport, and no readiness can come any more.
 				s.log.Debug("readiness listener closed", "err", err)
+				broken <- err
 				return
 			}
 			// The guest is untrusted: bound the time and size of its message.
@@ -193,10 +261,7 @@ func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.D
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	info := s.m.Info()
-	select {
-	case r := <-got:
-		return r, nil
-	case err := <-exited:
+	stopped := func(err error) (api.Ready, error) {
 		if ctx.Err() != nil {
 			return api.Ready{}, ctx.Err()
 		}
@@ -204,6 +269,23 @@ func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.D
 			err = errors.New("it powered off")
 		}
 		return api.Ready{}, fmt.Errorf("%w: the machine stopped during boot (%v)%s", ErrNotReady, err, consoleHint(info.ConsoleLog))
+	}
+	select {
+	case r := <-got:
+		return r, nil
+	case err := <-exited:
+		return stopped(err)
+	case berr := <-broken:
+		// A machine that is exiting closes the transport first; give its
+		// exit a moment to arrive, since that is the better explanation.
+		select {
+		case err := <-exited:
+			return stopped(err)
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+			return api.Ready{}, ctx.Err()
+		}
+		return api.Ready{}, fmt.Errorf("%w: the transport to the guest failed before it was ready (%v)%s", ErrNotReady, berr, consoleHint(info.ConsoleLog))
 	case <-timer.C:
 		return api.Ready{}, fmt.Errorf("%w within %s (accelerator %s)%s", ErrNotReady, timeout, info.Accelerator, consoleHint(info.ConsoleLog))
 	case <-ctx.Done():
@@ -279,13 +361,36 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		} else {
 			s.log.Warn("guest agent did not accept shutdown; stopping the machine", "err", err)
 		}
-		s.agent.Close()
 	}
+	// The machine goes first: closing the agent's connection writes to the
+	// guest, which blocks for good when the guest no longer reads (a frozen
+	// VM), and the transport only fails those writes once the machine is gone.
 	err := s.stopMachine()
+	if s.agent != nil {
+		s.closeAgent()
+	}
 	if s.ownRunDir {
 		os.RemoveAll(s.runDir)
 	}
 	return err
+}
+
+// agentCloseTimeout bounds closing the agent's connection after the machine
+// stopped; a transport that still does not fail its writes must not hang
+// the caller (the session's supervisor) for good.
+const agentCloseTimeout = 10 * time.Second
+
+func (s *Sandbox) closeAgent() {
+	done := make(chan struct{})
+	go func() {
+		s.agent.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(agentCloseTimeout):
+		s.log.Warn("the guest agent's connection did not close; leaving it behind", "after", agentCloseTimeout)
+	}
 }
 
 func (s *Sandbox) stopMachine() error {

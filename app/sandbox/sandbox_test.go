@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -161,4 +162,42 @@ type stuck struct{ *fakeAgent }
 func (stuck) Shutdown(ctx context.Context, _ *agentv1.ShutdownRequest) (*agentv1.ShutdownResponse, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()
+}
+
+// brokenTransport is a machine whose transport fails (as a multiplexer does
+// when the guest sends garbage) while the machine itself runs on.
+type brokenTransport struct{ *vmtest.Machine }
+
+func (b brokenTransport) Listen(port uint32) (net.Listener, error) {
+	l, err := b.Machine.Listen(port)
+	if err != nil || port != api.PortReady {
+		return l, err
+	}
+	return failingListener{l}, nil
+}
+
+type failingListener struct{ net.Listener }
+
+func (failingListener) Accept() (net.Conn, error) {
+	return nil, errors.New("mux: protocol violation: bad hello magic")
+}
+
+// TestStartTransportBroken: a transport that fails before readiness ends
+// the boot at once with the reason, not at the boot timeout.
+func TestStartTransportBroken(t *testing.T) {
+	hang := func(ctx context.Context, g *vmtest.Guest) error { <-ctx.Done(); return ctx.Err() }
+	var m *vmtest.Machine
+	_, err := Start(context.Background(), Options{
+		Image: Image{Kernel: "k", Initrd: "i"}, RunDir: t.TempDir(), BootTimeout: time.Hour,
+		NewMachine: func(cfg vm.Config) (vm.Machine, error) {
+			m = vmtest.New(cfg, hang)
+			return brokenTransport{m}, nil
+		},
+	})
+	if !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "transport to the guest failed") || !strings.Contains(err.Error(), "bad hello magic") {
+		t.Fatalf("err = %v", err)
+	}
+	if !m.State().Final() {
+		t.Fatalf("machine left %s after a failed boot", m.State())
+	}
 }

@@ -20,6 +20,8 @@ type Core interface {
 	StopVM(ctx context.Context) error
 	RestartVM(ctx context.Context) error
 	SetWorkspace(ctx context.Context, dir string, readOnly bool) error
+	SetImage(ctx context.Context, image string, keepDisk bool) error
+	ResetDisk(ctx context.Context) error
 
 	Run(ctx context.Context, req RunRequest) (tasks.Task, error)
 	Task(ctx context.Context, id string) (tasks.Task, error)
@@ -39,6 +41,38 @@ type Core interface {
 	Events(ctx context.Context, answer bool) (<-chan Event, error)
 	Asks(ctx context.Context) ([]Ask, error)
 	Answer(ctx context.Context, id, verdict string) error
+
+	// Secrets lists the credentials the gate adds (never their values).
+	Secrets(ctx context.Context) ([]SecretInfo, error)
+	// SetSecret adds or replaces a credential; the value travels once,
+	// in the request, and is never returned.
+	SetSecret(ctx context.Context, req SecretRequest) (SecretInfo, error)
+	RemoveSecret(ctx context.Context, name string) error
+}
+
+// SecretInfo describes one secret without its value.
+type SecretInfo struct {
+	settings.Secret
+	// Available says whether the gate has the value now; Problem says why
+	// not.
+	Available bool   `json:"available"`
+	Problem   string `json:"problem,omitempty"`
+	// Note is a remark for the user about where the value is kept.
+	Note string `json:"note,omitempty"`
+}
+
+// SecretRequest adds or replaces a secret. Exactly one of Value, FromEnv
+// and FromFile is set.
+type SecretRequest struct {
+	Name   string   `json:"name"`
+	Hosts  []string `json:"hosts"`
+	Header string   `json:"header,omitempty"`
+	// Value is kept in the OS keychain (in memory when there is none).
+	Value string `json:"value,omitempty"`
+	// FromEnv names an environment variable of the Airlock service.
+	FromEnv string `json:"from_env,omitempty"`
+	// FromFile is an absolute path the service reads the value from.
+	FromFile string `json:"from_file,omitempty"`
 }
 
 // Status is a snapshot of the service.
@@ -63,6 +97,8 @@ type RunRequest struct {
 	Timeout time.Duration `json:"timeout_ns,omitempty"`
 	// Stdin is given to the task whole, then closed; nil means /dev/null.
 	Stdin []byte `json:"stdin,omitempty"`
+	// Secrets names secrets the task gets as NAME=<placeholder>.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // MaxStdin bounds RunRequest.Stdin.

@@ -3,8 +3,10 @@ package service
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/app/tasks"
 	"github.com/airlock-sandbox/airlock/guest/client"
@@ -32,6 +34,8 @@ func TestOutcome(t *testing.T) {
 		{"refused", client.Exit{}, rpc(codes.InvalidArgument), false, tasks.Exited, tasks.Exit{Code: 125}},
 		{"transport gone", client.Exit{}, rpc(codes.Unavailable), false, tasks.Lost, tasks.Exit{}},
 		{"no exit", client.Exit{}, client.ErrNoExit, false, tasks.Lost, tasks.Exit{}},
+		{"impossible exit", client.Exit{}, fmt.Errorf("exec: %w", client.ErrBadExit), false, tasks.Lost, tasks.Exit{}},
+		{"unknown code", client.Exit{}, rpc(codes.Code(9999)), false, tasks.Lost, tasks.Exit{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -42,6 +46,17 @@ func TestOutcome(t *testing.T) {
 			if state != tasks.Exited && reason == "" || ex.Code >= 125 && reason != "why" {
 				t.Fatalf("reason %q", reason)
 			}
+			if state == tasks.Lost && strings.Contains(reason, "stopped") != (tt.name == "transport gone") {
+				t.Fatalf("reason %q blames the wrong party", reason)
+			}
 		})
+	}
+}
+
+func TestOutcomeClipsReason(t *testing.T) {
+	long := status.Error(codes.NotFound, strings.Repeat("é", 4<<10)+"\xff")
+	_, _, reason := Outcome(client.Exit{}, fmt.Errorf("exec: %w", long), false, 0)
+	if len(reason) > MaxReason+64 || !strings.HasSuffix(reason, "bytes cut)") || !utf8.ValidString(reason) {
+		t.Fatalf("reason of %d bytes: %.80q…", len(reason), reason)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"runtime"
 
 	"github.com/airlock-sandbox/airlock/app/sandbox"
+	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/settings"
 )
 
@@ -47,6 +48,18 @@ var Version = "dev"
 // image found in imageDirs (nil: sandbox.ImageSearchPath). The CLI and the
 // desktop app both start the service this way.
 func OpenUser(imageDirs []string, log *slog.Logger) (*Service, error) {
+	img, err := sandbox.FindImage(imageDirs)
+	if err != nil {
+		return nil, err
+	}
+	return openUser(img, imageDirs, log)
+}
+
+// OpenUserSettings opens the user's service without a guest image, for
+// commands that only manage settings and secrets: its VM cannot boot.
+func OpenUserSettings(log *slog.Logger) (*Service, error) { return openUser(sandbox.Image{}, nil, log) }
+
+func openUser(img sandbox.Image, imageDirs []string, log *slog.Logger) (*Service, error) {
 	home, _ := os.UserHomeDir()
 	state, err := StateDir(runtime.GOOS, home, os.Getenv)
 	if err != nil {
@@ -56,9 +69,12 @@ func OpenUser(imageDirs []string, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	img, err := sandbox.FindImage(imageDirs)
-	if err != nil {
-		return nil, err
+	find := func(name string) (sandbox.Image, error) {
+		var dirs []string
+		for _, d := range imageDirs {
+			dirs = append(dirs, d, filepath.Join(d, name, runtime.GOARCH))
+		}
+		return sandbox.FindNamedImage(name, dirs)
 	}
-	return Open(Config{StateDir: state, SettingsPath: settingsPath, Image: img, Logger: log, Version: Version})
+	return Open(Config{StateDir: state, SettingsPath: settingsPath, Image: img, FindImage: find, Logger: log, Version: Version, Keychain: secrets.OSKeychain{}})
 }

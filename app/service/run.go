@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/session"
 	"github.com/airlock-sandbox/airlock/app/tasks"
 	"github.com/airlock-sandbox/airlock/guest/client"
@@ -43,6 +46,11 @@ func (s *Service) Run(_ context.Context, req RunRequest) (tasks.Task, error) {
 		}
 	}
 	s.mu.Lock()
+	secretEnv, err := secrets.Env(s.settings.Secrets, req.Secrets)
+	if err != nil {
+		s.mu.Unlock()
+		return tasks.Task{}, err
+	}
 	if s.closed {
 		s.mu.Unlock()
 		return tasks.Task{}, ErrClosed
@@ -63,7 +71,7 @@ func (s *Service) Run(_ context.Context, req RunRequest) (tasks.Task, error) {
 		defer s.wg.Done()
 		defer close(r.done)
 		defer cancel()
-		s.execute(ctx, t.ID, req, r)
+		s.execute(ctx, t.ID, req, secretEnv, r)
 		s.mu.Lock()
 		delete(s.running, t.ID)
 		s.mu.Unlock()
@@ -74,7 +82,7 @@ func (s *Service) Run(_ context.Context, req RunRequest) (tasks.Task, error) {
 // execute runs one task to its end and records how it ended. A task whose
 // VM dies before the guest started it is run on the next VM instead: it was
 // never running, so nothing is lost.
-func (s *Service) execute(ctx context.Context, id string, req RunRequest, r *runningTask) {
+func (s *Service) execute(ctx context.Context, id string, req RunRequest, secretEnv []string, r *runningTask) {
 	// A task wants a VM: boot one when none is running or wanted (a failed
 	// session is retried too, so the user's next task is its next chance).
 	if st := s.sess.Status().State; st == session.StateStopped || st == session.StateFailed {
@@ -87,7 +95,7 @@ func (s *Service) execute(ctx context.Context, id string, req RunRequest, r *run
 	defer s.gate.Revoke(id)
 	spec := client.Spec{
 		ID: id, Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Root: req.Root, Timeout: req.Timeout,
-		Env: append(egress.ProxyEnv(user, pass), req.Env...),
+		Env: slices.Concat(egress.ProxyEnv(user, pass), egress.TrustEnv(), secretEnv, req.Env),
 	}
 	stdio := client.Stdio{
 		Stdout: s.store.Stdout(id), Stderr: s.store.Stderr(id), Signal: r.signal,
@@ -112,10 +120,24 @@ func (s *Service) execute(ctx context.Context, id string, req RunRequest, r *run
 		if req.Stdin != nil {
 			stdio.Stdin = bytes.NewReader(req.Stdin)
 		}
-		exit, err := agent.Exec(ctx, spec, stdio)
+		// The guest ends a task at its deadline; a guest that cannot (a frozen
+		// VM, a hostile agent) must not hold the task running forever.
+		ectx, ecancel := ctx, context.CancelFunc(func() {})
+		if req.Timeout > 0 {
+			ectx, ecancel = context.WithTimeout(ctx, req.Timeout+HostTimeoutGrace)
+		}
+		exit, err := agent.Exec(ectx, spec, stdio)
+		hostTimedOut := err != nil && ctx.Err() == nil && errors.Is(ectx.Err(), context.DeadlineExceeded)
+		ecancel()
 		s.mu.Lock()
 		cancelled, started := r.cancelled, r.started
 		s.mu.Unlock()
+		if hostTimedOut && !cancelled {
+			s.finish(id, tasks.TimedOut, tasks.Exit{Signal: int(syscall.SIGKILL)}, fmt.Sprintf(
+				"timed out after %s: the guest did not end the task within %s more, so the host stopped waiting (is the VM frozen? see `airlock status`)",
+				req.Timeout, HostTimeoutGrace))
+			return
+		}
 		if err != nil && !cancelled && !started && attempt < 2 && isTransport(err) {
 			s.log.Info("the VM went away before the task started; running it on the next one", "task", id, "generation", gen)
 			lastGen = gen
@@ -125,6 +147,10 @@ func (s *Service) execute(ctx context.Context, id string, req RunRequest, r *run
 		return
 	}
 }
+
+// HostTimeoutGrace is how long past a task's timeout the host waits for the
+// guest to report the task ended before it gives up on the guest.
+const HostTimeoutGrace = 15 * time.Second
 
 // agentAfter returns the agent of a VM newer than generation after (0: any),
 // waiting while the session notices a dead VM and boots the next.
@@ -164,6 +190,27 @@ func (s *Service) record(id string, req RunRequest, exit client.Exit, err error,
 // started ends as exited with a shell's code (127 not found, 126 not
 // runnable, 125 refused); a broken transport means the task was lost.
 func Outcome(exit client.Exit, err error, cancelled bool, timeout time.Duration) (tasks.State, tasks.Exit, string) {
+	state, ex, reason := outcome(exit, err, cancelled, timeout)
+	return state, ex, clipReason(reason)
+}
+
+// MaxReason bounds a task's reason: it may quote the guest, which is not
+// trusted to be brief.
+const MaxReason = 1024
+
+func clipReason(s string) string {
+	s = strings.ToValidUTF8(s, "?")
+	if len(s) <= MaxReason {
+		return s
+	}
+	cut := MaxReason
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (%d bytes cut)", len(s)-cut)
+}
+
+func outcome(exit client.Exit, err error, cancelled bool, timeout time.Duration) (tasks.State, tasks.Exit, string) {
 	ex := tasks.Exit{Code: exit.Code, Signal: exit.Signal}
 	switch {
 	case err == nil && exit.TimedOut:
@@ -183,8 +230,14 @@ func Outcome(exit client.Exit, err error, cancelled bool, timeout time.Duration)
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.ResourceExhausted:
 		return tasks.Exited, tasks.Exit{Code: 125}, st.Message()
 	}
-	// The transport or the VM went away under the task.
-	return tasks.Lost, tasks.Exit{}, "the VM or its agent stopped: " + err.Error()
+	// How the task ended is not known: it is lost. Say whose fault that is.
+	switch st := status.Convert(errors.Unwrap(err)); {
+	case errors.Is(err, client.ErrNoExit), errors.Is(err, client.ErrBadExit):
+		return tasks.Lost, tasks.Exit{}, "the guest agent broke the protocol: " + err.Error()
+	case st.Code() == codes.Unavailable, st.Code() == codes.Canceled, st.Code() == codes.DeadlineExceeded:
+		return tasks.Lost, tasks.Exit{}, "the VM or its agent stopped: " + err.Error()
+	}
+	return tasks.Lost, tasks.Exit{}, "the guest agent failed: " + err.Error()
 }
 
 func (s *Service) finish(id string, state tasks.State, exit tasks.Exit, reason string) {

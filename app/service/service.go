@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
+	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/session"
 	"github.com/airlock-sandbox/airlock/app/settings"
 	"github.com/airlock-sandbox/airlock/app/tasks"
@@ -30,8 +31,11 @@ type Config struct {
 	StateDir string
 	// SettingsPath is the settings file (settings.DefaultPath() in the app).
 	SettingsPath string
-	// Image is the verified guest image.
+	// Image is the verified minimal guest image.
 	Image sandbox.Image
+	// FindImage finds another image by name (the standard one) when the
+	// settings or SetImage choose it; nil offers only Image.
+	FindImage func(name string) (sandbox.Image, error)
 	// Tasks bounds the task history.
 	Tasks tasks.Options
 	// CancelGrace is how long Cancel waits after SIGTERM before the task's
@@ -45,6 +49,11 @@ type Config struct {
 	Logger      *slog.Logger
 	// Version is Airlock's version, reported by Status.
 	Version string
+	// Keychain keeps secret values; nil means none (values given directly
+	// are then kept in memory only). OpenUser passes the OS keychain.
+	Keychain secrets.Keychain
+	// Getenv reads env: secret sources; nil means os.Getenv.
+	Getenv func(string) string
 }
 
 // Service is the host core. Its methods are safe for concurrent use.
@@ -55,6 +64,8 @@ type Service struct {
 	store *tasks.Store
 	gate  *egress.Gate
 	valid settings.Validators
+	ca    *egress.CA
+	vault *secrets.Store
 
 	asks asks
 
@@ -90,9 +101,11 @@ func Open(cfg Config) (*Service, error) {
 			f, err := cfg.Resolve(dir)
 			return f.Path, err
 		},
-		Allow:   func(e string) error { _, err := egress.ParseAllowEntry(e); return err },
-		Deny:    func(e string) error { _, err := egress.ParseEntry(e); return err },
-		MapHost: func(e string) error { _, err := egress.ParseMapHost(e); return err },
+		Allow:         func(e string) error { _, err := egress.ParseAllowEntry(e); return err },
+		Deny:          func(e string) error { _, err := egress.ParseEntry(e); return err },
+		MapHost:       func(e string) error { _, err := egress.ParseMapHost(e); return err },
+		Secret:        secrets.Validate,
+		UpstreamProxy: func(u string) error { _, err := egress.ParseUpstreamProxy(u); return err },
 	}
 	st, err := settings.Load(cfg.SettingsPath, s.valid)
 	if err != nil {
@@ -102,19 +115,35 @@ func Open(cfg Config) (*Service, error) {
 	if s.store, err = tasks.Open(filepath.Join(cfg.StateDir, "tasks"), cfg.Tasks); err != nil {
 		return nil, fmt.Errorf("service: %w", err)
 	}
+	if s.ca, err = egress.LoadCA(filepath.Join(cfg.StateDir, "ca")); err != nil {
+		s.store.Close()
+		return nil, fmt.Errorf("service: %w", err)
+	}
+	roots, err := egress.UpstreamRoots(st.UpstreamCAs)
+	if err != nil {
+		s.store.Close()
+		return nil, fmt.Errorf("service: settings upstream_cas: %w", err)
+	}
+	s.vault = secrets.NewStore(cfg.Keychain, cfg.Getenv)
+	values, verr := s.vault.ForGate(st.Secrets)
+	if verr != nil {
+		s.log.Warn("some secrets are not available; tasks reaching their hosts get the placeholder only", "err", verr)
+	}
 	s.gate, err = egress.New(egress.Config{
 		Allow: st.Allow, Deny: st.Deny, MapHosts: st.MapHosts,
 		LogFile: filepath.Join(cfg.StateDir, "egress.jsonl"), Logger: cfg.Logger,
 		Decider: askDecider{s}, AskTimeout: AskTimeout,
+		CA: s.ca, Secrets: values, Inspect: st.Inspect, UpstreamRoots: roots, UpstreamProxy: st.UpstreamProxy,
 	})
 	if err != nil {
 		s.store.Close()
 		return nil, fmt.Errorf("service: %w", err)
 	}
 	opts := sandbox.Options{
-		ReadOnly: st.ReadOnly, CPUs: st.CPUs, MemoryMiB: st.MemoryMiB, Image: cfg.Image,
-		Egress: s.gate, BootTimeout: cfg.BootTimeout, Logger: cfg.Logger,
+		ReadOnly: st.ReadOnly, CPUs: st.CPUs, MemoryMiB: st.MemoryMiB,
+		Egress: s.gate, BootTimeout: cfg.BootTimeout, Logger: cfg.Logger, GuestCA: s.ca.CertPEM(),
 	}
+	opts.Image, opts.DiskDir = s.startImage(st)
 	if st.Workspace != "" {
 		f, err := cfg.Resolve(st.Workspace)
 		if err != nil {
@@ -239,6 +268,7 @@ func (s *Service) updateSettings(change func(*settings.Settings) error) error {
 	defer s.mu.Unlock()
 	st := s.settings
 	st.Allow, st.Deny, st.MapHosts = slices.Clone(st.Allow), slices.Clone(st.Deny), slices.Clone(st.MapHosts)
+	st.Secrets = slices.Clone(st.Secrets)
 	if err := change(&st); err != nil {
 		return err
 	}

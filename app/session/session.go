@@ -170,7 +170,7 @@ func New(cfg Config) *Session {
 	s.snap = snapshot{
 		state: StateStopped, since: s.clock.Now(),
 		workspace: cfg.Sandbox.Workspace, readOnly: cfg.Sandbox.ReadOnly,
-		cpus: cfg.Sandbox.CPUs, mem: cfg.Sandbox.MemoryMiB, consoleLog: cfg.Sandbox.ConsoleLog,
+		cpus: cfg.Sandbox.CPUs, mem: cfg.Sandbox.MemoryMiB, image: cfg.Sandbox.Image.Name, keepDisk: cfg.Sandbox.DiskDir != "", consoleLog: cfg.Sandbox.ConsoleLog,
 	}
 	sup := newSupervisor(s)
 	go sup.run()
@@ -184,15 +184,18 @@ const (
 	opStop
 	opRestart
 	opWorkspace
+	opImage
 	opClose
 )
 
 type command struct {
-	op     op
-	ctx    context.Context
-	folder Folder
-	ro     bool
-	reply  chan error
+	op      op
+	ctx     context.Context
+	folder  Folder
+	ro      bool
+	image   sandbox.Image // opImage
+	diskDir string        // opImage
+	reply   chan error
 }
 
 // do hands c to the supervisor and waits for its answer.
@@ -254,6 +257,20 @@ func (s *Session) SetWorkspace(ctx context.Context, dir string, readOnly bool) e
 		}
 	}
 	if err := s.do(ctx, command{op: opWorkspace, folder: f, ro: readOnly}); err != nil {
+		return err
+	}
+	if s.Status().State == StateStopped {
+		return nil
+	}
+	_, _, err := s.await(ctx, false)
+	return err
+}
+
+// SetImage changes the guest image, and where the persistent disks of an
+// image with a root disk live ("" for none: sandbox.Options.DiskDir). A
+// running VM is replaced by one booted from the new image.
+func (s *Session) SetImage(ctx context.Context, img sandbox.Image, diskDir string) error {
+	if err := s.do(ctx, command{op: opImage, image: img, diskDir: diskDir}); err != nil {
 		return err
 	}
 	if s.Status().State == StateStopped {

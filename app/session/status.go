@@ -63,6 +63,10 @@ type Status struct {
 	ReadOnly   bool   `json:"read_only"`
 	CPUs       int    `json:"cpus"`
 	MemoryMiB  int    `json:"memory_mib"`
+	// Image is the guest image the VM boots ("minimal", "standard"), and
+	// KeepDisk whether its changes are kept on the workspace's disk.
+	Image    string `json:"image,omitempty"`
+	KeepDisk bool   `json:"keep_disk,omitempty"`
 	// Accelerator and PID describe the current (or last) VM.
 	Accelerator string `json:"accelerator,omitempty"`
 	PID         int    `json:"pid,omitempty"`
@@ -94,6 +98,8 @@ type snapshot struct {
 	workspace string
 	readOnly  bool
 	cpus, mem int
+	image     string
+	keepDisk  bool
 
 	accel    string
 	pid      int
@@ -112,6 +118,7 @@ func (s *snapshot) status(now time.Time) Status {
 	st := Status{
 		State: s.state, Phase: s.phase, Elapsed: now.Sub(s.since), Generation: s.gen,
 		Workspace: s.workspace, ReadOnly: s.readOnly, CPUs: s.cpus, MemoryMiB: s.mem,
+		Image: s.image, KeepDisk: s.keepDisk,
 		Accelerator: s.accel, PID: s.pid, BootTime: s.bootTime,
 		Restarts: s.restarts, Failures: s.failures, ConsoleLog: s.consoleLog,
 	}

@@ -124,6 +124,19 @@ func (l *supervisor) handle(c command) error {
 		if err != nil {
 			l.s.log.Warn("workspace change: the previous VM did not stop cleanly", "err", err)
 		}
+	case opImage:
+		l.tmpl.Image, l.tmpl.DiskDir = c.image, c.diskDir
+		l.s.update(func(sn *snapshot) { sn.image, sn.keepDisk = c.image.Name, c.diskDir != "" })
+		l.s.log.Info("image set", "image", c.image.Name, "keep_disk", c.diskDir != "", "restart", l.want)
+		if !l.want {
+			return nil
+		}
+		err := l.teardown(c.ctx, StateRestarting)
+		l.backoff.reset()
+		l.startBoot()
+		if err != nil {
+			l.s.log.Warn("image change: the previous VM did not stop cleanly", "err", err)
+		}
 	case opStop, opClose:
 		l.want = false
 		err := l.teardown(c.ctx, StateStopping)

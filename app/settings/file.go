@@ -67,10 +67,13 @@ func Save(path string, s Settings, v Validators) error {
 
 // Encode returns s as the indented JSON Save writes, lists never null.
 func Encode(s Settings) ([]byte, error) {
-	for _, l := range []*[]string{&s.Allow, &s.Deny, &s.MapHosts} {
+	for _, l := range []*[]string{&s.Allow, &s.Deny, &s.MapHosts, &s.UpstreamCAs} {
 		if *l == nil {
 			*l = []string{}
 		}
+	}
+	if s.Secrets == nil {
+		s.Secrets = []Secret{}
 	}
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
@@ -82,13 +85,19 @@ func Encode(s Settings) ([]byte, error) {
 // fields maps each JSON name to the Settings field it fills. Names match
 // exactly (encoding/json alone would also accept "CPUS").
 var fields = map[string]func(*Settings) any{
-	"workspace":  func(s *Settings) any { return &s.Workspace },
-	"cpus":       func(s *Settings) any { return &s.CPUs },
-	"memory_mib": func(s *Settings) any { return &s.MemoryMiB },
-	"read_only":  func(s *Settings) any { return &s.ReadOnly },
-	"allow":      func(s *Settings) any { return &s.Allow },
-	"deny":       func(s *Settings) any { return &s.Deny },
-	"map_hosts":  func(s *Settings) any { return &s.MapHosts },
+	"workspace":      func(s *Settings) any { return &s.Workspace },
+	"cpus":           func(s *Settings) any { return &s.CPUs },
+	"memory_mib":     func(s *Settings) any { return &s.MemoryMiB },
+	"read_only":      func(s *Settings) any { return &s.ReadOnly },
+	"allow":          func(s *Settings) any { return &s.Allow },
+	"deny":           func(s *Settings) any { return &s.Deny },
+	"map_hosts":      func(s *Settings) any { return &s.MapHosts },
+	"secrets":        func(s *Settings) any { return &s.Secrets },
+	"upstream_cas":   func(s *Settings) any { return &s.UpstreamCAs },
+	"upstream_proxy": func(s *Settings) any { return &s.UpstreamProxy },
+	"inspect":        func(s *Settings) any { return &s.Inspect },
+	"image":          func(s *Settings) any { return &s.Image },
+	"keep_disk":      func(s *Settings) any { return &s.KeepDisk },
 }
 
 // Decode parses settings JSON over Default(). It checks syntax and types,
@@ -121,7 +130,9 @@ func Decode(data []byte) (Settings, error) {
 		if string(value) == "null" {
 			continue // keeps the default
 		}
-		if err := json.Unmarshal(value, fields[name](&s)); err != nil {
+		fd := json.NewDecoder(bytes.NewReader(value))
+		fd.DisallowUnknownFields() // inside secrets too
+		if err := fd.Decode(fields[name](&s)); err != nil {
 			errs = append(errs, &FieldError{Field: name, Index: -1, Err: typeError(value, err)})
 		}
 	}

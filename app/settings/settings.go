@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -32,7 +33,44 @@ type Settings struct {
 	Deny []string `json:"deny"`
 	// MapHosts pins names to addresses, NAME=ADDR.
 	MapHosts []string `json:"map_hosts"`
+	// Secrets describe credentials the gate adds on the way out: where
+	// each may go and where its value comes from, never the value.
+	Secrets []Secret `json:"secrets"`
+	// UpstreamCAs are PEM files of extra CAs the gate trusts when it
+	// verifies real servers (a corporate TLS proxy, a private CA).
+	UpstreamCAs []string `json:"upstream_cas"`
+	// UpstreamProxy, if set, is an HTTP proxy (http://host:port) every
+	// outbound connection goes through.
+	UpstreamProxy string `json:"upstream_proxy"`
+	// Inspect terminates TLS for every host, not only those with a
+	// secret, so placeholders are caught everywhere.
+	Inspect bool `json:"inspect"`
+	// Image is the guest image: "minimal" (also when empty) or "standard".
+	Image string `json:"image,omitempty"`
+	// KeepDisk keeps the standard image's changes outside the workspace on
+	// a persistent disk per workspace instead of starting clean each boot.
+	KeepDisk bool `json:"keep_disk,omitempty"`
 }
+
+// Secret is the metadata of one credential. The value lives in the OS
+// keychain, an environment variable or a file that Source names; it is
+// never written here.
+type Secret struct {
+	// Name is what the task's environment variable is called.
+	Name string `json:"name"`
+	// Hosts the value may be sent to (egress entry grammar).
+	Hosts []string `json:"hosts"`
+	// Header, if set, is a template such as "Authorization: Bearer {}".
+	Header string `json:"header,omitempty"`
+	// Source says where the value is: "keychain", "env:VAR" or
+	// "file:PATH" (see app/secrets).
+	Source string `json:"source"`
+	// Placeholder is what the guest gets instead of the value.
+	Placeholder string `json:"placeholder"`
+}
+
+// Images are the values Image may take ("" too, meaning the first).
+var Images = []string{"minimal", "standard"}
 
 // Bounds and defaults. The defaults match app/sandbox's.
 const (
@@ -50,7 +88,8 @@ const (
 // Default returns the settings used when there is no file: no workspace,
 // the default VM size, read-write, and empty lists (deny all egress).
 func Default() Settings {
-	return Settings{CPUs: DefaultCPUs, MemoryMiB: DefaultMemoryMiB, Allow: []string{}, Deny: []string{}, MapHosts: []string{}}
+	return Settings{CPUs: DefaultCPUs, MemoryMiB: DefaultMemoryMiB, Allow: []string{}, Deny: []string{}, MapHosts: []string{},
+		Secrets: []Secret{}, UpstreamCAs: []string{}}
 }
 
 // Validators check entries whose grammar another package owns. A nil
@@ -62,6 +101,10 @@ type Validators struct {
 	// Allow, Deny and MapHost check one list entry each; app passes the
 	// egress policy parser (egress.ParseEntry, egress.ParseMapHost).
 	Allow, Deny, MapHost func(entry string) error
+	// Secret checks one secret's metadata; app passes secrets.Validate.
+	Secret func(Secret) error
+	// UpstreamProxy checks the upstream proxy URL.
+	UpstreamProxy func(string) error
 }
 
 // FieldError is one invalid field, or one invalid entry of a list field.
@@ -107,6 +150,12 @@ func (s Settings) Validate(v Validators) error {
 	if s.MemoryMiB < MinMemoryMiB || s.MemoryMiB > MaxMemoryMiB {
 		bad("memory_mib", -1, fmt.Errorf("%d is not between %d and %d", s.MemoryMiB, MinMemoryMiB, MaxMemoryMiB))
 	}
+	if s.Image != "" && !slices.Contains(Images, s.Image) {
+		bad("image", -1, fmt.Errorf("%q is not an image: choose %s", s.Image, strings.Join(Images, " or ")))
+	}
+	if s.KeepDisk && s.Image != "standard" {
+		bad("keep_disk", -1, errors.New(`only the "standard" image has a disk to keep`))
+	}
 	lists := []struct {
 		field   string
 		entries []string
@@ -129,6 +178,34 @@ func (s Settings) Validate(v Validators) error {
 					bad(l.field, i, err)
 				}
 			}
+		}
+	}
+	if len(s.Secrets) > MaxEntries {
+		bad("secrets", -1, fmt.Errorf("%d entries, at most %d are allowed", len(s.Secrets), MaxEntries))
+	} else {
+		names := map[string]bool{}
+		for i, sec := range s.Secrets {
+			switch {
+			case sec.Name == "":
+				bad("secrets", i, errors.New("no name"))
+			case names[sec.Name]:
+				bad("secrets", i, fmt.Errorf("%s appears twice", sec.Name))
+			case v.Secret != nil:
+				if err := v.Secret(sec); err != nil {
+					bad("secrets", i, err)
+				}
+			}
+			names[sec.Name] = true
+		}
+	}
+	for i, f := range s.UpstreamCAs {
+		if !filepath.IsAbs(f) {
+			bad("upstream_cas", i, fmt.Errorf("%q is not an absolute path", f))
+		}
+	}
+	if s.UpstreamProxy != "" && v.UpstreamProxy != nil {
+		if err := v.UpstreamProxy(s.UpstreamProxy); err != nil {
+			bad("upstream_proxy", -1, err)
 		}
 	}
 	return errors.Join(errs...)

@@ -33,6 +33,16 @@ func TestMissingFileGivesDefaults(t *testing.T) {
 	}
 }
 
+func TestImageSettings(t *testing.T) {
+	s, err := Load(writeFile(t, `{"image": "standard", "keep_disk": true}`), Validators{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Image != "standard" || !s.KeepDisk {
+		t.Fatalf("got %+v", s)
+	}
+}
+
 func TestPartialFileKeepsDefaults(t *testing.T) {
 	s, err := Load(writeFile(t, `{"cpus": 4, "allow": null}`), Validators{})
 	if err != nil {
@@ -58,12 +68,14 @@ func TestLoadErrors(t *testing.T) {
 		{"workspace relative", `{"workspace": "proj"}`, `settings.json: "workspace": "proj" is not an absolute path`},
 		{"workspace type", `{"workspace": 7}`, `settings.json: "workspace": want a string, got 7`},
 		{"allow type", `{"allow": "example.com"}`, `settings.json: "allow": want a list of strings, got "example.com"`},
+		{"image unknown", `{"image": "fedora"}`, `settings.json: "image": "fedora" is not an image: choose minimal or standard`},
+		{"keep_disk without a disk", `{"keep_disk": true}`, `settings.json: "keep_disk": only the "standard" image has a disk to keep`},
 		{"allow empty entry", `{"allow": ["a.com", " "]}`, `settings.json: "allow"[1]: empty entry`},
 		{"deny entry type", `{"deny": [1]}`, `settings.json: "deny": want a string, got [1]`},
 		{"deny empty entry", `{"deny": [""]}`, `settings.json: "deny"[0]: empty entry`},
 		{"map_hosts shape", `{"map_hosts": ["a.com"]}`, `settings.json: "map_hosts"[0]: "a.com" is not NAME=ADDR`},
 		{"map_hosts empty addr", `{"map_hosts": ["a.com="]}`, `settings.json: "map_hosts"[0]: "a.com=" is not NAME=ADDR`},
-		{"unknown field", `{"cpus": 2, "proxy": "x", "Cpus": 3}`, `settings.json: unknown field "Cpus", "proxy"; known fields are allow, cpus, deny, map_hosts, memory_mib, read_only, workspace`},
+		{"unknown field", `{"cpus": 2, "proxy": "x", "Cpus": 3}`, `settings.json: unknown field "Cpus", "proxy"; known fields are allow, cpus, deny, image, inspect, keep_disk, map_hosts, memory_mib, read_only, secrets, upstream_cas, upstream_proxy, workspace`},
 		{"syntax", "{\n  \"cpus\": 2,\n}", `settings.json: line 3, column 1: invalid character '}' looking for beginning of object key string`},
 		{"empty", ``, `settings.json: empty file`},
 		{"not an object", `[1]`, `settings.json: not a JSON object`},
@@ -214,5 +226,29 @@ func TestDefaultPath(t *testing.T) {
 	p, err := DefaultPath()
 	if err != nil || p != "/cfg/airlock/settings.json" {
 		t.Fatalf("DefaultPath = %q, %v", p, err)
+	}
+}
+
+func TestValidateSecretsAndUpstream(t *testing.T) {
+	s := Default()
+	s.Secrets = []Secret{{Name: "A", Hosts: []string{"a.com"}, Source: "keychain", Placeholder: "p"}, {Name: "A"}, {}}
+	s.UpstreamCAs = []string{"relative.pem"}
+	s.UpstreamProxy = "socks5://x"
+	checked := 0
+	err := s.Validate(Validators{
+		Secret:        func(Secret) error { checked++; return nil },
+		UpstreamProxy: func(string) error { return errors.New("want http://") },
+	})
+	for _, want := range []string{`"secrets"[1]: A appears twice`, `"secrets"[2]: no name`, `"upstream_cas"[0]`, `"upstream_proxy": want http://`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+	if checked != 1 {
+		t.Errorf("secret validator ran %d times", checked)
+	}
+	// A secret with an unknown field (say, a value) is refused on load.
+	if _, err := Decode([]byte(`{"secrets": [{"name": "A", "value": "x"}]}`)); err == nil || !strings.Contains(err.Error(), "value") {
+		t.Errorf("unknown secret field accepted: %v", err)
 	}
 }

@@ -277,6 +277,33 @@ func TestMetadataWriteFails(t *testing.T) {
 	}
 }
 
+// A finished task whose final metadata could not be written (full disk)
+// is written again once there is room, not only on Close: a crash after
+// that must not bring it back as lost.
+func TestMetadataRetriedWhenThereIsRoom(t *testing.T) {
+	dir := t.TempDir()
+	s := openIn(t, dir, Options{})
+	task := create(t, s)
+	s.Start(task.ID)
+	failing := true
+	s.writeMeta = func(path string, data []byte) error {
+		if failing {
+			return syscall.ENOSPC
+		}
+		return writeFileAtomic(path, data)
+	}
+	if got, _ := s.Finish(task.ID, Exited, Exit{Code: 3}, ""); got.Output.Error == "" {
+		t.Fatalf("the failed write was not noted: %+v", got)
+	}
+	failing = false
+	create(t, s) // a write that succeeds
+	// A crash now: the store is not closed, another one opens the folder.
+	s2 := openIn(t, dir, Options{})
+	if got, err := s2.Get(task.ID); err != nil || got.State != Exited || got.Exit.Code != 3 {
+		t.Fatalf("after a crash: %+v, %v; want exited 3", got, err)
+	}
+}
+
 func TestWriteAfterFinish(t *testing.T) {
 	s := newStore(t, Options{})
 	task := create(t, s)

@@ -30,6 +30,7 @@ func (s *Store) persist(t *task) error {
 	}
 	if err != nil {
 		t.dirty = true
+		s.unsaved.Store(true)
 		s.noteError(t, fmt.Errorf("write metadata: %w", err))
 		return err
 	}
@@ -152,7 +153,7 @@ func (s *Store) repairLog(t *task) time.Time {
 	if size == out.LogBytes {
 		return fi.ModTime()
 	}
-	if size < out.LogBytes {
+	if size < out.LogBytes || out.LogBytes < 0 {
 		s.noteError(t, fmt.Errorf("log: %d bytes, %d expected; the end was lost", size, out.LogBytes))
 		out.LogBytes, out.Stdout, out.Stderr = 0, 0, 0
 	}

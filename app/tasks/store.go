@@ -61,8 +61,11 @@ type Store struct {
 	wg   sync.WaitGroup
 
 	closed atomic.Bool
-	mu     sync.Mutex // guards tasks; taken before any task.mu
-	tasks  map[string]*task
+	// unsaved is set when a task's metadata could not be written (a full
+	// disk); the next successful write retries them (retryUnsaved).
+	unsaved atomic.Bool
+	mu      sync.Mutex // guards tasks; taken before any task.mu
+	tasks   map[string]*task
 
 	// Seams for tests that simulate a full disk.
 	openLog   func(path string) (logFile, error)
@@ -177,6 +180,7 @@ func (s *Store) Create(cmd Command) (Task, error) {
 	t.file = f
 	s.tasks[id] = t
 	s.mu.Unlock()
+	s.retryUnsaved() // this task's metadata was written: there is room again
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -206,6 +210,7 @@ func (s *Store) Finish(id string, to State, exit Exit, reason string) (Task, err
 	})
 	if err == nil {
 		s.retain()
+		s.retryUnsaved()
 	}
 	return t, err
 }
@@ -251,6 +256,28 @@ func (s *Store) transition(id string, to State, change func(*Task)) (Task, error
 	t.notify()
 	s.hub.publish(func() Event { return Event{Kind: EventState, Task: t.t} })
 	return t.t, nil
+}
+
+// retryUnsaved writes the metadata of tasks whose last write failed, so
+// that a crash after the disk has room again does not bring them back in an
+// older state (a finished task as lost). Close retries them too.
+func (s *Store) retryUnsaved() {
+	if !s.unsaved.CompareAndSwap(true, false) {
+		return
+	}
+	s.mu.Lock()
+	ts := make([]*task, 0, len(s.tasks))
+	for _, t := range s.tasks {
+		ts = append(ts, t)
+	}
+	s.mu.Unlock()
+	for _, t := range ts {
+		t.mu.Lock()
+		if t.dirty {
+			_ = s.persist(t) // sets unsaved again when it fails
+		}
+		t.mu.Unlock()
+	}
 }
 
 // Get returns a snapshot of one task.

@@ -20,6 +20,9 @@ const (
 	kernel  = imgDir + `\vmlinuz`
 	initrd  = imgDir + `\initramfs.cpio.gz`
 	project = `C:\Users\alice\src\project`
+	stdDir  = `C:\Program Files\Airlock\images\standard\amd64`
+	rootVHD = stdDir + `\root.vhd`
+	dataVHD = `C:\Users\alice\AppData\Local\Airlock\disks\0123456789abcdef\data.vhd`
 )
 
 // fakeFiles is a file system of canonical paths (lower-cased keys) with
@@ -50,9 +53,13 @@ func newFakeFiles() *fakeFiles {
 		}
 		f.entries[strings.ToLower(d)] = fakeEntry{path: d, dir: true, owner: owner}
 	}
-	for _, p := range []string{kernel, initrd, `C:\Windows\evil.img`, project + `\notes.txt`} {
+	for _, p := range []string{kernel, initrd, `C:\Windows\evil.img`, project + `\notes.txt`, rootVHD, stdDir + `\vmlinuz`, `C:\Windows\system.vhd`} {
 		f.entries[strings.ToLower(p)] = fakeEntry{path: p, owner: "S-1-5-18"}
 	}
+	f.entries[strings.ToLower(dataVHD)] = fakeEntry{path: dataVHD, owner: alice}
+	f.entries[strings.ToLower(project+`\data.img`)] = fakeEntry{path: project + `\data.img`, owner: alice}
+	f.entries[strings.ToLower(`C:\Users\bob\data.vhd`)] = fakeEntry{path: `C:\Users\bob\data.vhd`, owner: bob}
+	f.entries[strings.ToLower(project+`\dir.vhd`)] = fakeEntry{path: project + `\dir.vhd`, dir: true, owner: alice}
 	f.aliases[strings.ToLower(`C:\Users\alice\link`)] = `C:\Users\bob\code`
 	f.aliases[strings.ToLower(`C:\PROGRA~1\Airlock\images\amd64\vmlinuz`)] = kernel
 	f.aliases[strings.ToLower(imgDir+`\evil`)] = `C:\Windows\evil.img`
@@ -263,7 +270,7 @@ func (s *fakeSystem) isClosed() bool {
 }
 
 func testPolicy() Policy {
-	return Policy{ImageDir: imgDir, Arch: "amd64", MaxCPUs: 8, MaxMemoryMiB: 8192}
+	return Policy{ImageDir: imgDir, StandardDir: stdDir, Arch: "amd64", MaxCPUs: 8, MaxMemoryMiB: 8192}
 }
 
 func aliceCaller() Caller { return Caller{SID: alice, Profile: `C:\Users\alice`, Token: 42} }

@@ -79,9 +79,17 @@ func Serve(ctx context.Context, cfg Config) error {
 		log.Error("image folder", "dir", cfg.ImageDir, "err", err)
 		imageDir = "" // every boot file is then refused, with the reason
 	}
+	// The standard image, when installed, sits beside the minimal one:
+	// images\standard\<arch> next to images\<arch>.
+	standardDir := ""
+	if imageDir != "" {
+		if d, err := files.Resolve(filepath.Join(filepath.Dir(imageDir), "standard", runtime.GOARCH)); err == nil {
+			standardDir = d
+		}
+	}
 	srv := &Server{
 		HCS:    windowsHCS{},
-		Policy: Policy{ImageDir: imageDir, Arch: runtime.GOARCH, MaxCPUs: min(runtime.NumCPU(), hcs.MaxCPUs), MaxMemoryMiB: hcs.MaxMemoryMiB},
+		Policy: Policy{ImageDir: imageDir, StandardDir: standardDir, Arch: runtime.GOARCH, MaxCPUs: min(runtime.NumCPU(), hcs.MaxCPUs), MaxMemoryMiB: hcs.MaxMemoryMiB},
 		Files:  files,
 		Log:    log,
 	}

@@ -40,6 +40,9 @@ type Policy struct {
 	// ImageDir is the installed guest image folder (canonical); kernel and
 	// initrd must be inside it.
 	ImageDir string
+	// StandardDir is the installed standard image's folder (canonical), or
+	// "": its kernel, initrd and read-only root disk are accepted too.
+	StandardDir string
 	// Arch is the host's GOARCH.
 	Arch string
 	// MaxCPUs and MaxMemoryMiB bound one VM.
@@ -51,7 +54,7 @@ type Policy struct {
 // does around it.
 type Plan struct {
 	Spec hcs.Spec
-	// BootFiles get HcsGrantVmAccess before start.
+	// BootFiles get HcsGrantVmAccess before start (the disks too).
 	BootFiles []string
 	// SharePath is the canonical workspace folder, or "".
 	SharePath     string
@@ -111,6 +114,17 @@ func (p Policy) Validate(req hcs.CreateRequest, c Caller, f Files) (Plan, error)
 		},
 		BootFiles: []string{kernel, initrd},
 	}
+	if len(req.Disks) > vm.MaxDisks {
+		return Plan{}, invalid("%d disks: at most %d", len(req.Disks), vm.MaxDisks)
+	}
+	for _, d := range req.Disks {
+		path, err := p.disk(d, c, f)
+		if err != nil {
+			return Plan{}, err
+		}
+		plan.Spec.Disks = append(plan.Spec.Disks, hcs.Disk{Path: path, ReadOnly: d.ReadOnly})
+		plan.BootFiles = append(plan.BootFiles, path)
+	}
 	if req.Share != nil {
 		dir, err := shareFolder(req.Share.Path, c, f)
 		if err != nil {
@@ -156,7 +170,7 @@ func (p Policy) bootFile(what, path string, f Files) (string, error) {
 	if !strings.EqualFold(real, path) {
 		return "", invalid("%s %s is not canonical (it is %s)", what, path, real)
 	}
-	if p.ImageDir == "" || !within(real, p.ImageDir) {
+	if !p.inImage(real) {
 		return "", fmt.Errorf("%w: %s %s is outside the installed image folder %s", ErrDenied, what, real, p.ImageDir)
 	}
 	fi, err := f.Stat(real)
@@ -165,6 +179,53 @@ func (p Policy) bootFile(what, path string, f Files) (string, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		return "", invalid("%s %s is not a regular file", what, real)
+	}
+	return real, nil
+}
+
+// inImage reports whether path is inside an installed image folder.
+func (p Policy) inImage(path string) bool {
+	return (p.ImageDir != "" && within(path, p.ImageDir)) || (p.StandardDir != "" && within(path, p.StandardDir))
+}
+
+// disk checks a disk file: canonical, a regular .vhd file, and either an
+// installed image's disk, attached read-only, or a file the caller owns
+// (the persistent disk in their state folder). The VM gets access to it,
+// so a caller can never attach another account's file, nor write to the
+// installed image that every account boots.
+func (p Policy) disk(d hcs.DiskRequest, c Caller, f Files) (string, error) {
+	if err := CanonicalForm(d.Path); err != nil {
+		return "", invalid("disk: %v", err)
+	}
+	real, err := f.Resolve(d.Path)
+	if err != nil {
+		return "", invalid("disk %s: %v", d.Path, err)
+	}
+	if !strings.EqualFold(real, d.Path) {
+		return "", invalid("disk %s is not canonical (it is %s)", d.Path, real)
+	}
+	if !strings.HasSuffix(strings.ToLower(real), ".vhd") {
+		return "", invalid("disk %s is not a .vhd file", real)
+	}
+	fi, err := f.Stat(real)
+	if err != nil {
+		return "", invalid("disk %s: %v", real, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", invalid("disk %s is not a regular file", real)
+	}
+	if p.inImage(real) {
+		if !d.ReadOnly {
+			return "", fmt.Errorf("%w: disk %s is part of the installed image and is attached read-only only", ErrDenied, real)
+		}
+		return real, nil
+	}
+	owner, err := f.Owner(real)
+	if err != nil {
+		return "", fmt.Errorf("%w: disk %s: cannot read its owner: %v", ErrDenied, real, err)
+	}
+	if owner != c.SID {
+		return "", fmt.Errorf("%w: disk %s belongs to another account (%s)", ErrDenied, real, owner)
 	}
 	return real, nil
 }

@@ -57,6 +57,21 @@ func TestValidate(t *testing.T) {
 		{"share missing", func(r *hcs.CreateRequest, _ *Caller) { r.Share.Path = project + `\gone` }, vm.ErrInvalidConfig},
 		{"share trailing dot", func(r *hcs.CreateRequest, _ *Caller) { r.Share.Path = project + `.` }, vm.ErrInvalidConfig},
 		{"share trailing backslash", func(r *hcs.CreateRequest, _ *Caller) { r.Share.Path = project + `\` }, vm.ErrInvalidConfig},
+
+		{"standard image", func(r *hcs.CreateRequest, _ *Caller) {
+			r.Kernel = stdDir + `\vmlinuz`
+			r.Disks = []hcs.DiskRequest{{Path: rootVHD, ReadOnly: true}, {Path: dataVHD}}
+		}, nil},
+		{"image disk writable", func(r *hcs.CreateRequest, _ *Caller) { r.Disks = []hcs.DiskRequest{{Path: rootVHD}} }, ErrDenied},
+		{"disk of another user", func(r *hcs.CreateRequest, _ *Caller) { r.Disks = []hcs.DiskRequest{{Path: `C:\Users\bob\data.vhd`}} }, ErrDenied},
+		{"system disk read-only", func(r *hcs.CreateRequest, _ *Caller) {
+			r.Disks = []hcs.DiskRequest{{Path: `C:\Windows\system.vhd`, ReadOnly: true}}
+		}, ErrDenied},
+		{"disk not a vhd", func(r *hcs.CreateRequest, _ *Caller) { r.Disks = []hcs.DiskRequest{{Path: project + `\data.img`}} }, vm.ErrInvalidConfig},
+		{"disk is a folder", func(r *hcs.CreateRequest, _ *Caller) { r.Disks = []hcs.DiskRequest{{Path: project + `\dir.vhd`}} }, vm.ErrInvalidConfig},
+		{"disk missing", func(r *hcs.CreateRequest, _ *Caller) { r.Disks = []hcs.DiskRequest{{Path: project + `\gone.vhd`}} }, vm.ErrInvalidConfig},
+		{"disk relative", func(r *hcs.CreateRequest, _ *Caller) { r.Disks = []hcs.DiskRequest{{Path: `data.vhd`}} }, vm.ErrInvalidConfig},
+		{"too many disks", func(r *hcs.CreateRequest, _ *Caller) { r.Disks = make([]hcs.DiskRequest, 5) }, vm.ErrInvalidConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, c := goodRequest(), aliceCaller()
@@ -78,11 +93,20 @@ func TestValidate(t *testing.T) {
 
 func checkPlan(t *testing.T, req hcs.CreateRequest, c Caller, plan Plan) {
 	t.Helper()
-	if plan.Spec.UserSID != c.SID || plan.Spec.Kernel != kernel || plan.Spec.Initrd != initrd {
+	if plan.Spec.UserSID != c.SID || plan.Spec.Kernel != req.Kernel || plan.Spec.Initrd != initrd {
 		t.Errorf("spec %+v", plan.Spec)
 	}
-	if len(plan.BootFiles) != 2 {
+	// Every file the VM opens, the disks too, is granted to it.
+	if len(plan.BootFiles) != 2+len(req.Disks) {
 		t.Errorf("boot files %v", plan.BootFiles)
+	}
+	if len(plan.Spec.Disks) != len(req.Disks) {
+		t.Errorf("disks %+v for %+v", plan.Spec.Disks, req.Disks)
+	}
+	for i, d := range plan.Spec.Disks {
+		if d.Path != req.Disks[i].Path || d.ReadOnly != req.Disks[i].ReadOnly || plan.BootFiles[2+i] != d.Path {
+			t.Errorf("disk %d: %+v for %+v (boot files %v)", i, d, req.Disks[i], plan.BootFiles)
+		}
 	}
 	if req.Share == nil {
 		if plan.SharePath != "" || plan.Spec.Share {

@@ -14,6 +14,8 @@ export interface SessionStatus {
   read_only: boolean;
   cpus: number;
   memory_mib: number;
+  image?: string;
+  keep_disk?: boolean;
   accelerator?: string;
   pid?: number;
   boot_time_ns: number;
@@ -33,6 +35,37 @@ export interface Settings {
   allow: string[];
   deny: string[];
   map_hosts: string[];
+  secrets?: SecretMeta[];
+  upstream_cas?: string[];
+  upstream_proxy?: string;
+  inspect?: boolean;
+  image?: string;
+  keep_disk?: boolean;
+}
+
+/** SecretMeta is what the settings keep of a secret: never its value. */
+export interface SecretMeta {
+  name: string;
+  hosts: string[];
+  header?: string;
+  source: string;
+  placeholder: string;
+}
+
+export interface SecretInfo extends SecretMeta {
+  available: boolean;
+  problem?: string;
+  note?: string;
+}
+
+/** SecretRequest carries the value once, to the service; it is never sent back. */
+export interface SecretRequest {
+  name: string;
+  hosts: string[];
+  header?: string;
+  value?: string;
+  from_env?: string;
+  from_file?: string;
 }
 
 export interface Status {
@@ -78,6 +111,8 @@ export interface Decision {
   reason: string;
   rule?: string;
   detail?: string;
+  /** secrets names the secrets the gate added (names only). */
+  secrets?: string[];
   bytes_up: number;
   bytes_down: number;
   duration_ns: number;
@@ -324,6 +359,8 @@ export const api = {
   settings: () => call<Settings>("GET", "/v1/settings"),
   vm: (action: "start" | "stop" | "restart") => call<Status>("POST", `/v1/vm/${action}`),
   setWorkspace: (dir: string, readOnly: boolean) => call<Status>("PUT", "/v1/workspace", { dir, read_only: readOnly }),
+  setImage: (image: string, keepDisk: boolean) => call<Status>("PUT", "/v1/image", { image, keep_disk: keepDisk }),
+  resetDisk: () => call<Status>("POST", "/v1/disk/reset"),
 
   run: (req: RunRequest) => call<Task>("POST", "/v1/tasks", req),
   runShell: (line: string, opts: { root?: boolean; timeoutSec?: number; stdin?: string } = {}) =>
@@ -344,6 +381,10 @@ export const api = {
 
   egressLog: () => call<Decision[]>("GET", "/v1/egress/log"),
   rule: (action: "allow" | "deny" | "remove", pattern: string) => call<Settings>("POST", "/v1/egress/rules", { action, pattern }),
+
+  secrets: () => call<SecretInfo[]>("GET", "/v1/secrets"),
+  setSecret: (req: SecretRequest) => call<SecretInfo>("PUT", `/v1/secrets/${encodeURIComponent(req.name)}`, req),
+  removeSecret: (name: string) => call<void>("DELETE", `/v1/secrets/${encodeURIComponent(name)}`),
 
   asks: () => call<Ask[]>("GET", "/v1/asks"),
   answer: (id: string, verdict: Verdict) => call<void>("POST", `/v1/asks/${encodeURIComponent(id)}`, { verdict }),

@@ -104,6 +104,8 @@ const reasons: Record<string, string> = {
   "ask-failed": "Could not ask",
   "upstream-error": "Site broke the connection",
   shutdown: "Airlock was closing",
+  "placeholder-refused": "Secret placeholder sent to the wrong site",
+  "upstream-tls-failed": "Site's certificate not trusted",
 };
 
 export function reason(d: Decision): string {

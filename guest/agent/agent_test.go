@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,9 +89,17 @@ func testCgroupRoot(t *testing.T) string {
 		return ""
 	}
 	t.Cleanup(func() {
-		// Children first; every task cgroup is gone once its Exec returned.
-		_ = os.Remove(filepath.Join(root, "tasks"))
-		if err := os.Remove(root); err != nil {
+		// Children first; every task cgroup is gone once its Exec returned,
+		// but a killed process can take a moment to leave (EBUSY) on a
+		// loaded machine.
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			_ = os.Remove(filepath.Join(root, "tasks"))
+			if err = os.Remove(root); err == nil || !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
 			t.Errorf("remove test cgroup: %v", err)
 		}
 	})

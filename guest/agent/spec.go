@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -158,7 +159,9 @@ func taskEnv(extra []string, user, home, dir string, tty bool) ([]string, error)
 		return nil, invalid("more than %d environment entries", maxEnv)
 	}
 	env := []string{
-		"PATH=" + defaultPath,
+		// ~/.local/bin first, as Debian's ~/.profile does: where pip puts
+		// the commands of packages a task installs for its user.
+		"PATH=" + path.Join(home, ".local/bin") + ":" + defaultPath,
 		"HOME=" + home,
 		"USER=" + user,
 		"LOGNAME=" + user,

@@ -102,3 +102,13 @@ func TestNoGoroutineLeak(t *testing.T) {
 		}
 	}
 }
+
+func TestTaskEnvDefaultPath(t *testing.T) {
+	env, err := taskEnv(nil, "agent", "/home/agent", "/w", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env[0] != "PATH=/home/agent/.local/bin:"+defaultPath {
+		t.Errorf("default %s: pip's user commands are not found", env[0])
+	}
+}

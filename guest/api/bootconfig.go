@@ -36,6 +36,8 @@ const (
 	keyUID       = "airlock.uid"
 	keyGID       = "airlock.gid"
 	keyDebug     = "airlock.debug"
+	keyRoot      = "airlock.root"
+	keyRootKeep  = "airlock.root_keep"
 )
 
 // BootConfig is what the host tells the guest through the kernel command
@@ -49,6 +51,13 @@ type BootConfig struct {
 	// UID and GID of the unprivileged task user; zero means the defaults.
 	UID, GID uint32
 	Debug    bool
+	// Root is the ext4 label of a read-only root disk to boot from (the
+	// standard image's RootLabel), or "" to stay in the initramfs.
+	Root string
+	// RootKeep puts the writable layer over Root on a persistent disk (the
+	// one labelled DataLabel, or a blank one marked BlankDiskMagic, which
+	// the guest formats) instead of a tmpfs that starts empty every boot.
+	RootKeep bool
 }
 
 // Args returns the kernel command line arguments for c, in a stable order.
@@ -74,6 +83,12 @@ func (c BootConfig) Args() []string {
 	}
 	if c.Debug {
 		a = append(a, keyDebug+"=1")
+	}
+	if c.Root != "" {
+		a = append(a, keyRoot+"="+c.Root)
+		if c.RootKeep {
+			a = append(a, keyRootKeep+"=1")
+		}
 	}
 	return a
 }
@@ -114,6 +129,13 @@ func ParseCmdline(cmdline string) (BootConfig, error) {
 			c.GID, err = parseUint32(v)
 		case keyDebug:
 			c.Debug, err = strconv.ParseBool(v)
+		case keyRoot:
+			if !ValidLabel(v) {
+				err = fmt.Errorf("%q is not a file system label (1 to 16 of a-z, 0-9, -)", v)
+			}
+			c.Root = v
+		case keyRootKeep:
+			c.RootKeep, err = strconv.ParseBool(v)
 		}
 		if err != nil {
 			return c, fmt.Errorf("kernel command line %s: %w", k, err)
@@ -128,4 +150,18 @@ func ParseCmdline(cmdline string) (BootConfig, error) {
 func parseUint32(s string) (uint32, error) {
 	n, err := strconv.ParseUint(s, 10, 32)
 	return uint32(n), err
+}
+
+// ValidLabel reports whether s can be a root disk label: 1 to 16 bytes
+// (ext4's limit) of lower-case letters, digits and '-'.
+func ValidLabel(s string) bool {
+	if len(s) == 0 || len(s) > 16 {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+			return false
+		}
+	}
+	return true
 }

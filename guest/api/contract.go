@@ -35,4 +35,11 @@ const (
 	// UserName and UserHome describe the unprivileged task user.
 	UserName = "agent"
 	UserHome = "/home/agent"
+	// RootLabel is the ext4 label of the standard image's read-only root
+	// disk; DataLabel that of a persistent writable layer.
+	RootLabel = "airlock-root"
+	DataLabel = "airlock-data"
+	// BlankDiskMagic starts a persistent writable disk the host created and
+	// the guest has not formatted yet (the guest looks for it at offset 0).
+	BlankDiskMagic = "AIRLOCK-BLANK-DATA-DISK\n"
 )

@@ -76,6 +76,7 @@ func (in *pid1) setup() error {
 	in.log = console.NewLogger(os.Stderr, "", in.cfg.Debug)
 	in.log.Debug("boot config", "cmdline", strings.TrimSpace(string(cmdline)))
 
+	in.harden()
 	// Cgroups and busybox's applet links need no module: they are made on
 	// the second CPU while the first loads modules. Tasks need both, so
 	// they are done before the agent starts.
@@ -99,6 +100,11 @@ func (in *pid1) setup() error {
 	if err := unix.Sethostname([]byte(hostname)); err != nil {
 		in.log.Warn("hostname", "err", err)
 	}
+	if in.cfg.Root != "" {
+		if err := in.switchRoot(); err != nil {
+			return err
+		}
+	}
 	in.prepareHome()
 	if in.cfg.Share != api.ShareNone {
 		if err := mountWorkspace(in.cfg); err != nil {
@@ -109,6 +115,28 @@ func (in *pid1) setup() error {
 	}
 	<-sideDone
 	return nil
+}
+
+// hardening are the kernel settings init makes before any task runs.
+// Tasks share uid 1000, so without Yama's scope 1 one task could ptrace
+// (read the memory of, inject into) another task's processes; scope 1
+// still lets a task trace its own children (strace, gdb of a child).
+var hardening = []struct{ path, value string }{
+	{"/proc/sys/kernel/yama/ptrace_scope", "1"},
+	{"/proc/sys/kernel/kptr_restrict", "2"},
+	{"/proc/sys/kernel/dmesg_restrict", "1"},
+	{"/proc/sys/kernel/unprivileged_bpf_disabled", "1"},
+	{"/proc/sys/kernel/perf_event_paranoid", "3"},
+}
+
+// harden applies hardening; a setting the kernel lacks is logged, not
+// fatal (the tests in tests/security say whether it held).
+func (in *pid1) harden() {
+	for _, h := range hardening {
+		if err := os.WriteFile(h.path, []byte(h.value), 0); err != nil {
+			in.log.Warn("hardening", "path", h.path, "err", err)
+		}
+	}
 }
 
 // openConsole makes /dev/console init's stdio: the kernel opens it before
@@ -268,16 +296,15 @@ func (in *pid1) agentExited(restart chan<- struct{}) {
 
 // startAgent starts "/init agent" as a child; init reaps it like any other.
 func (in *pid1) startAgent() error {
-	exe, err := os.Executable()
-	if err != nil {
-		exe = "/init"
-	}
+	// After a switch to a root disk, /init is out of reach by name; the
+	// running binary is not. The agent is still called /init (argv[0]).
+	exe := "/proc/self/exe"
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		return fmt.Errorf("start agent: %w", err)
 	}
 	defer null.Close()
-	p, err := os.StartProcess(exe, []string{exe, "agent"}, &os.ProcAttr{
+	p, err := os.StartProcess(exe, []string{"/init", "agent"}, &os.ProcAttr{
 		Env:   []string{"PATH=" + defaultPath, "HOME=/root"},
 		Files: []*os.File{null, os.Stderr, os.Stderr},
 	})

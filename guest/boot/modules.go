@@ -78,9 +78,13 @@ var moduleParts = map[string]modulePart{
 	"9pnet": part9PVirtio | part9PFD, "9p": part9PVirtio | part9PFD,
 	"9pnet_virtio": part9PVirtio, "9pnet_fd": part9PFD,
 	"vsock": partVsock, "vmw_vsock_virtio_transport_common": partVirtioVsock, "vmw_vsock_virtio_transport": partVirtioVsock,
-	"hv_vmbus": partHyperV, "hv_sock": partHyperV, "hv_storvsc": partHyperV | partRootDisk,
-	"virtio_blk": partRootDisk, "sd_mod": partRootDisk, "crc16": partRootDisk, "mbcache": partRootDisk,
+	"hv_vmbus": partHyperV | partRootDisk, "hv_sock": partHyperV,
+	"virtio_blk": partRootDisk, "crc16": partRootDisk, "mbcache": partRootDisk,
 	"jbd2": partRootDisk, "ext4": partRootDisk, "crc32c_generic": partRootDisk, "overlay": partRootDisk,
+	// A root disk on Hyper-V is a SCSI disk.
+	"hv_storvsc": partRootDisk, "sd_mod": partRootDisk, "scsi_common": partRootDisk, "scsi_mod": partRootDisk,
+	"scsi_transport_fc": partRootDisk, "crc64": partRootDisk, "crc64_rocksoft": partRootDisk,
+	"crct10dif_common": partRootDisk, "crc_t10dif": partRootDisk, "t10_pi": partRootDisk,
 }
 
 // neededParts is what a boot with cfg uses.
@@ -91,6 +95,9 @@ func neededParts(cfg api.BootConfig) modulePart {
 		p |= partVsock | partVirtioVsock
 	case api.TransportHVSock:
 		p |= partVsock | partHyperV
+	}
+	if cfg.Root != "" {
+		p |= partRootDisk
 	}
 	switch cfg.Share {
 	case api.ShareVirtiofs:

@@ -52,7 +52,8 @@ func TestCompressed(t *testing.T) {
 var imageModules = strings.Fields(`virtio_pci_legacy_dev virtio_pci_modern_dev virtio_ring virtio virtio_pci
 	virtio_mmio virtio_console virtio-rng virtio_balloon fuse virtiofs 9pnet netfs fscache 9p 9pnet_virtio
 	9pnet_fd vsock vmw_vsock_virtio_transport_common vmw_vsock_virtio_transport hv_vmbus hv_sock virtio_blk
-	crc16 mbcache jbd2 ext4 crc32c_generic overlay hv_storvsc sd_mod`)
+	crc16 mbcache jbd2 ext4 crc32c_generic overlay scsi_common scsi_mod scsi_transport_fc hv_storvsc crc64
+	crc64-rocksoft crct10dif_common crc-t10dif t10-pi sd_mod`)
 
 func TestModuleNeeded(t *testing.T) {
 	base := "virtio_pci_legacy_dev virtio_pci_modern_dev virtio_ring virtio virtio_pci virtio_mmio virtio_console virtio_rng virtio_balloon"
@@ -66,7 +67,9 @@ func TestModuleNeeded(t *testing.T) {
 		{"serial, no share", api.BootConfig{Transport: api.TransportSerial}, base},
 		{"vsock, virtiofs (vz)", api.BootConfig{Transport: api.TransportVsock, Share: api.ShareVirtiofs}, base + " fuse virtiofs vsock vmw_vsock_virtio_transport_common vmw_vsock_virtio_transport"},
 		{"default transport is vsock", api.BootConfig{}, base + " vsock vmw_vsock_virtio_transport_common vmw_vsock_virtio_transport"},
-		{"hvsock, 9p over vsock (HCS)", api.BootConfig{Transport: api.TransportHVSock, Share: api.Share9PVsock}, base + " 9pnet netfs fscache 9p 9pnet_fd vsock hv_vmbus hv_sock hv_storvsc"},
+		{"hvsock, 9p over vsock (HCS)", api.BootConfig{Transport: api.TransportHVSock, Share: api.Share9PVsock}, base + " 9pnet netfs fscache 9p 9pnet_fd vsock hv_vmbus hv_sock"},
+		{"root disk (standard image, QEMU)", api.BootConfig{Transport: api.TransportSerial, Share: api.ShareVirtiofs, Root: "airlock-std"},
+			base + " fuse virtiofs hv_vmbus virtio_blk crc16 mbcache jbd2 ext4 crc32c_generic overlay scsi_common scsi_mod scsi_transport_fc hv_storvsc crc64 crc64_rocksoft crct10dif_common crc_t10dif t10_pi sd_mod"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

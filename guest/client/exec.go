@@ -64,6 +64,12 @@ func (e Exit) ShellCode() int {
 
 const stdinChunk = 32 << 10
 
+// maxSignal is the highest Linux signal number (SIGRTMAX).
+const maxSignal = 64
+
+// ErrBadExit means the agent reported an exit status no process can have.
+var ErrBadExit = errors.New("guest agent reported an impossible exit status")
+
 // Exec runs a task and streams its input and output until it exits. When ctx
 // is cancelled the call is abandoned and the guest kills the task's tree.
 func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error) {
@@ -97,7 +103,7 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error)
 	if stdio.Resize != nil || stdio.Signal != nil {
 		go pumpControl(ctx, stdio.Resize, stdio.Signal, send)
 	}
-	out, errOut := orDiscard(stdio.Stdout), orDiscard(stdio.Stderr)
+	h := events{stdio: stdio, out: orDiscard(stdio.Stdout), errOut: orDiscard(stdio.Stderr)}
 	for {
 		ev, err := stream.Recv()
 		if err != nil {
@@ -106,27 +112,45 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error)
 			}
 			return Exit{}, fmt.Errorf("exec: %w", err)
 		}
-		switch e := ev.Event.(type) {
-		case *agentv1.ExecEvent_Started:
-			if stdio.Started != nil {
-				stdio.Started(int(e.Started.GetPid()))
-			}
-		case *agentv1.ExecEvent_Stdout:
-			if _, err := out.Write(e.Stdout); err != nil {
-				return Exit{}, fmt.Errorf("exec: write stdout: %w", err)
-			}
-		case *agentv1.ExecEvent_Stderr:
-			if _, err := errOut.Write(e.Stderr); err != nil {
-				return Exit{}, fmt.Errorf("exec: write stderr: %w", err)
-			}
-		case *agentv1.ExecEvent_Exit:
-			x := e.Exit
-			return Exit{
-				Code: int(x.GetCode()), Signal: int(x.GetSignal()), TimedOut: x.GetTimedOut(),
-				Duration: time.Duration(x.GetDurationMs()) * time.Millisecond,
-			}, nil
+		if exit, done, err := h.handle(ev); done || err != nil {
+			return exit, err
 		}
 	}
+}
+
+// events hands what the guest sends about one task to the caller.
+type events struct {
+	stdio       Stdio
+	out, errOut io.Writer
+}
+
+// handle takes one event from the guest; done is set by the exit status,
+// which is checked: the guest is not trusted to report a possible one.
+func (h *events) handle(ev *agentv1.ExecEvent) (exit Exit, done bool, err error) {
+	switch e := ev.GetEvent().(type) {
+	case *agentv1.ExecEvent_Started:
+		if h.stdio.Started != nil {
+			h.stdio.Started(int(e.Started.GetPid()))
+		}
+	case *agentv1.ExecEvent_Stdout:
+		if _, err := h.out.Write(e.Stdout); err != nil {
+			return Exit{}, true, fmt.Errorf("exec: write stdout: %w", err)
+		}
+	case *agentv1.ExecEvent_Stderr:
+		if _, err := h.errOut.Write(e.Stderr); err != nil {
+			return Exit{}, true, fmt.Errorf("exec: write stderr: %w", err)
+		}
+	case *agentv1.ExecEvent_Exit:
+		x := e.Exit
+		if c, sig := x.GetCode(), x.GetSignal(); c < 0 || c > 255 || sig < 0 || sig > maxSignal || x.GetDurationMs() < 0 {
+			return Exit{}, true, fmt.Errorf("exec: %w (code %d, signal %d, duration %d ms)", ErrBadExit, c, sig, x.GetDurationMs())
+		}
+		return Exit{
+			Code: int(x.GetCode()), Signal: int(x.GetSignal()), TimedOut: x.GetTimedOut(),
+			Duration: time.Duration(x.GetDurationMs()) * time.Millisecond,
+		}, true, nil
+	}
+	return Exit{}, false, nil
 }
 
 func pumpStdin(r io.Reader, send func(*agentv1.ExecRequest) error) {

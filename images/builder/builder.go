@@ -32,6 +32,9 @@ type Options struct {
 	CacheDir string
 	// GuestSrc is the module root the guest agent is built from.
 	GuestSrc string
+	// Standard also builds the standard image (a Debian root disk) of
+	// each architecture, into <OutDir>/standard/<arch>/.
+	Standard bool
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
 }
@@ -39,6 +42,8 @@ type Options struct {
 // Result describes the image built (or found up to date) for one arch.
 type Result struct {
 	Arch string
+	// Image is manifest.ImageMinimal or manifest.ImageStandard.
+	Image string
 	// Dir is the image folder; Manifest describes its content.
 	Dir      string
 	Manifest *manifest.Manifest
@@ -90,13 +95,20 @@ func Build(ctx context.Context, opts Options) ([]Result, error) {
 			return results, err
 		}
 		results = append(results, r)
+		if opts.Standard {
+			s, err := buildStandard(ctx, opts, r, log.With("arch", arch, "image", manifest.ImageStandard))
+			if err != nil {
+				return results, err
+			}
+			results = append(results, s)
+		}
 	}
 	return results, nil
 }
 
 func buildArch(ctx context.Context, opts Options, arch string, pkgs imagePackages, log *slog.Logger) (Result, error) {
 	start := time.Now()
-	res := Result{Arch: arch, Dir: filepath.Join(opts.OutDir, arch)}
+	res := Result{Arch: arch, Image: manifest.ImageMinimal, Dir: filepath.Join(opts.OutDir, arch)}
 	kernel, busybox, cacerts := pkgs.Kernel, pkgs.Busybox, pkgs.CACerts
 	for _, p := range []*debPackage{&kernel, &busybox, &cacerts} {
 		fetched, err := download(ctx, opts.CacheDir, p)

@@ -35,7 +35,13 @@ var GuestModules = []Module{
 	{Name: "hv_sock", Optional: true},
 	{Name: "virtio_blk"},
 	{Name: "ext4"},
+	// ext4 asks the crypto API for "crc32c" at mount time, which would need
+	// modprobe; loading the generic implementation first answers it.
+	{Name: "crc32c_generic"},
 	{Name: "overlay"},
+	// The root disk on Hyper-V is a SCSI disk (sd_mod over hv_storvsc).
+	{Name: "hv_storvsc", Optional: true},
+	{Name: "sd_mod", Optional: true},
 }
 
 // moduleIndex is what depmod knows about a kernel's loadable modules.

@@ -24,8 +24,19 @@ const FileName = "manifest.json"
 // Bump it when a field changes meaning; Load refuses other versions.
 const SchemaVersion = 1
 
-// RebuildHint is the command a user runs to (re)build the guest image.
-const RebuildHint = "make image"
+// RebuildHint is the command a user runs to (re)build the guest image;
+// RebuildHintStandard the one for the standard image.
+const (
+	RebuildHint         = "make image"
+	RebuildHintStandard = "make image-standard"
+)
+
+func (m *Manifest) rebuildHint() string {
+	if m.Name() == ImageStandard {
+		return RebuildHintStandard
+	}
+	return RebuildHint
+}
 
 // Errors returned (wrapped) by Load and Verify, for errors.Is.
 var (
@@ -59,6 +70,59 @@ type Manifest struct {
 	InputKey string `json:"input_key"`
 	// BuilderVersion is the version of the builder that wrote the image.
 	BuilderVersion string `json:"builder_version"`
+	// Image names the image: ImageMinimal (also when empty, as in
+	// manifests written before there was a choice) or ImageStandard.
+	Image string `json:"image,omitempty"`
+	// RootDisk describes the root file system disk of an image that boots
+	// from one (standard); nil for an initramfs-only image.
+	RootDisk *RootDisk `json:"root_disk,omitempty"`
+}
+
+// Image names.
+const (
+	// ImageMinimal is the kernel and the busybox initramfs, nothing else.
+	ImageMinimal = "minimal"
+	// ImageStandard adds a read-only Debian root disk (python3, git, ...).
+	ImageStandard = "standard"
+)
+
+// ImageNames are the images Airlock knows, default first.
+var ImageNames = []string{ImageMinimal, ImageStandard}
+
+// RootDisk is a read-only root file system the guest's init mounts below
+// a writable layer.
+type RootDisk struct {
+	// File is the artifact holding the disk: a raw ext4 file system
+	// followed by a fixed-VHD footer (FormatRawVHD), so QEMU and vz attach
+	// it as a raw disk and Hyper-V as a VHD.
+	File string `json:"file"`
+	// Format is FormatRawVHD.
+	Format string `json:"format"`
+	// Label is the ext4 label the guest finds the disk by.
+	Label string `json:"label"`
+	// DiskSize is the size of the raw disk, without the VHD footer.
+	DiskSize int64 `json:"disk_size"`
+	// Version identifies the root file system's recipe (package list,
+	// customisation); Suite and Mirror are the Debian release it came from.
+	Version string `json:"version"`
+	Suite   string `json:"suite"`
+	Mirror  string `json:"mirror"`
+	// Packages are the Debian packages installed in it (SHA256 empty).
+	Packages []Package `json:"packages"`
+	// InputKey identifies the disk's inputs alone, so a new kernel or
+	// guest agent reuses the disk.
+	InputKey string `json:"input_key"`
+}
+
+// FormatRawVHD is a raw disk image with a 512-byte fixed-VHD footer.
+const FormatRawVHD = "raw+vhd-footer"
+
+// Name is the image's name, ImageMinimal when the manifest does not say.
+func (m *Manifest) Name() string {
+	if m.Image == "" {
+		return ImageMinimal
+	}
+	return m.Image
 }
 
 // Package is one Debian package the image was built from.
@@ -111,6 +175,14 @@ func (m *Manifest) validate() error {
 		return fmt.Errorf("kernel %q is not among the artifacts", m.Kernel)
 	case m.artifact(m.Initrd) == nil:
 		return fmt.Errorf("initrd %q is not among the artifacts", m.Initrd)
+	case m.Image != "" && m.Image != ImageMinimal && m.Image != ImageStandard:
+		return fmt.Errorf("unknown image %q", m.Image)
+	case m.RootDisk != nil && m.artifact(m.RootDisk.File) == nil:
+		return fmt.Errorf("root disk %q is not among the artifacts", m.RootDisk.File)
+	case m.RootDisk != nil && (m.RootDisk.Format != FormatRawVHD || m.RootDisk.Label == ""):
+		return fmt.Errorf("root disk %q: format %q, label %q: want format %q and a label", m.RootDisk.File, m.RootDisk.Format, m.RootDisk.Label, FormatRawVHD)
+	case m.Name() == ImageStandard && m.RootDisk == nil:
+		return errors.New("the standard image has no root disk")
 	}
 	for _, a := range m.Artifacts {
 		if !filepath.IsLocal(a.Name) || filepath.Base(a.Name) != a.Name {
@@ -137,6 +209,9 @@ func (m *Manifest) role(name string) string {
 	case m.Initrd:
 		return "initramfs"
 	}
+	if m.RootDisk != nil && name == m.RootDisk.File {
+		return "root disk"
+	}
 	return name
 }
 
@@ -146,38 +221,47 @@ func (m *Manifest) KernelPath(dir string) string { return filepath.Join(dir, m.K
 // InitrdPath returns the initramfs's path inside the image folder dir.
 func (m *Manifest) InitrdPath(dir string) string { return filepath.Join(dir, m.Initrd) }
 
+// RootDiskPath returns the root disk's path inside dir, or "" when the
+// image has none.
+func (m *Manifest) RootDiskPath(dir string) string {
+	if m.RootDisk == nil {
+		return ""
+	}
+	return filepath.Join(dir, m.RootDisk.File)
+}
+
 // Verify checks that every artifact exists in dir with its recorded size and
 // sha256, and that the kernel is in a format the host can boot directly.
 // Errors wrap ErrIncomplete or ErrCorrupt and say how to fix them.
 func (m *Manifest) Verify(dir string) error {
 	if err := m.validate(); err != nil {
-		return imageErr(ErrCorrupt, "guest image in %s: %v; rebuild with %s", dir, err, RebuildHint)
+		return imageErr(ErrCorrupt, "guest image in %s: %v; rebuild with %s", dir, err, m.rebuildHint())
 	}
 	for _, a := range m.Artifacts {
 		path := filepath.Join(dir, a.Name)
 		fi, err := os.Stat(path)
 		if errors.Is(err, fs.ErrNotExist) {
-			return imageErr(ErrIncomplete, "guest image in %s is incomplete: %s missing (run %q)", dir, m.role(a.Name), RebuildHint)
+			return imageErr(ErrIncomplete, "guest image in %s is incomplete: %s missing (run %q)", dir, m.role(a.Name), m.rebuildHint())
 		}
 		if err != nil {
 			return fmt.Errorf("manifest: verify %s: %w", path, err)
 		}
 		if !fi.Mode().IsRegular() {
-			return imageErr(ErrCorrupt, "guest image in %s: %s (%s) is not a regular file; rebuild with %s", dir, m.role(a.Name), a.Name, RebuildHint)
+			return imageErr(ErrCorrupt, "guest image in %s: %s (%s) is not a regular file; rebuild with %s", dir, m.role(a.Name), a.Name, m.rebuildHint())
 		}
 		if fi.Size() != a.Size {
-			return imageErr(ErrCorrupt, "%s in %s does not match its manifest (size %d, manifest says %d); rebuild with %s", m.role(a.Name), dir, fi.Size(), a.Size, RebuildHint)
+			return imageErr(ErrCorrupt, "%s in %s does not match its manifest (size %d, manifest says %d); rebuild with %s", m.role(a.Name), dir, fi.Size(), a.Size, m.rebuildHint())
 		}
 		sum, err := FileSHA256(path)
 		if err != nil {
 			return fmt.Errorf("manifest: verify: %w", err)
 		}
 		if sum != a.SHA256 {
-			return imageErr(ErrCorrupt, "%s in %s does not match its manifest (sha256 %s, manifest says %s); rebuild with %s", m.role(a.Name), dir, short(sum), short(a.SHA256), RebuildHint)
+			return imageErr(ErrCorrupt, "%s in %s does not match its manifest (sha256 %s, manifest says %s); rebuild with %s", m.role(a.Name), dir, short(sum), short(a.SHA256), m.rebuildHint())
 		}
 	}
 	if err := CheckKernelFile(m.Arch, m.KernelPath(dir)); err != nil {
-		return imageErr(ErrCorrupt, "guest image in %s: %v; rebuild with %s", dir, err, RebuildHint)
+		return imageErr(ErrCorrupt, "guest image in %s: %v; rebuild with %s", dir, err, m.rebuildHint())
 	}
 	return nil
 }

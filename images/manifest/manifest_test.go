@@ -186,3 +186,50 @@ func appendTo(t *testing.T, p, s string) {
 		t.Fatal(err)
 	}
 }
+
+func TestStandardManifest(t *testing.T) {
+	dir, m := writeImage(t)
+	disk := []byte("ext4 and a footer")
+	if err := os.WriteFile(filepath.Join(dir, "root.vhd"), disk, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(disk)
+	m.Artifacts = append(m.Artifacts, Artifact{Name: "root.vhd", Size: int64(len(disk)), SHA256: hex.EncodeToString(sum[:])})
+	m.Image = ImageStandard
+	m.RootDisk = &RootDisk{File: "root.vhd", Format: FormatRawVHD, Label: "airlock-root", DiskSize: 16, Suite: "bookworm"}
+	if err := m.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Name() != ImageStandard || got.RootDiskPath(dir) != filepath.Join(dir, "root.vhd") || got.Verify(dir) != nil {
+		t.Fatalf("standard manifest: %+v", got)
+	}
+	// A damaged root disk is caught like any artifact, and the hint names
+	// the standard image's build.
+	os.WriteFile(filepath.Join(dir, "root.vhd"), []byte("ext4 and a footeR"), 0o644)
+	if err := got.Verify(dir); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "root disk") || !strings.Contains(err.Error(), RebuildHintStandard) {
+		t.Fatalf("Verify of a damaged root disk: %v", err)
+	}
+
+	for name, edit := range map[string]func(*Manifest){
+		"disk not an artifact":  func(m *Manifest) { m.RootDisk.File = "other.vhd" },
+		"unknown format":        func(m *Manifest) { m.RootDisk.Format = "qcow2" },
+		"no label":              func(m *Manifest) { m.RootDisk.Label = "" },
+		"standard without disk": func(m *Manifest) { m.RootDisk = nil },
+		"unknown image":         func(m *Manifest) { m.Image = "huge" },
+	} {
+		bad := *got
+		rd := *got.RootDisk
+		bad.RootDisk = &rd
+		edit(&bad)
+		if err := bad.validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if (&Manifest{}).Name() != ImageMinimal {
+		t.Error("a manifest that names no image is not the minimal one")
+	}
+}

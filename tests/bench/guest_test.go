@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/workspace"
 	"github.com/airlock-sandbox/airlock/guest/client"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 	"github.com/airlock-sandbox/airlock/vm"
 	"github.com/airlock-sandbox/airlock/vm/qemu"
 )
@@ -50,9 +51,9 @@ func (h *harness) guestPhases() {
 
 	floorBin := filepath.Join(h.work, "floorinit")
 	for pkg, dst := range map[string]string{
-		"./testdata/floorinit":  floorBin,
-		"./testdata/gprobe":     filepath.Join(ws, "gprobe"),
-		"../e2e/testdata/probe": filepath.Join(ws, "probe"),
+		"./testdata/floorinit": floorBin,
+		"./testdata/gprobe":    filepath.Join(ws, "gprobe"),
+		vmharness.ProbeDir():   filepath.Join(ws, "probe"),
 	} {
 		if err := buildGuest(pkg, dst); err != nil {
 			h.b.Fatal(err)
@@ -90,7 +91,8 @@ func (h *harness) guestPhases() {
 	h.t.add("boot-ready", "boot to ready: agent image", "ms", agentMS, "trivial init", floorMS, atMost(1.10))
 	h.t.add("boot-guest-uptime", "  guest uptime at ready: agent", "ms", agentUp, "trivial init", floorUp, atMost(1.10))
 
-	// The shared folder over virtiofs, egress through the gate.
+	// The shared folder as the default serves it (9p, as the folder's
+	// owner), egress through the gate.
 	payload := make([]byte, streamSize)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(payload) }))
 	defer srv.Close()
@@ -109,7 +111,8 @@ func (h *harness) guestPhases() {
 		h.b.Fatal(err)
 	}
 	h.t.add("boot-sandbox", "  sandbox.Start (ready, SetTime), one boot", "ms", []float64{ms(time.Since(start))}, "trivial init", floorMS, atMost(1.10))
-	h.logf("sandbox (virtiofs) up: %+v", sb.Machine().Info())
+	kind := sb.Machine().Info().Share
+	h.logf("sandbox (%s) up: %+v", kind, sb.Machine().Info())
 	g := &guest{h: h, sb: sb}
 	// The round trips are also the service's baseline.
 	if want("rtt") || want("service") {
@@ -127,10 +130,10 @@ func (h *harness) guestPhases() {
 		g.memory()
 	}
 	if want("fs") {
-		g.fs("virtiofs", ws)
+		g.fs(kind, ws)
 	}
 	sb.Close(ctx)
-	if !want("fs") {
+	if !want("fs") || kind == qemu.Share9P {
 		return
 	}
 

@@ -4,7 +4,7 @@
 // saved to artifacts/ as a screenshot.
 
 import assert from "node:assert/strict";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import { after, before, test } from "node:test";
 import { browser, fileServer, leftovers, screenshot, startServe, workspaceDir } from "./harness.mjs";
 
@@ -96,10 +96,10 @@ test("workspace: a file is refused inline without losing the input, then a folde
   assert.match(await page.getByTestId("ws-statement").innerText(), /reports/);
 
   // Read only, and back (the machine is not running yet, so this is cheap).
-  await page.locator(".switch").click();
+  await page.getByTestId("screen-workspace").locator(".switch").click();
   await page.getByTestId("ws-mode").filter({ hasText: "Read only" }).waitFor();
   assert.match(await page.getByTestId("ws-statement").innerText(), /cannot change/);
-  await page.locator(".switch").click();
+  await page.getByTestId("screen-workspace").locator(".switch").click();
   await page.getByTestId("ws-mode").filter({ hasText: "Read and write" }).waitFor();
 
   // Another folder, then back to the first from the recent list.
@@ -125,6 +125,10 @@ test("machine: start from the UI, boot progress, then ready with CPUs and memory
   assert.equal(await page.getByTestId("vm-cpus").innerText(), "2");
   assert.match(await page.getByTestId("vm-memory").innerText(), /GB|MB/);
   assert.match(await page.getByTestId("vm-console-log").innerText(), /console\.log$/);
+  // The image card: minimal by default, so there is no disk to keep or reset.
+  assert.equal(await page.getByTestId("vm-image").inputValue(), "minimal");
+  assert.equal(await page.getByTestId("vm-keep-disk").isDisabled(), true);
+  assert.equal(await page.getByTestId("vm-reset-disk").isDisabled(), true);
   await screenshot(page, "03-machine");
 });
 
@@ -229,6 +233,42 @@ test("network: an unknown site asks; deny blocks it, always allow adds it to the
   await go("network");
   await page.locator('[data-testid="log-row"][data-decision="deny"][data-host="ask.test"]').waitFor();
   await page.locator(`[data-testid="allow-entry"][data-pattern="always.test:${p}"]`).waitFor();
+});
+
+test("network: a secret is added with its value typed once, listed without it, and removed", async () => {
+  await go("network");
+  const value = `browser-secret-${Math.random().toString(36).slice(2)}-VALUE`;
+  // A secret without hosts is refused inline.
+  await page.getByTestId("secret-name").fill("BROWSER_TOKEN");
+  await page.getByTestId("secret-value").fill(value);
+  await page.getByTestId("secret-add").click();
+  await page.getByTestId("secret-error").filter({ hasText: "host" }).waitFor();
+  assert.equal(await page.getByTestId("secret-value").inputValue(), "", "the value leaves the field even when refused");
+
+  await page.getByTestId("secret-hosts").fill("api.example.com *.example.org");
+  await page.getByTestId("secret-header").fill("Authorization: Bearer {}");
+  await page.getByTestId("secret-value").fill(value);
+  assert.equal(await page.getByTestId("secret-value").getAttribute("type"), "password");
+  await page.getByTestId("secret-add").click();
+  const entry = page.locator('[data-testid="secret-entry"][data-name="BROWSER_TOKEN"]');
+  await entry.waitFor();
+  assert.match(await entry.innerText(), /api\.example\.com, \*\.example\.org/);
+  assert.match(await entry.innerText(), /Authorization: Bearer \{\}/);
+  assert.equal(await page.getByTestId("secret-value").inputValue(), "");
+  // No keychain on the test machine: the service says it keeps the value in memory.
+  await page.getByTestId("secret-note").filter({ hasText: "memory" }).waitFor();
+  await screenshot(page, "07b-secrets");
+
+  // The value is nowhere the UI can see, nor in the settings file.
+  const html = await page.content();
+  assert.ok(!html.includes(value), "the page shows the value");
+  const listed = await page.evaluate(async () => (await fetch("/v1/secrets", { credentials: "same-origin" })).text());
+  assert.ok(listed.includes("BROWSER_TOKEN") && !listed.includes(value), `GET /v1/secrets: ${listed}`);
+  const settingsFile = readFileSync(`${serve.dirs.XDG_CONFIG_HOME}/airlock/settings.json`, "utf8");
+  assert.ok(settingsFile.includes("BROWSER_TOKEN") && !settingsFile.includes(value), "settings.json holds the value");
+
+  await entry.getByTestId("secret-remove").click();
+  await entry.waitFor({ state: "detached" });
 });
 
 test("settings: where data and logs live", async () => {

@@ -171,6 +171,40 @@ func TestRunCtrlC(t *testing.T) {
 	}
 }
 
+// TestRunKilledLeavesNoQEMU: when airlock itself is killed (SIGKILL, no
+// cleanup), the kernel ends its QEMU, also when QEMU was started as the
+// workspace's owner (the parent-death signal must survive the uid change).
+func TestRunKilledLeavesNoQEMU(t *testing.T) {
+	ws := newWorkspace(t)
+	cmd := exec.Command(airlockBin, "run", "--workspace", ws, "--", "sh", "-c", "echo started; sleep 600")
+	cmd.Env = append(os.Environ(), "AIRLOCK_IMAGE_DIR="+imageRoot)
+	stdout, _ := cmd.StdoutPipe()
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "started\n" {
+		cmd.Process.Kill()
+		t.Fatalf("task did not start: %q %v %s", line, err, errOut.String())
+	}
+	if leftovers(ws) == "" {
+		t.Fatal("no process holds the workspace while the task runs: leftovers cannot see QEMU")
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	// The kernel sends QEMU SIGKILL at once; its exit may take a moment.
+	l := leftovers(ws)
+	for i := 0; i < 200 && l != ""; i++ {
+		time.Sleep(100 * time.Millisecond)
+		l = leftovers(ws)
+	}
+	if l != "" {
+		t.Fatalf("processes outlived a killed airlock: %s", l)
+	}
+}
+
 // TestRunRefusesBrokenImage: a damaged artifact is caught before boot.
 func TestRunRefusesBrokenImage(t *testing.T) {
 	src := filepath.Join(imageRoot, runtime.GOARCH)

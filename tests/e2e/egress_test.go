@@ -11,9 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -22,28 +20,6 @@ import (
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/guest/client"
 )
-
-var (
-	probeOnce sync.Once
-	probeErr  error
-)
-
-// probe builds the static probe program into the shared workspace once and
-// returns its guest path.
-func probe(t *testing.T) string {
-	t.Helper()
-	probeOnce.Do(func() {
-		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(sharedWS, "probe"), "./testdata/probe")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			probeErr = fmt.Errorf("build probe: %v\n%s", err, out)
-		}
-	})
-	if probeErr != nil {
-		t.Fatal(probeErr)
-	}
-	return "/workspace/probe"
-}
 
 // blob is what the test servers serve: 8 MiB of a fixed pattern.
 var blob = func() []byte {
@@ -125,8 +101,8 @@ func TestEgressAllowedHTTPAndHTTPS(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			task, r := netTask(t, c.cmd)
-			if !strings.HasPrefix(r.stdout, want) {
-				t.Fatalf("%s: %q %q", c.cmd, r.stdout, r.stderr)
+			if !strings.HasPrefix(r.Stdout, want) {
+				t.Fatalf("%s: %q %q", c.cmd, r.Stdout, r.Stderr)
 			}
 			d := decision(t, task, c.host, c.port)
 			if d.Action != egress.ActionAllow || d.Reason != egress.ReasonAllowedByRule || string(d.Protocol) != c.proto || d.BytesDown < int64(len(blob)) {
@@ -136,8 +112,8 @@ func TestEgressAllowedHTTPAndHTTPS(t *testing.T) {
 	}
 	// busybox wget too (it speaks plain HTTP to the proxy).
 	_, r := netTask(t, "wget -q -O- http://files.test:"+port(plain)+"/blob | sha256sum")
-	if !strings.HasPrefix(r.stdout, blobSum()) {
-		t.Fatalf("busybox wget: %q %q", r.stdout, r.stderr)
+	if !strings.HasPrefix(r.Stdout, blobSum()) {
+		t.Fatalf("busybox wget: %q %q", r.Stdout, r.Stderr)
 	}
 }
 
@@ -169,15 +145,15 @@ func TestEgressRefused(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			task, r := netTask(t, c.cmd)
-			if r.exit.Code == 0 {
-				t.Fatalf("%s succeeded: %q", c.cmd, r.stdout)
+			if r.Exit.Code == 0 {
+				t.Fatalf("%s succeeded: %q", c.cmd, r.Stdout)
 			}
 			d := decision(t, task, c.host, c.port)
 			if d.Action != egress.ActionDeny || d.Reason != c.reason {
-				t.Fatalf("%s: logged %+v, want deny with %s for task %s (stdout %q)", c.name, d, c.reason, task, r.stdout)
+				t.Fatalf("%s: logged %+v, want deny with %s for task %s (stdout %q)", c.name, d, c.reason, task, r.Stdout)
 			}
-			if strings.Contains(c.cmd, " get ") && !strings.Contains(r.stdout, "reason="+string(c.reason)) {
-				t.Errorf("the refusal does not tell the tool why: %q", r.stdout)
+			if strings.Contains(c.cmd, " get ") && !strings.Contains(r.Stdout, "reason="+string(c.reason)) {
+				t.Errorf("the refusal does not tell the tool why: %q", r.Stdout)
 			}
 		})
 	}
@@ -188,17 +164,17 @@ func TestEgressNoDirectWay(t *testing.T) {
 	p := probe(t)
 	for _, addr := range []string{"1.1.1.1:443", "10.0.2.2:80", "[2606:4700::1111]:443", "169.254.169.254:80"} {
 		r := sh(t, shell(p+" dial "+addr), nil)
-		if r.exit.Code == 0 || !strings.Contains(r.stdout, "unreachable") {
-			t.Errorf("direct connect to %s: %q", addr, r.stdout)
+		if r.Exit.Code == 0 || !strings.Contains(r.Stdout, "unreachable") {
+			t.Errorf("direct connect to %s: %q", addr, r.Stdout)
 		}
 	}
 	r := sh(t, shell(p+" resolve example.com"), nil)
-	if r.exit.Code == 0 {
-		t.Errorf("the guest resolved a name by itself: %q", r.stdout)
+	if r.Exit.Code == 0 {
+		t.Errorf("the guest resolved a name by itself: %q", r.Stdout)
 	}
 	r = sh(t, shell("ip -o link | cut -d: -f2; test ! -e /etc/resolv.conf && echo no-resolver"), nil)
-	if r.stdout != " lo\nno-resolver\n" {
-		t.Errorf("guest network: %q", r.stdout)
+	if r.Stdout != " lo\nno-resolver\n" {
+		t.Errorf("guest network: %q", r.Stdout)
 	}
 }
 

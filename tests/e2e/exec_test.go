@@ -23,26 +23,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-type result struct {
-	exit           client.Exit
-	stdout, stderr string
-}
-
-// sh runs a shell command on the shared VM and returns what it printed.
-func sh(t *testing.T, spec client.Spec, stdin io.Reader) result {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var out, errOut bytes.Buffer
-	exit, err := shared.Agent().Exec(ctx, spec, client.Stdio{Stdin: stdin, Stdout: &out, Stderr: &errOut})
-	if err != nil {
-		t.Fatalf("exec %v %q: %v (stderr %q)", spec.Argv, spec.Shell, err, errOut.String())
-	}
-	return result{exit, out.String(), errOut.String()}
-}
-
-func shell(cmd string) client.Spec { return client.Spec{Argv: []string{"sh", "-c", cmd}} }
-
 func TestExitCodes(t *testing.T) {
 	tests := []struct {
 		cmd       string
@@ -58,8 +38,8 @@ func TestExitCodes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.cmd, func(t *testing.T) {
 			r := sh(t, shell(tt.cmd), nil)
-			if r.exit.Code != tt.code || r.exit.Signal != tt.sig || r.exit.ShellCode() != tt.shellCode {
-				t.Fatalf("%q: exit %+v, want code %d signal %d", tt.cmd, r.exit, tt.code, tt.sig)
+			if r.Exit.Code != tt.code || r.Exit.Signal != tt.sig || r.Exit.ShellCode() != tt.shellCode {
+				t.Fatalf("%q: exit %+v, want code %d signal %d", tt.cmd, r.Exit, tt.code, tt.sig)
 			}
 		})
 	}
@@ -67,19 +47,19 @@ func TestExitCodes(t *testing.T) {
 
 func TestShellStringAndArgv(t *testing.T) {
 	r := sh(t, client.Spec{Shell: `echo "$((6*7))"`}, nil)
-	if r.stdout != "42\n" {
-		t.Fatalf("shell string: %q", r.stdout)
+	if r.Stdout != "42\n" {
+		t.Fatalf("shell string: %q", r.Stdout)
 	}
 	r = sh(t, client.Spec{Argv: []string{"echo", "a b", "$HOME"}}, nil)
-	if r.stdout != "a b $HOME\n" {
-		t.Fatalf("argv is not shell-expanded: %q", r.stdout)
+	if r.Stdout != "a b $HOME\n" {
+		t.Fatalf("argv is not shell-expanded: %q", r.Stdout)
 	}
 }
 
 func TestStdoutStderrSeparate(t *testing.T) {
 	r := sh(t, shell("for i in 1 2 3; do echo out$i; echo err$i >&2; done"), nil)
-	if r.stdout != "out1\nout2\nout3\n" || r.stderr != "err1\nerr2\nerr3\n" {
-		t.Fatalf("stdout %q stderr %q", r.stdout, r.stderr)
+	if r.Stdout != "out1\nout2\nout3\n" || r.Stderr != "err1\nerr2\nerr3\n" {
+		t.Fatalf("stdout %q stderr %q", r.Stdout, r.Stderr)
 	}
 }
 
@@ -88,22 +68,22 @@ func TestStdin(t *testing.T) {
 	_, _ = rand.Read(data)
 	sum := sha256.Sum256(data)
 	r := sh(t, shell("sha256sum | cut -d' ' -f1"), bytes.NewReader(data))
-	if strings.TrimSpace(r.stdout) != hex.EncodeToString(sum[:]) {
-		t.Fatalf("stdin arrived changed: guest sha256 %q", r.stdout)
+	if strings.TrimSpace(r.Stdout) != hex.EncodeToString(sum[:]) {
+		t.Fatalf("stdin arrived changed: guest sha256 %q", r.Stdout)
 	}
 	// Without stdin the task reads /dev/null and does not hang.
 	r = sh(t, client.Spec{Argv: []string{"cat"}}, nil)
-	if r.exit.Code != 0 || r.stdout != "" {
-		t.Fatalf("cat without stdin: %+v %q", r.exit, r.stdout)
+	if r.Exit.Code != 0 || r.Stdout != "" {
+		t.Fatalf("cat without stdin: %+v %q", r.Exit, r.Stdout)
 	}
 }
 
 func TestLargeOutputByteExact(t *testing.T) {
 	const size = 100 << 20
 	r := sh(t, shell("head -c 104857600 /dev/urandom > /tmp/big && sha256sum /tmp/big | cut -d' ' -f1"), nil)
-	want := strings.TrimSpace(r.stdout)
-	if r.exit.Code != 0 || len(want) != 64 {
-		t.Fatalf("make the file: %+v %q %q", r.exit, r.stdout, r.stderr)
+	want := strings.TrimSpace(r.Stdout)
+	if r.Exit.Code != 0 || len(want) != 64 {
+		t.Fatalf("make the file: %+v %q %q", r.Exit, r.Stdout, r.Stderr)
 	}
 	h := sha256.New()
 	n := &countWriter{w: h}
@@ -135,9 +115,9 @@ func TestWorkspaceFilesBothWays(t *testing.T) {
 	}
 	sum := sha256.Sum256(in)
 	r := sh(t, shell("sha256sum /workspace/in.bin | cut -d' ' -f1; head -c 1048576 /dev/urandom > /workspace/out.bin; sha256sum /workspace/out.bin | cut -d' ' -f1; pwd"), nil)
-	lines := strings.Fields(r.stdout)
+	lines := strings.Fields(r.Stdout)
 	if len(lines) != 3 || lines[0] != hex.EncodeToString(sum[:]) {
-		t.Fatalf("host→guest: %q (stderr %q)", r.stdout, r.stderr)
+		t.Fatalf("host→guest: %q (stderr %q)", r.Stdout, r.Stderr)
 	}
 	if lines[2] != "/workspace" {
 		t.Fatalf("default cwd %q, want /workspace", lines[2])
@@ -156,35 +136,74 @@ func TestWorkspaceFilesBothWays(t *testing.T) {
 	}
 	// Nothing but the workspace is shared: the host's other folders are not there.
 	r = sh(t, shell("ls /workspace"), nil)
-	if !strings.Contains(r.stdout, "in.bin\n") || !strings.Contains(r.stdout, "out.bin\n") {
-		t.Fatalf("workspace listing: %q", r.stdout)
+	if !strings.Contains(r.Stdout, "in.bin\n") || !strings.Contains(r.Stdout, "out.bin\n") {
+		t.Fatalf("workspace listing: %q", r.Stdout)
 	}
 	r = sh(t, shell("grep -c ' /workspace ' /proc/mounts; grep -cE ' (virtiofs|9p) ' /proc/mounts"), nil)
-	if r.stdout != "1\n1\n" {
-		t.Fatalf("one shared mount expected: %q", r.stdout)
+	if r.Stdout != "1\n1\n" {
+		t.Fatalf("one shared mount expected: %q", r.Stdout)
+	}
+}
+
+// TestWorkspaceEverydayWork: what a task does with a user's folder all day
+// works through the share as it is served (as the folder's owner when the
+// tests run as root): the host's files are there as uid 1000 and editable,
+// scripts are written, made executable, run, renamed and removed, and what
+// the guest leaves behind, even as root, belongs to the folder's owner.
+func TestWorkspaceEverydayWork(t *testing.T) {
+	dir := filepath.Join(sharedWS, "everyday")
+	os.Mkdir(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("from the host\n"), 0o644)
+	if os.Getuid() == 0 {
+		os.Chown(dir, 1000, 1000)
+		os.Chown(filepath.Join(dir, "notes.txt"), 1000, 1000)
+	}
+	r := sh(t, shell(`cd /workspace/everyday && stat -c '%u %a' notes.txt && cat notes.txt && echo edited >> notes.txt &&
+		printf '#!/bin/sh\necho ran\n' > job.sh && chmod +x job.sh && ./job.sh && mkdir -p bin/x && mv job.sh bin/x/run.sh &&
+		bin/x/run.sh && echo gone > tmp.txt && rm tmp.txt && rmdir bin/x 2>/dev/null; ls -R`), nil)
+	if want := "1000 644\nfrom the host\nran\nran\n.:\nbin\nnotes.txt\n\n./bin:\nx\n\n./bin/x:\nrun.sh\n"; r.Stdout != want {
+		t.Fatalf("everyday work in the workspace:\n%s\nwant stdout %q", r, want)
+	}
+	r = sh(t, client.Spec{Argv: []string{"sh", "-c", "echo by-root > /workspace/everyday/root.txt"}, Root: true}, nil)
+	if r.Exit.Code != 0 {
+		t.Fatalf("a --root task cannot write the workspace: %s", r)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "notes.txt")); string(b) != "from the host\nedited\n" {
+		t.Errorf("the host sees notes.txt as %q", b)
+	}
+	for name, perm := range map[string]os.FileMode{"bin/x/run.sh": 0o755, "root.txt": 0o644, "bin": 0o755} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Errorf("the host does not see %s: %v", name, err)
+			continue
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode().Perm() != perm || (os.Getuid() == 0 && st.Uid != 1000) {
+			t.Errorf("the host sees %s as %v owned by %d, want %v owned by the folder's owner 1000", name, fi.Mode(), st.Uid, perm)
+		}
 	}
 }
 
 func TestUnprivilegedByDefault(t *testing.T) {
 	r := sh(t, shell("id -u; id -g; grep NoNewPrivs /proc/self/status | tr -d ' \t'"), nil)
-	if r.stdout != "1000\n1000\nNoNewPrivs:1\n" {
-		t.Fatalf("default task identity: %q", r.stdout)
+	if r.Stdout != "1000\n1000\nNoNewPrivs:1\n" {
+		t.Fatalf("default task identity: %q", r.Stdout)
 	}
 	r = sh(t, client.Spec{Argv: []string{"id", "-u"}, Root: true}, nil)
-	if r.stdout != "0\n" {
-		t.Fatalf("--root task: %q", r.stdout)
+	if r.Stdout != "0\n" {
+		t.Fatalf("--root task: %q", r.Stdout)
 	}
 	// The unprivileged user cannot become root or write system files.
 	r = sh(t, shell("echo x > /etc/passwd"), nil)
-	if r.exit.Code == 0 {
+	if r.Exit.Code == 0 {
 		t.Fatalf("uid 1000 wrote /etc/passwd")
 	}
 }
 
 func TestEnvAndCwd(t *testing.T) {
 	r := sh(t, client.Spec{Argv: []string{"sh", "-c", "echo $GREETING; pwd; echo $HOME"}, Env: []string{"GREETING=hello there"}, Cwd: "/tmp"}, nil)
-	if r.stdout != "hello there\n/tmp\n/home/agent\n" {
-		t.Fatalf("env/cwd: %q", r.stdout)
+	if r.Stdout != "hello there\n/tmp\n/home/agent\n" {
+		t.Fatalf("env/cwd: %q", r.Stdout)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -237,7 +256,7 @@ func waitGone(t *testing.T, pattern string) {
 	t.Helper()
 	for i := 0; ; i++ {
 		r := sh(t, client.Spec{Argv: []string{"sh", "-c", "ps -o args | grep -v grep | grep -c '" + pattern + "' || true"}, Root: true}, nil)
-		if strings.TrimSpace(r.stdout) == "0" {
+		if strings.TrimSpace(r.Stdout) == "0" {
 			return
 		}
 		if i == 50 {
@@ -249,16 +268,16 @@ func waitGone(t *testing.T, pattern string) {
 
 func TestDeadline(t *testing.T) {
 	r := sh(t, client.Spec{Argv: []string{"sh", "-c", "sleep 1005 & sleep 1006"}, Timeout: 2 * time.Second}, nil)
-	if !r.exit.TimedOut {
-		t.Fatalf("task past its deadline: %+v", r.exit)
+	if !r.Exit.TimedOut {
+		t.Fatalf("task past its deadline: %+v", r.Exit)
 	}
 	waitGone(t, "sleep 100[56]")
 }
 
 func TestTTY(t *testing.T) {
 	r := sh(t, client.Spec{Argv: []string{"sh", "-c", "tty; stty size; echo err >&2"}, TTY: true, Rows: 40, Cols: 100}, nil)
-	if !strings.Contains(r.stdout, "/dev/pts/") || !strings.Contains(r.stdout, "40 100") || !strings.Contains(r.stdout, "err") {
-		t.Fatalf("tty task output %q", r.stdout)
+	if !strings.Contains(r.Stdout, "/dev/pts/") || !strings.Contains(r.Stdout, "40 100") || !strings.Contains(r.Stdout, "err") {
+		t.Fatalf("tty task output %q", r.Stdout)
 	}
 	resize := make(chan client.Size, 1)
 	resize <- client.Size{Rows: 50, Cols: 132}
@@ -285,7 +304,7 @@ func TestGuestInfo(t *testing.T) {
 	t.Logf("guest: %+v", info)
 	// No network interface but loopback.
 	r := sh(t, shell("ls /sys/class/net"), nil)
-	if strings.TrimSpace(r.stdout) != "lo" {
-		t.Fatalf("guest network interfaces: %q", r.stdout)
+	if strings.TrimSpace(r.Stdout) != "lo" {
+		t.Fatalf("guest network interfaces: %q", r.Stdout)
 	}
 }

@@ -8,17 +8,17 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
-	"github.com/airlock-sandbox/airlock/app/workspace"
+	"github.com/airlock-sandbox/airlock/guest/client"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 )
 
 var (
@@ -41,25 +41,19 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
-	airlockBin = os.Getenv("AIRLOCK_E2E_BIN")
-	imageRoot = os.Getenv("AIRLOCK_IMAGE_DIR")
-	if airlockBin == "" || imageRoot == "" {
-		fmt.Fprintln(os.Stderr, "e2e: set AIRLOCK_E2E_BIN and AIRLOCK_IMAGE_DIR (make test-e2e does)")
+	env, err := vmharness.FromEnv("e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	airlockBin, imageRoot = env.Bin, env.ImageRoot
 	ws, err := os.MkdirTemp("", "airlock-e2e-ws-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(ws)
-	sharedWS = ownedByTaskUser(ws)
-	img, err := sandbox.LoadImage(filepath.Join(imageRoot, runtime.GOARCH))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	uid, gid := workspace.Owner(sharedWS)
+	sharedWS = vmharness.OwnedByTaskUser(ws)
 	policy := sharedPolicy
 	policy.LogFile = filepath.Join(ws, "..", filepath.Base(ws)+"-egress.jsonl")
 	defer os.Remove(policy.LogFile)
@@ -71,9 +65,8 @@ func runMain(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	began := time.Now()
-	shared, err = sandbox.Start(ctx, sandbox.Options{
-		Workspace: sharedWS, Image: img, UID: uid, GID: gid, MemoryMiB: 1024, Egress: sharedGate,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	shared, err = vmharness.Boot(ctx, env.Image, sandbox.Options{
+		Workspace: sharedWS, MemoryMiB: 1024, Egress: sharedGate, Logger: vmharness.Logger(slog.LevelInfo),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: boot the shared VM:", err)
@@ -81,38 +74,39 @@ func runMain(m *testing.M) int {
 	}
 	fmt.Fprintf(os.Stderr, "e2e: shared VM ready in %s (%+v)\n", time.Since(began).Round(time.Millisecond), shared.Machine().Info())
 	code := m.Run()
-	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer ccancel()
-	if err := shared.Close(cctx); err != nil {
+	if err := closeStandardVM(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: close the standard VM:", err)
+		code = 1
+	}
+	if err := vmharness.Close(shared); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: close the shared VM:", err)
 		code = 1
 	}
 	return code
 }
 
-// ownedByTaskUser makes dir belong to uid 1000 when the tests run as root,
-// as a user's own folder would; the guest's task user then gets that uid.
-func ownedByTaskUser(dir string) string {
-	if os.Getuid() == 0 {
-		_ = os.Chown(dir, 1000, 1000)
-	}
-	canon, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		return dir
-	}
-	return canon
-}
+// Shorthands for the shared harness.
+var (
+	ownedByTaskUser = vmharness.OwnedByTaskUser
+	newWorkspace    = func(t *testing.T) string { t.Helper(); return vmharness.NewWorkspace(t) }
+	leftovers       = vmharness.Leftovers
+	shell           = vmharness.Shell
+)
 
-// newWorkspace returns a fresh workspace folder owned like a user's folder.
-func newWorkspace(t *testing.T) string {
+type result = vmharness.Result
+
+// sh runs a command on the shared VM and returns what it printed.
+func sh(t *testing.T, spec client.Spec, stdin io.Reader) result {
 	t.Helper()
-	dir := t.TempDir()
-	return ownedByTaskUser(dir)
+	return vmharness.Exec(t, shared, spec, stdin)
 }
 
-// leftovers lists processes whose command line mentions s (QEMU and
-// virtiofsd name the console log and the workspace in theirs).
-func leftovers(s string) string {
-	out, _ := exec.Command("pgrep", "-af", s).Output()
-	return string(out)
+// probe builds the probe program into the shared workspace once and
+// returns its guest path.
+func probe(t *testing.T) string {
+	t.Helper()
+	if err := vmharness.BuildProbe(filepath.Join(sharedWS, "probe")); err != nil {
+		t.Fatal(err)
+	}
+	return "/workspace/probe"
 }

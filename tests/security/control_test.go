@@ -231,7 +231,7 @@ func TestHostControl(t *testing.T) {
 	} {
 		attack(t, ctlFamily, c.name, func(a *Attack) {
 			if c.want == nil {
-				if r := user(a, c.cmd); r.exit.Code == 0 {
+				if r := user(a, c.cmd); r.Exit.Code == 0 {
 					a.breach("%s", r)
 				}
 				return

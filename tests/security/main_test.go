@@ -18,11 +18,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -34,8 +32,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
-	"github.com/airlock-sandbox/airlock/app/workspace"
 	"github.com/airlock-sandbox/airlock/guest/client"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 )
 
 var (
@@ -188,17 +186,12 @@ func TestMain(m *testing.M) {
 
 func runMain(m *testing.M) int {
 	began := time.Now()
-	airlockBin = os.Getenv("AIRLOCK_E2E_BIN")
-	imageRoot = os.Getenv("AIRLOCK_IMAGE_DIR")
-	if airlockBin == "" || imageRoot == "" {
-		fmt.Fprintln(os.Stderr, "security: set AIRLOCK_E2E_BIN and AIRLOCK_IMAGE_DIR (make test-security does)")
+	env, err := vmharness.FromEnv("security")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	var err error
-	if image, err = sandbox.LoadImage(filepath.Join(imageRoot, runtime.GOARCH)); err != nil {
-		fmt.Fprintln(os.Stderr, "security:", err)
-		return 1
-	}
+	airlockBin, imageRoot, image = env.Bin, env.ImageRoot, env.Image
 	if hostRoot, err = os.MkdirTemp("", "airlock-sec-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -234,13 +227,9 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer gate.Close()
-	uid, gid := workspace.Owner(sharedWS)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	shared, err = sandbox.Start(ctx, sandbox.Options{
-		Workspace: sharedWS, Image: image, UID: uid, GID: gid, MemoryMiB: 1024, Egress: gate,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	shared, err = vmharness.Boot(ctx, image, sandbox.Options{Workspace: sharedWS, MemoryMiB: 1024, Egress: gate})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "security: boot the shared VM:", err)
 		return 1
@@ -248,9 +237,8 @@ func runMain(m *testing.M) int {
 	fmt.Fprintf(os.Stderr, "security: shared VM ready in %s (%+v)\n", time.Since(began).Round(time.Millisecond), shared.Machine().Info())
 	startWatch()
 	code := m.Run()
-	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer ccancel()
-	if err := shared.Close(cctx); err != nil {
+	run := runLine(began)
+	if err := vmharness.Close(shared); err != nil {
 		fmt.Fprintln(os.Stderr, "security: close the shared VM:", err)
 		code = 1
 	}
@@ -258,20 +246,39 @@ func runMain(m *testing.M) int {
 		code = 1
 	}
 	board.print(os.Stdout, time.Since(began))
+	board.mu.Lock()
+	rep := report{Run: strings.Replace(run, "DURATION", time.Since(began).Round(time.Second).String(), 1), Findings: board.findings}
+	board.mu.Unlock()
+	if err := writeReport(rep); err != nil {
+		fmt.Fprintln(os.Stderr, "security: write the report:", err)
+		code = 1
+	}
+	if os.Getenv("AIRLOCK_SECURITY_REPORT") == "" {
+		if diff := compareReport(rep); diff != "" {
+			fmt.Printf("security: docs/security-report.md differs from this run (make security-report rewrites it): %s\n", diff)
+		}
+	}
 	return code
 }
 
-// ownedByTaskUser makes dir belong to uid 1000 when the tests run as root,
-// as a user's own folder would.
-func ownedByTaskUser(dir string) string {
+var ownedByTaskUser = vmharness.OwnedByTaskUser
+
+// runLine says when and where the suite ran, for the report (DURATION is
+// filled in at the end).
+func runLine(began time.Time) string {
+	who := "a user"
 	if os.Getuid() == 0 {
-		_ = os.Chown(dir, 1000, 1000)
+		who = "root"
 	}
-	canon, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		return dir
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	info := shared.Machine().Info()
+	served := ""
+	if uid, err := processUID(info.PID); err == nil {
+		served = fmt.Sprintf(" served by QEMU as uid %d", uid)
 	}
-	return canon
+	return fmt.Sprintf("%s, DURATION; Linux %s %s; Airlock as %s; QEMU %s, %s transport, %s workspace share%s",
+		began.UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(kernel)), runtime.GOARCH, who,
+		info.Accelerator, info.Transport, info.Share, served)
 }
 
 // lanAddress is one non-loopback IPv4 address of this host.
@@ -287,29 +294,19 @@ func lanAddress() string {
 
 // ---- the score board --------------------------------------------------
 
-var families = []string{"network escape", "workspace escape", "guest privilege", "host control"}
-
 // knownHoles are attacks that currently get through, by "family/name",
-// with the issue and an explanation. Their tests skip with KNOWN HOLE.
-var knownHoles = map[string]string{
-	// Airlock running as root (as make test does here) shares the workspace
-	// with virtiofsd as root, and guest root is one flag away (--root, the
-	// MCP tool's root flag): the guest's mknod, chown and setuid bits land
-	// on the host as they are. Run as a user, QEMU/virtiofsd cannot do it.
-	wsFamily + "/setuid-root executable made by guest root runs as root on the host": "issue 8: " +
-		"root-run virtiofsd keeps guest owners and modes; any host user gets root through the share",
-	wsFamily + "/char device node made by guest root reaches the host": "issue 8: " +
-		"root-run virtiofsd creates real device nodes the guest chose (mode 0666, any major:minor)",
-	wsFamily + "/block device node of the host's disk made by guest root": "issue 8: " +
-		"root-run virtiofsd creates a world-writable node of the host's own disk",
-}
+// with the issue and an explanation; their tests skip with KNOWN HOLE.
+// Empty, and it should stay so: a hole is a bug to fix, and the list is
+// only for the time between finding one and fixing it.
+var knownHoles = map[string]string{}
 
 type row struct{ attacks, blocked, holes, failed int }
 
 type scoreBoard struct {
-	mu    sync.Mutex
-	rows  map[string]*row
-	holes []string
+	mu       sync.Mutex
+	rows     map[string]*row
+	holes    []string
+	findings []finding // for the report
 }
 
 var board = &scoreBoard{rows: map[string]*row{}}
@@ -343,8 +340,9 @@ func (b *scoreBoard) print(w io.Writer, took time.Duration) {
 // Attack is one attack: its test, and how it ended.
 type Attack struct {
 	*testing.T
-	key  string
-	hole bool
+	key      string
+	hole     bool
+	breached bool
 }
 
 // attack runs one attack as a subtest and scores it: blocked when the
@@ -363,6 +361,14 @@ func attack(t *testing.T, family, name string, f func(a *Attack)) {
 				board.rows[family] = r
 			}
 			r.attacks++
+			out := outBlocked
+			switch {
+			case a.breached:
+				out = outThrough
+			case t.Failed():
+				out = outError
+			}
+			board.findings = append(board.findings, finding{family, name, out})
 			switch {
 			case a.hole:
 				r.holes++
@@ -385,6 +391,7 @@ func attack(t *testing.T, family, name string, f func(a *Attack)) {
 func (a *Attack) breach(format string, args ...any) {
 	a.Helper()
 	msg := fmt.Sprintf(format, args...)
+	a.breached = true
 	if note, ok := knownHoles[a.key]; ok && os.Getenv("AIRLOCK_SECURITY_STRICT") != "1" {
 		a.hole = true
 		a.Skipf("KNOWN HOLE: %s: %s (%s)", a.key, msg, note)
@@ -394,32 +401,16 @@ func (a *Attack) breach(format string, args ...any) {
 
 // ---- running things in the guest ---------------------------------------
 
-type result struct {
-	exit           client.Exit
-	stdout, stderr string
-}
+type result = vmharness.Result
 
-func (r result) String() string {
-	return fmt.Sprintf("exit %d signal %d stdout %q stderr %q", r.exit.Code, r.exit.Signal, r.stdout, r.stderr)
-}
-
-func (r result) out() string { return r.stdout + r.stderr }
-
-// exec runs spec on sb and returns what it printed.
+// execOn runs spec on sb and returns what it printed.
 func execOn(t testing.TB, sb *sandbox.Sandbox, spec client.Spec, stdin string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out, errOut bytes.Buffer
 	var in io.Reader
 	if stdin != "" {
 		in = strings.NewReader(stdin)
 	}
-	exit, err := sb.Agent().Exec(ctx, spec, client.Stdio{Stdin: in, Stdout: &out, Stderr: &errOut})
-	if err != nil {
-		t.Fatalf("exec %v: %v (stderr %q)", spec.Argv, err, errOut.String())
-	}
-	return result{exit, out.String(), errOut.String()}
+	return vmharness.Exec(t, sb, spec, in)
 }
 
 // user runs a shell command as the task user (uid 1000) on the shared VM.
@@ -446,24 +437,12 @@ func netTask(t testing.TB, cmd, stdin string) (string, result) {
 	return id, execOn(t, shared, client.Spec{ID: id, Argv: []string{"sh", "-c", cmd}, Env: egress.ProxyEnv(u, p)}, stdin)
 }
 
-var (
-	probeOnce sync.Once
-	probeErr  error
-)
-
-// probe builds the static probe into the shared workspace once and returns
-// its guest path.
+// probe builds the probe program into the shared workspace once and
+// returns its guest path.
 func probe(t testing.TB) string {
 	t.Helper()
-	probeOnce.Do(func() {
-		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(sharedWS, "probe"), "./testdata/probe")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			probeErr = fmt.Errorf("build probe: %v\n%s", err, out)
-		}
-	})
-	if probeErr != nil {
-		t.Fatal(probeErr)
+	if err := vmharness.BuildProbe(filepath.Join(sharedWS, "probe")); err != nil {
+		t.Fatal(err)
 	}
 	return "/workspace/probe"
 }
@@ -533,6 +512,11 @@ func afterAll() bool {
 			board.rows[family] = r
 		}
 		r.attacks++
+		out := outBlocked
+		if breach != "" {
+			out = outThrough
+		}
+		board.findings = append(board.findings, finding{family, name, out})
 		if breach == "" {
 			r.blocked++
 			return

@@ -75,14 +75,14 @@ func TestNetworkEscape(t *testing.T) {
 			attack(t, netFamily, c.name, func(a *Attack) {
 				a.Parallel()
 				r := user(a, c.cmd)
-				if r.exit.Code == 0 || strings.Contains(r.stdout, "ok:") || strings.Contains(r.stdout, "connected") {
+				if r.Exit.Code == 0 || strings.Contains(r.Stdout, "ok:") || strings.Contains(r.Stdout, "connected") {
 					a.breach("%s: %s", c.cmd, r)
 				}
 			})
 		}
 		attack(t, netFamily, "no resolver configured", func(a *Attack) {
 			r := user(a, "test ! -e /etc/resolv.conf && ls /sys/class/net")
-			if r.exit.Code != 0 || strings.TrimSpace(r.stdout) != "lo" {
+			if r.Exit.Code != 0 || strings.TrimSpace(r.Stdout) != "lo" {
 				a.breach("the guest has a resolver or an interface: %s", r)
 			}
 		})
@@ -192,7 +192,7 @@ func TestNetworkEscape(t *testing.T) {
 		t.Run("control: allowed.test works", func(t *testing.T) {
 			t.Parallel()
 			task, r := netTask(t, p+" get http://allowed.test:"+A+"/", "")
-			if r.exit.Code != 0 || !strings.Contains(r.stdout, "status=200") {
+			if r.Exit.Code != 0 || !strings.Contains(r.Stdout, "status=200") {
 				t.Fatalf("the allowed upstream is not reachable: %s", r)
 			}
 			if d := decisionsOf(t, task, 1)[0]; d.Action != egress.ActionAllow || d.Reason != egress.ReasonAllowedByRule {
@@ -217,7 +217,7 @@ func TestNetworkEscape(t *testing.T) {
 				began := time.Now()
 				_, r := netTask(a, p+" slow "+mode, "")
 				took := time.Since(began)
-				if r.exit.Code == 0 || !strings.HasPrefix(r.stdout, "cut after") {
+				if r.Exit.Code == 0 || !strings.HasPrefix(r.Stdout, "cut after") {
 					a.breach("a slow client was never cut off: %s", r)
 				}
 				// Generous bound: the gate's head deadline is 10 s.
@@ -233,7 +233,7 @@ func TestNetworkEscape(t *testing.T) {
 						return d.Reason == egress.ReasonTimeout && d.Protocol == proto && d.Action == egress.ActionDeny
 					})) > 0
 				}, "a %s timeout decision", proto)
-				a.Logf("%s (%s)", strings.TrimSpace(r.stdout), took.Round(100*time.Millisecond))
+				a.Logf("%s (%s)", strings.TrimSpace(r.Stdout), took.Round(100*time.Millisecond))
 			})
 		}
 	})
@@ -255,10 +255,10 @@ func TestNetworkEscape(t *testing.T) {
 			attack(t, netFamily, "oversized head: "+c.name, func(a *Attack) {
 				mark := lastSeq()
 				_, r := netTask(a, rawIn, c.req)
-				if r.exit.Code == 0 {
+				if r.Exit.Code == 0 {
 					a.breach("an oversized head was served: %s", r)
 				}
-				if !strings.Contains(r.stdout, "431") || !strings.Contains(r.stdout, "reason=header-too-large") {
+				if !strings.Contains(r.Stdout, "431") || !strings.Contains(r.Stdout, "reason=header-too-large") {
 					a.Errorf("want 431 with reason header-too-large: %s", r)
 				}
 				waitFor(a, func() bool {
@@ -286,7 +286,7 @@ func smuggle(allowedPort, canaryPort string) string {
 func runGateCase(a *Attack, c gateCase) {
 	mark := lastSeq()
 	task, r := netTask(a, c.cmd, c.stdin)
-	if strings.Contains(r.stdout, secretText) {
+	if strings.Contains(r.Stdout, secretText) {
 		a.breach("the canary answered: %s", r)
 	}
 	var ds []egress.Decision
@@ -321,12 +321,12 @@ func runGateCase(a *Attack, c gateCase) {
 	if !refusedOne {
 		a.Errorf("no refusal logged: %+v", ds)
 	}
-	if r.exit.Code == 0 && !c.allowedOK {
+	if r.Exit.Code == 0 && !c.allowedOK {
 		a.breach("%s succeeded in the guest: %s", c.cmd, r)
 	}
 	// (Go's client does not show a refused CONNECT's headers.)
 	if strings.Contains(c.cmd, " raw ") || strings.Contains(c.cmd, " get http:") {
-		if !strings.Contains(r.stdout, "reason=") {
+		if !strings.Contains(r.Stdout, "reason=") {
 			a.Errorf("the refusal does not tell the tool why: %s", r)
 		}
 	}

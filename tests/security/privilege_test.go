@@ -7,6 +7,7 @@ import (
 	"context"
 	"io"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -19,7 +20,7 @@ const privFamily = "guest privilege"
 func agentPID(t testing.TB) string {
 	t.Helper()
 	r := root(t, `for d in /proc/[0-9]*; do a=$(tr '\0' ' ' < $d/cmdline 2>/dev/null); [ "$a" = "/init agent " ] && echo ${d#/proc/}; done`)
-	pid := strings.TrimSpace(r.stdout)
+	pid := strings.TrimSpace(r.Stdout)
 	if !regexp.MustCompile(`^[0-9]+$`).MatchString(pid) {
 		t.Fatalf("cannot find the agent: %s", r)
 	}
@@ -40,14 +41,20 @@ func TestGuestPrivilege(t *testing.T) {
 	defer cancel()
 	pr, pw := io.Pipe()
 	go func() {
-		shared.Agent().Exec(ctx, client.Spec{Argv: []string{"sh", "-c", "cat /proc/self/cgroup; exec sleep 600"}}, client.Stdio{Stdout: pw})
+		shared.Agent().Exec(ctx, client.Spec{Argv: []string{"sh", "-c", "cat /proc/self/cgroup; echo $$; exec sleep 600"}}, client.Stdio{Stdout: pw})
 		pw.Close()
 	}()
-	line, _ := bufio.NewReader(pr).ReadString('\n')
-	go io.Copy(io.Discard, pr)
+	br := bufio.NewReader(pr)
+	line, _ := br.ReadString('\n')
+	victimPID, _ := br.ReadString('\n')
+	victimPID = strings.TrimSpace(victimPID)
+	go io.Copy(io.Discard, br)
 	victimCg := "/sys/fs/cgroup" + strings.TrimPrefix(strings.TrimSpace(line), "0::")
 	if !strings.HasPrefix(victimCg, "/sys/fs/cgroup/airlock/tasks/") {
 		t.Fatalf("victim task's cgroup: %q", line)
+	}
+	if _, err := strconv.Atoi(victimPID); err != nil {
+		t.Fatalf("victim task's pid: %q", victimPID)
 	}
 
 	// perm: the refusal must be EPERM or EACCES (for the others any
@@ -57,6 +64,9 @@ func TestGuestPrivilege(t *testing.T) {
 		perm      bool
 	}{
 		{"open the transport device /dev/vport*", "for d in /dev/vport* /dev/hvc* /dev/vsock /dev/virtio-ports/*; do [ -e $d ] && { cat $d; echo x > $d; }; done; exit 1", false},
+		{"vsock loopback to the agent's RPC port (CID 1:1024)", p + " vsock 1 1024", false},
+		{"vsock to the agent's RPC port on the host side (CID 2:1024)", p + " vsock 2 1024", false},
+		{"vsock to the guest's own CID on the agent's port (CID 3:1024)", p + " vsock 3 1024", false},
 		{"read /dev/mem, /dev/port, /dev/console", "cat /dev/mem | head -c1; cat /dev/port | head -c1; echo x > /dev/console", false},
 		{"read PID 1's environment", "cat /proc/1/environ", true},
 		{"read the agent's environment", "cat /proc/" + agent + "/environ", true},
@@ -66,6 +76,8 @@ func TestGuestPrivilege(t *testing.T) {
 		{"enter the agent's root and cwd", "ls /proc/" + agent + "/root/ && ls /proc/1/cwd/", true},
 		{"ptrace the agent", p + " ptrace " + agent, true},
 		{"ptrace PID 1", p + " ptrace 1", true},
+		{"ptrace another task's process (same uid)", p + " ptrace " + victimPID, true},
+		{"read another task's memory via /proc/PID/mem", p + " readmem " + victimPID, true},
 		{"kill the agent (SIGKILL)", p + " kill " + agent + " 9", true},
 		{"stop the agent (SIGSTOP)", p + " kill " + agent + " 19", true},
 		{"kill PID 1", p + " kill 1 9", true},
@@ -112,10 +124,10 @@ func TestGuestPrivilege(t *testing.T) {
 			attack(t, privFamily, c.name, func(a *Attack) {
 				a.Parallel()
 				r := user(a, c.cmd)
-				if r.exit.Code == 0 && !refused(r.out()) {
+				if r.Exit.Code == 0 && !refused(r.Out()) {
 					a.breach("%s: %s", c.cmd, r)
 				}
-				if c.perm && !refused(r.out()) {
+				if c.perm && !refused(r.Out()) {
 					a.Errorf("refused, but not with EPERM or EACCES: %s", r)
 				}
 			})
@@ -126,13 +138,13 @@ func TestGuestPrivilege(t *testing.T) {
 			a.breach("the agent changed from PID %s to %s", agent, got)
 		}
 		r := user(a, "echo alive")
-		if r.stdout != "alive\n" {
+		if r.Stdout != "alive\n" {
 			a.breach("the agent no longer runs tasks: %s", r)
 		}
-		if r := user(a, "date +%Y"); strings.TrimSpace(r.stdout) < "2020" {
+		if r := user(a, "date +%Y"); strings.TrimSpace(r.Stdout) < "2020" {
 			a.breach("the guest clock was set back: %s", r)
 		}
-		if r := root(a, "cat "+victimCg+"/cgroup.procs | wc -l"); strings.TrimSpace(r.stdout) == "0" {
+		if r := root(a, "cat "+victimCg+"/cgroup.procs | wc -l"); strings.TrimSpace(r.Stdout) == "0" {
 			a.breach("the victim task was killed by another task: %s", r)
 		}
 	})

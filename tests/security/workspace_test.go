@@ -119,7 +119,7 @@ func drainWatch() {
 			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
 			off += unix.SizeofInotifyEvent + int(ev.Len)
 			dir, ok := watch.dirs[int(ev.Wd)]
-			if !ok || ev.Mask&unix.IN_IGNORED != 0 || name == "ws" || name == "ro-ws" {
+			if !ok || ev.Mask&unix.IN_IGNORED != 0 || name == "ws" || name == "ro-ws" || name == "root-ws" {
 				continue
 			}
 			watch.seen = append(watch.seen, fmt.Sprintf("%s/%s mask %#x", dir, name, ev.Mask))
@@ -153,7 +153,7 @@ func secretIntact(a *Attack) {
 // noSecret fails the attack when the guest printed the secret.
 func noSecret(a *Attack, r result) {
 	a.Helper()
-	if strings.Contains(r.out(), secretText) {
+	if strings.Contains(r.Out(), secretText) {
 		a.breach("the guest read the host's secret: %s", r)
 	}
 }
@@ -174,7 +174,7 @@ func TestWorkspaceEscape(t *testing.T) {
 	// below are about the boundary.
 	os.WriteFile(filepath.Join(sharedWS, "inside.txt"), []byte("inside\n"), 0o644)
 	os.Symlink("inside.txt", filepath.Join(sharedWS, "h-inside"))
-	if r := user(t, "cat /workspace/h-inside && cd /workspace && ln -sf inside.txt g-inside && cat g-inside && "+p+" openat /workspace inside.txt"); r.stdout != "inside\ninside\nok: \"inside\"\n" {
+	if r := user(t, "cat /workspace/h-inside && cd /workspace && ln -sf inside.txt g-inside && cat g-inside && "+p+" openat /workspace inside.txt"); r.Stdout != "inside\ninside\nok: \"inside\"\n" {
 		t.Fatalf("control: links inside the share: %s", r)
 	}
 
@@ -215,7 +215,7 @@ func TestWorkspaceEscape(t *testing.T) {
 	})
 	attack(t, wsFamily, "mknod in the workspace as the task user", func(a *Attack) {
 		r := user(a, "mknod /workspace/u-null c 1 3")
-		if _, err := os.Lstat(filepath.Join(sharedWS, "u-null")); err == nil || r.exit.Code == 0 {
+		if _, err := os.Lstat(filepath.Join(sharedWS, "u-null")); err == nil || r.Exit.Code == 0 {
 			a.breach("uid 1000 made a device node: %s", r)
 		}
 	})
@@ -268,10 +268,10 @@ func TestWorkspaceEscape(t *testing.T) {
 		// out and deleting them, which the guest may do anyway.
 		r := user(a, p+" rename /workspace /tmp/w; "+p+" rename /workspace /workspace/../ws2")
 		r2 := root(a, p+" rename /workspace /ws2; "+p+" rename /workspace/. /x; "+p+" rename /workspace/ /workspace/sub")
-		if strings.Contains(r.stdout+r2.stdout, "ok:") {
+		if strings.Contains(r.Stdout+r2.Stdout, "ok:") {
 			a.breach("rename(2) of the share root succeeded in the guest: %s %s", r, r2)
 		}
-		if inode(sharedWS) != before || user(a, "test -x /workspace/probe && echo ok").stdout != "ok\n" {
+		if inode(sharedWS) != before || user(a, "test -x /workspace/probe && echo ok").Stdout != "ok\n" {
 			a.breach("the share root moved: %s %s", r, r2)
 		}
 	})
@@ -280,7 +280,7 @@ func TestWorkspaceEscape(t *testing.T) {
 		// In a private mount namespace root may unmount and remove the
 		// guest's mount point: the host's folder must not notice.
 		r := root(a, p+" rmdir /workspace; unshare -m --propagation private sh -c 'umount /workspace && rmdir /workspace && echo removed-in-guest'")
-		if strings.Contains(r.stdout, "ok:") {
+		if strings.Contains(r.Stdout, "ok:") {
 			a.breach("rmdir(2) of the share root succeeded: %s", r)
 		}
 		if inode(sharedWS) != before {
@@ -296,6 +296,7 @@ func TestWorkspaceEscape(t *testing.T) {
 	})
 
 	t.Run("read-only share", func(t *testing.T) { readOnly(t) })
+	t.Run("root's folder", func(t *testing.T) { rootFolder(t) })
 }
 
 // asUser runs a host program as uid (another user on the host).
@@ -377,7 +378,7 @@ func readOnly(t *testing.T) {
 	addWatch(roRoot)
 	before := snapshot(t, ws)
 	r := execOn(t, sb, client.Spec{Argv: []string{"sh", "-c", "cat /workspace/in.txt; grep ' /workspace ' /proc/mounts"}}, "")
-	if !strings.HasPrefix(r.stdout, "keep me\n") || !strings.Contains(r.stdout, " ro,") {
+	if !strings.HasPrefix(r.Stdout, "keep me\n") || !strings.Contains(r.Stdout, " ro,") {
 		t.Fatalf("the read-only VM does not show its share read-only: %s", r)
 	}
 	attacks := []struct {
@@ -405,7 +406,7 @@ func readOnly(t *testing.T) {
 	for _, c := range attacks {
 		attack(t, wsFamily, c.name, func(a *Attack) {
 			r := execOn(a, sb, client.Spec{Argv: []string{"sh", "-c", c.cmd}, Root: c.root}, "")
-			if strings.Contains(r.out(), secretText) {
+			if strings.Contains(r.Out(), secretText) {
 				a.breach("the guest read the secret next to the read-only share: %s", r)
 			}
 			if after := snapshot(a, ws); after != before {

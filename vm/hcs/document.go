@@ -58,6 +58,15 @@ type Spec struct {
 	// Share says whether a workspace will be added after start, and how.
 	Share         bool
 	ShareReadOnly bool
+	// Disks are VHD files on SCSI controller 0, LUN 0, 1, ... in order.
+	// The guest finds them by their content (a label), not their LUN.
+	Disks []Disk
+}
+
+// Disk is a VHD file attached as a SCSI disk.
+type Disk struct {
+	Path     string
+	ReadOnly bool
 }
 
 // BootConfig is what the guest is told about its transport and share.
@@ -90,7 +99,8 @@ func (s Spec) KernelCmdline() string {
 
 // Document is the compute system document for s: kernel-direct boot,
 // memory and processors, the console on COM1, Hyper-V sockets for the
-// user and SYSTEM only, an empty Plan9 server, and no network adapter.
+// user and SYSTEM only, an empty Plan9 server, the disks on one SCSI
+// controller, and no network adapter.
 func Document(s Spec) ComputeSystem {
 	v := schemaVersion
 	d := &Devices{
@@ -102,6 +112,13 @@ func Document(s Spec) ComputeSystem {
 	}
 	if s.ConsolePipe != "" {
 		d.ComPorts = map[string]ComPort{"0": {NamedPipe: s.ConsolePipe}}
+	}
+	if len(s.Disks) > 0 {
+		att := map[string]Attachment{}
+		for i, disk := range s.Disks {
+			att[strconv.Itoa(i)] = Attachment{Type: "VirtualDisk", Path: disk.Path, ReadOnly: disk.ReadOnly}
+		}
+		d.Scsi = map[string]Scsi{"0": {Attachments: att}}
 	}
 	return ComputeSystem{
 		Owner:                             Owner,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -37,6 +38,14 @@ func TestDocumentGolden(t *testing.T) {
 		{"amd64-no-share", func(*Spec) {}},
 		{"amd64-share", func(s *Spec) { s.Share = true }},
 		{"amd64-share-ro", func(s *Spec) { s.Share, s.ShareReadOnly = true, true }},
+		{"amd64-standard-disks", func(s *Spec) {
+			s.Share = true
+			s.Cmdline = append(s.Cmdline, "airlock.root=airlock-root", "airlock.root_keep=1")
+			s.Disks = []Disk{
+				{Path: `C:\Program Files\Airlock\images\standard\amd64\root.vhd`, ReadOnly: true},
+				{Path: `C:\Users\alice\AppData\Local\Airlock\state\disks\0123456789abcdef\data.vhd`},
+			}
+		}},
 		{"arm64-share-odd-memory-no-console", func(s *Spec) {
 			s.Arch, s.Share, s.MemoryMiB, s.CPUs, s.ConsolePipe = "arm64", true, 1023, 4, ""
 			s.Kernel = strings.ReplaceAll(s.Kernel, "amd64", "arm64")
@@ -75,6 +84,15 @@ func checkDocument(t *testing.T, s Spec, d ComputeSystem) {
 		dev.HvSocket.HvSocketConfig.DefaultConnectSecurityDescriptor != dev.HvSocket.HvSocketConfig.DefaultBindSecurityDescriptor {
 		t.Errorf("socket SDDL %+v", dev.HvSocket.HvSocketConfig)
 	}
+	if n := len(dev.Scsi["0"].Attachments); n != len(s.Disks) || len(dev.Scsi) > 1 {
+		t.Errorf("%d SCSI attachments (%d controllers) for %d disks", n, len(dev.Scsi), len(s.Disks))
+	}
+	for i, disk := range s.Disks {
+		a := dev.Scsi["0"].Attachments[strconv.Itoa(i)]
+		if a.Type != "VirtualDisk" || a.Path != disk.Path || a.ReadOnly != disk.ReadOnly {
+			t.Errorf("LUN %d: %+v, want %+v", i, a, disk)
+		}
+	}
 	if d.VirtualMachine.ComputeTopology.Memory.SizeInMB%2 != 0 {
 		t.Error("memory is not a multiple of 2 MB")
 	}
@@ -87,6 +105,9 @@ func checkDocument(t *testing.T, s Spec, d ComputeSystem) {
 	want := api.BootConfig{Transport: api.TransportHVSock, UID: 1000, GID: 1000}
 	if s.Share {
 		want.Share, want.SharePort, want.ShareReadOnly = api.Share9PVsock, 564, s.ShareReadOnly
+	}
+	if len(s.Disks) > 0 {
+		want.Root, want.RootKeep = api.RootLabel, true
 	}
 	if got != want {
 		t.Errorf("guest reads %+v, want %+v", got, want)

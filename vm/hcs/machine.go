@@ -82,6 +82,11 @@ func New(cfg vm.Config, opt Options) (*Machine, error) {
 	case cfg.MemoryMiB > MaxMemoryMiB:
 		return nil, fmt.Errorf("hcs: %w", errors.Join(vm.ErrInvalidConfig, fmt.Errorf("at most %d MiB of memory", MaxMemoryMiB)))
 	}
+	for _, d := range cfg.Disks {
+		if d.Format != vm.DiskRawVHD {
+			return nil, fmt.Errorf("hcs: %w", errors.Join(vm.ErrInvalidConfig, fmt.Errorf("disk %s is %q: Hyper-V attaches only VHD files (%q)", d.Path, d.Format, vm.DiskRawVHD)))
+		}
+	}
 	if err := platformDefaults(&opt); err != nil {
 		return nil, err
 	}
@@ -115,6 +120,9 @@ func (m *Machine) Start(ctx context.Context) (err error) {
 	req := CreateRequest{
 		Kernel: m.cfg.Kernel, Initrd: m.cfg.Initrd, Cmdline: m.cfg.Cmdline,
 		CPUs: m.cfg.CPUs, MemoryMiB: m.cfg.MemoryMiB,
+	}
+	for _, d := range m.cfg.Disks {
+		req.Disks = append(req.Disks, DiskRequest{Path: d.Path, ReadOnly: d.ReadOnly})
 	}
 	if m.cfg.Share != nil {
 		req.Share = &ShareRequest{Path: m.cfg.Share.HostPath, ReadOnly: m.cfg.Share.ReadOnly}

@@ -62,6 +62,15 @@ type CreateRequest struct {
 	Share *ShareRequest `json:"share,omitempty"`
 	// ConsolePipe is the pipe the app listens on for COM1 (ValidConsolePipe).
 	ConsolePipe string `json:"console_pipe,omitempty"`
+	// Disks are VHD files attached as SCSI disks, in order: the standard
+	// image's read-only root disk, the user's persistent disk.
+	Disks []DiskRequest `json:"disks,omitempty"`
+}
+
+// DiskRequest is one disk file.
+type DiskRequest struct {
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
 }
 
 // ShareRequest is the workspace folder.

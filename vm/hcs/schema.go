@@ -67,6 +67,22 @@ type Devices struct {
 	// Plan9 must be present (even empty) at creation for shares to be
 	// added after start.
 	Plan9 *Plan9 `json:"Plan9,omitempty"`
+	// Scsi maps a controller number ("0") to its disks.
+	Scsi map[string]Scsi `json:"Scsi,omitempty"`
+}
+
+// Scsi is a synthetic SCSI controller (hv_storvsc in the guest).
+type Scsi struct {
+	// Attachments maps a LUN ("0", "1", ...) to its disk.
+	Attachments map[string]Attachment `json:"Attachments,omitempty"`
+}
+
+// Attachment is a disk on a SCSI controller.
+type Attachment struct {
+	// Type is "VirtualDisk" for a VHD or VHDX file.
+	Type     string `json:"Type,omitempty"`
+	Path     string `json:"Path,omitempty"`
+	ReadOnly bool   `json:"ReadOnly,omitempty"`
 }
 
 // ComPort connects a serial port to a named pipe.

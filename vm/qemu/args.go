@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/vm"
 )
 
 // plan is everything the QEMU command line depends on, resolved: no
@@ -21,21 +22,35 @@ type plan struct {
 	CPUs           int
 	MemoryMiB      int
 	ConsoleLog     string
-	PIDFile        string
-	Name           string
+	// ConsoleFD, when set, is an inherited descriptor QEMU writes the
+	// console to instead of opening ConsoleLog.
+	ConsoleFD int
+	PIDFile   string
+	Name      string
 
 	Transport api.Transport // TransportSerial or TransportVsock
 	MuxFD     int           // serial: the socket's descriptor number in QEMU
 	CID       uint32        // vsock: the guest's context id
+	VhostFD   int           // vsock: an inherited /dev/vhost-vsock descriptor, else 0 (QEMU opens it)
 
 	Share          api.ShareFS // ShareNone, ShareVirtiofs or Share9P
 	SharePath      string
 	ShareReadOnly  bool
 	VirtiofsSocket string
-	// SecurityModel is the 9p security model: "passthrough" when QEMU runs
-	// as root (guest owners are kept on the host), "none" otherwise (files
-	// belong to the user running QEMU).
+	// SecurityModel is the 9p security model, as chooseShare decided:
+	// "none" (files belong to the user running QEMU), "mapped-xattr" (guest
+	// owners and modes in xattrs, plain files on the host) or
+	// "passthrough" (read-only).
 	SecurityModel string
+
+	// Disks are attached as virtio-blk devices, in order.
+	Disks []vm.Disk
+	// DiskFDs, when set, holds for each disk the inherited descriptors
+	// QEMU uses through an fdset instead of opening the path (QEMU started
+	// as the folder's owner may not reach a disk in Airlock's state
+	// folder): one read-only, and for a writable disk one read-write too,
+	// as QEMU opens a writable image both ways.
+	DiskFDs [][]int
 }
 
 // bootConfig is what the guest is told about the devices.
@@ -83,14 +98,23 @@ func (p plan) args() []string {
 	if p.Initrd != "" {
 		a = append(a, "-initrd", p.Initrd)
 	}
+	console := optValue(p.ConsoleLog)
+	if p.ConsoleFD > 0 {
+		a = append(a, "-add-fd", fmt.Sprintf("fd=%d,set=1", p.ConsoleFD))
+		console = "/dev/fdset/1"
+	}
 	a = append(a, "-append", p.kernelCmdline(),
-		"-chardev", "file,id=con,path="+optValue(p.ConsoleLog)+",append=on",
+		"-chardev", "file,id=con,path="+console+",append=on",
 		"-serial", "chardev:con",
 		"-device", "virtio-rng-pci",
 	)
 	switch p.Transport {
 	case api.TransportVsock:
-		a = append(a, "-device", fmt.Sprintf("vhost-vsock-pci,guest-cid=%d", p.CID))
+		dev := fmt.Sprintf("vhost-vsock-pci,guest-cid=%d", p.CID)
+		if p.VhostFD > 0 {
+			dev += fmt.Sprintf(",vhostfd=%d", p.VhostFD)
+		}
+		a = append(a, "-device", dev)
 	case api.TransportSerial:
 		a = append(a,
 			"-device", "virtio-serial-pci",
@@ -116,6 +140,24 @@ func (p plan) args() []string {
 			"-fsdev", fsdev,
 			"-device", "virtio-9p-pci,fsdev=fs0,mount_tag="+api.WorkspaceTag,
 		)
+	}
+	for i, d := range p.Disks {
+		// Both formats are raw to QEMU (a VHD footer is just 512 bytes
+		// past the file system); readonly=on makes QEMU refuse writes and
+		// open the file read-only, so one image serves many VMs.
+		file := d.Path
+		if i < len(p.DiskFDs) && len(p.DiskFDs[i]) > 0 {
+			set := 2 + i // fdset 1 is the console's
+			for _, fd := range p.DiskFDs[i] {
+				a = append(a, "-add-fd", fmt.Sprintf("fd=%d,set=%d", fd, set))
+			}
+			file = fmt.Sprintf("/dev/fdset/%d", set)
+		}
+		drive := fmt.Sprintf("file=%s,format=raw,if=none,id=disk%d", optValue(file), i)
+		if d.ReadOnly {
+			drive += ",readonly=on"
+		}
+		a = append(a, "-drive", drive, "-device", fmt.Sprintf("virtio-blk-pci,drive=disk%d", i))
 	}
 	if p.PIDFile != "" {
 		a = append(a, "-pidfile", p.PIDFile)

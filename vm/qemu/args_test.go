@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/vm"
 )
 
 // UPDATE_GOLDEN=1 go test ./vm/qemu rewrites testdata/*.golden.
@@ -143,5 +144,74 @@ func TestBinaryAndPackage(t *testing.T) {
 	if binaryFor("arm64") != "qemu-system-aarch64" || packageFor("arm64") != "qemu-system-arm" ||
 		binaryFor("amd64") != "qemu-system-x86_64" || packageFor("amd64") != "qemu-system-x86" {
 		t.Error("binary or package names")
+	}
+}
+
+// TestArgsHandedOver: QEMU started as the folder's owner gets the console
+// as an inherited descriptor (an fdset it never reopens), vhost-vsock as a
+// descriptor too, and no pidfile.
+func TestArgsHandedOver(t *testing.T) {
+	p := basePlan("amd64", "tcg")
+	p.Transport, p.CID, p.VhostFD, p.ConsoleFD, p.PIDFile = api.TransportVsock, 42, 8, 7, ""
+	p.Kernel, p.Initrd = "/proc/self/fd/3", "/proc/self/fd/4"
+	p.Share, p.SharePath, p.SecurityModel = api.Share9P, "/proc/self/fd/5", modelNone
+	got := formatArgs(p.args())
+	for _, want := range []string{
+		"-add-fd fd=7,set=1", "-chardev file,id=con,path=/dev/fdset/1,append=on",
+		"-device vhost-vsock-pci,guest-cid=42,vhostfd=8",
+		"-kernel /proc/self/fd/3", "-initrd /proc/self/fd/4",
+		"-fsdev local,id=fs0,path=/proc/self/fd/5,security_model=none",
+	} {
+		if !strings.Contains(strings.ReplaceAll(got, "\n", " "), want) {
+			t.Errorf("missing %q in\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "-pidfile") || strings.Contains(got, "console.log") {
+		t.Errorf("QEMU would open a runtime file itself:\n%s", got)
+	}
+}
+
+func TestArgsDisks(t *testing.T) {
+	p := basePlan("amd64", "tcg")
+	p.Disks = []vm.Disk{
+		{Path: "/img/std,1/root.vhd", ReadOnly: true, Format: vm.DiskRawVHD},
+		{Path: "/state/ws/data.img", Format: vm.DiskRaw},
+	}
+	got := strings.Join(p.args(), " ")
+	for _, want := range []string{
+		"-drive file=/img/std,,1/root.vhd,format=raw,if=none,id=disk0,readonly=on -device virtio-blk-pci,drive=disk0",
+		"-drive file=/state/ws/data.img,format=raw,if=none,id=disk1 -device virtio-blk-pci,drive=disk1",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("args lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Count(got, "readonly=on") != 1 {
+		t.Errorf("only the first disk is read-only:\n%s", got)
+	}
+}
+
+// TestArgsDiskFDs: QEMU started as the folder's owner gets each disk as an
+// fdset of an inherited descriptor, never a path it would open itself.
+func TestArgsDiskFDs(t *testing.T) {
+	p := basePlan("amd64", "tcg")
+	p.ConsoleFD = 7
+	p.Disks = []vm.Disk{
+		{Path: "/img/root.vhd", ReadOnly: true, Format: vm.DiskRawVHD},
+		{Path: "/root/.local/state/airlock/disk.img", Format: vm.DiskRaw},
+	}
+	p.DiskFDs = [][]int{{8}, {9, 10}}
+	got := strings.Join(p.args(), " ")
+	for _, want := range []string{
+		"-add-fd fd=7,set=1",
+		"-add-fd fd=8,set=2 -drive file=/dev/fdset/2,format=raw,if=none,id=disk0,readonly=on",
+		"-add-fd fd=9,set=3 -add-fd fd=10,set=3 -drive file=/dev/fdset/3,format=raw,if=none,id=disk1 ",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("args lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "root.vhd") || strings.Contains(got, "disk.img") {
+		t.Errorf("QEMU would open a disk by path:\n%s", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -110,15 +111,20 @@ func imagesDir(t *testing.T) string {
 
 func TestE2EBoot(t *testing.T) {
 	img := imagesDir(t)
+	// owner is who the folder belongs to when the test runs as root: a
+	// user's folder is served by QEMU running as that user, root's with
+	// the guest's metadata in xattrs (see chooseShare).
 	tests := []struct {
 		name     string
 		readOnly bool
 		share    string
 		want     string
+		owner    uint32
 	}{
-		{"rw-auto", false, ShareAuto, ""},
-		{"rw-9p", false, Share9P, Share9P},
-		{"ro-9p", true, ShareAuto, Share9P},
+		{"rw-auto", false, ShareAuto, Share9P, 1000},
+		{"rw-9p-root-folder", false, Share9P, Share9P, 0},
+		{"ro-9p", true, ShareAuto, Share9P, 1000},
+		{"ro-9p-root-folder", true, ShareAuto, Share9P, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,6 +134,10 @@ func TestE2EBoot(t *testing.T) {
 			ws := t.TempDir()
 			os.Chmod(ws, 0o777)
 			os.WriteFile(filepath.Join(ws, "hello.txt"), []byte("from the host\n"), 0o644)
+			if isRoot() {
+				os.Chown(ws, int(tt.owner), int(tt.owner))
+				os.Chown(filepath.Join(ws, "hello.txt"), int(tt.owner), int(tt.owner))
+			}
 			cfg.Share = &vm.Share{HostPath: ws, ReadOnly: tt.readOnly}
 			m, err := New(cfg, Options{Share: tt.share})
 			if err != nil {
@@ -146,6 +156,9 @@ func TestE2EBoot(t *testing.T) {
 			t.Logf("info %+v", info)
 			if tt.want != "" && info.Share != tt.want {
 				t.Errorf("share %s, want %s", info.Share, tt.want)
+			}
+			if uid := processUID(t, info.PID); isRoot() && uid != tt.owner {
+				t.Errorf("QEMU runs as uid %d, want the folder owner's %d", uid, tt.owner)
 			}
 			type res struct {
 				r   api.Ready
@@ -201,7 +214,20 @@ func TestE2EBoot(t *testing.T) {
 				t.Errorf("guest write did not reach the host: %v", err)
 			case !tt.readOnly:
 				st := fi.Sys().(*syscall.Stat_t)
-				t.Logf("host sees made.txt owned by %d:%d", st.Uid, st.Gid)
+				t.Logf("host sees made.txt owned by %d:%d mode %v", st.Uid, st.Gid, fi.Mode())
+				if isRoot() && tt.owner != 0 && st.Uid != tt.owner {
+					t.Errorf("made.txt belongs to uid %d on the host, want the folder owner %d", st.Uid, tt.owner)
+				}
+				if isRoot() && tt.owner == 0 {
+					// mapped-xattr: a plain file of QEMU's user, the guest's view in xattrs.
+					var buf [64]byte
+					if n, err := syscall.Getxattr(filepath.Join(ws, "made.txt"), "user.virtfs.uid", buf[:]); err != nil || n == 0 {
+						t.Errorf("made.txt has no user.virtfs.uid xattr: %v", err)
+					}
+					if fi.Mode().Perm() != 0o600 || st.Uid != 0 {
+						t.Errorf("made.txt on the host is %v owned by %d, want a plain 0600 file of root", fi.Mode(), st.Uid)
+					}
+				}
 			}
 			if strings.Contains(out.String(), "eth") || strings.Contains(out.String(), "enp") {
 				t.Error("the guest has a network interface")
@@ -241,6 +267,23 @@ func TestE2EBoot(t *testing.T) {
 			}
 		})
 	}
+}
+
+// processUID is the real uid pid runs as.
+func processUID(t *testing.T, pid int) uint32 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", itoa(pid), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+			n, _ := strconv.Atoi(f[1])
+			return uint32(n)
+		}
+	}
+	t.Fatalf("no Uid in /proc/%d/status", pid)
+	return 0
 }
 
 func waitCh(m *Machine) <-chan struct{} { return m.exited }

@@ -1,7 +1,14 @@
 // Package qemu is the Linux backend of vm.Machine: a QEMU child process
-// with no network card, one shared folder (virtio-fs or 9p) and the guest
-// transport on vhost-vsock when the host has it, else on one virtio-serial
-// port carrying the guest/mux stream multiplexer.
+// with no network card, one shared folder and the guest transport on
+// vhost-vsock when the host has it, else on one virtio-serial port carrying
+// the guest/mux stream multiplexer.
+//
+// The shared folder is 9p, served by QEMU with the rights of the folder's
+// owner and no more: QEMU runs as the user running Airlock, or, when that is
+// root and the folder belongs to a user, is started as that user; root's
+// own folder is shared with the guest's owners and modes kept in xattrs.
+// chooseShare has the table and the reasons (guest root must not be able
+// to leave setuid-root programs or device nodes on the host).
 package qemu
 
 import (
@@ -15,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -43,6 +51,8 @@ type Machine struct {
 	vsockLns  *vsockListeners
 	cpuModel  string // overrides plan.cpu, for measurements
 
+	sp sharePlan // how the share is served, decided in New
+
 	mu        sync.Mutex
 	share     string // "", "virtiofs" or "9p", once started
 	accel     string
@@ -65,10 +75,17 @@ func New(cfg vm.Config, opts Options) (*Machine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qemu: %w", err)
 	}
-	if _, err := chooseShare(cfg.Share, r.Share, r.Virtiofsd, isRoot()); err != nil {
+	var owner hostUser
+	if cfg.Share != nil && isRoot() {
+		if owner, err = folderOwner(cfg.Share.HostPath); err != nil {
+			return nil, fmt.Errorf("qemu: %w: shared folder: %w", vm.ErrInvalidConfig, err)
+		}
+	}
+	sp, err := chooseShare(cfg.Share, r.Share, r.Virtiofsd, os.Geteuid(), owner)
+	if err != nil {
 		return nil, fmt.Errorf("qemu: %w", err)
 	}
-	m := &Machine{cfg: cfg, opts: r, log: cfg.Log().With("backend", "qemu"), exited: make(chan struct{})}
+	m := &Machine{cfg: cfg, opts: r, sp: sp, log: cfg.Log().With("backend", "qemu"), exited: make(chan struct{})}
 	if m.cfg.ConsoleLog == "" {
 		m.cfg.ConsoleLog = filepath.Join(cfg.Dir, "console.log")
 	}
@@ -133,7 +150,7 @@ func (m *Machine) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("qemu: start: %w", err)
 	}
-	share, _ := chooseShare(m.cfg.Share, m.opts.Share, m.opts.Virtiofsd, isRoot())
+	share := m.sp.FS
 	p := m.plan(accel, share)
 	if share == ShareVirtiofs {
 		d, err := startVirtiofsd(ctx, m.opts.Virtiofsd, p.VirtiofsSocket, p.SharePath, m.log)
@@ -151,16 +168,35 @@ func (m *Machine) start(ctx context.Context) error {
 		}
 	}
 
+	var files []*os.File
+	if m.muxChild != nil {
+		files = append(files, m.muxChild) // fd 3, see plan
+	}
+	var groups []uint32
+	if m.sp.RunAs != nil {
+		opened, err := m.handOver(&p, len(files))
+		defer closeAll(opened)
+		if err != nil {
+			return fmt.Errorf("qemu: start: %w", err)
+		}
+		files = append(files, opened...)
+		if g, ok := groupID("kvm"); ok && accel == "kvm" {
+			groups = append(groups, g)
+		}
+	}
 	cmd := exec.Command(m.opts.QEMU, p.args()...)
 	stderr := newTail(8 << 10)
 	cmd.Stdout = stderr
 	cmd.Stderr = stderr
 	cmd.Dir = m.cfg.Dir
-	if m.muxChild != nil {
-		cmd.ExtraFiles = []*os.File{m.muxChild} // fd 3, see plan
-	}
+	cmd.ExtraFiles = files
 	setProcAttr(cmd)
-	m.log.Info("starting", "qemu", m.opts.QEMU, "accel", accel, "transport", m.transport, "share", share, "args", p.args())
+	if u := m.sp.RunAs; u != nil {
+		runAs(cmd, *u, groups)
+		cmd.Dir = "/" // the runtime folder may be closed to the folder's owner
+	}
+	m.log.Info("starting", "qemu", m.opts.QEMU, "accel", accel, "transport", m.transport, "share", share,
+		"security_model", p.SecurityModel, "run_as", m.sp.RunAs, "args", p.args())
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("qemu: start %s: %w (apt install %s)", m.opts.QEMU, err, packageFor(m.opts.Arch))
 	}
@@ -197,6 +233,7 @@ func (m *Machine) plan(accel, share string) plan {
 		PIDFile:    filepath.Join(m.cfg.Dir, "qemu.pid"),
 		Name:       "airlock",
 		Transport:  m.transport, MuxFD: 3, CID: m.cid,
+		Disks: m.cfg.Disks,
 	}
 	if s := m.cfg.Share; s != nil && share != "" {
 		p.SharePath, p.ShareReadOnly = s.HostPath, s.ReadOnly
@@ -206,10 +243,90 @@ func (m *Machine) plan(accel, share string) plan {
 			p.VirtiofsSocket = filepath.Join(m.cfg.Dir, "virtiofsd.sock")
 		case Share9P:
 			p.Share = api.Share9P
-			p.SecurityModel = securityModel(isRoot())
+			p.SecurityModel = m.sp.SecurityModel
 		}
 	}
 	return p
+}
+
+// handOver opens, as this process, what QEMU started as the folder's owner
+// could not open itself (the image and runtime folders may be closed to
+// that user), passes them as descriptors from fd 3+first on, and points p
+// at them. The caller closes the files once QEMU has started.
+func (m *Machine) handOver(p *plan, first int) ([]*os.File, error) {
+	var files []*os.File
+	fd := func(f *os.File) int {
+		files = append(files, f)
+		return 3 + first + len(files) - 1
+	}
+	procFD := func(what, path string, flag int) (string, error) {
+		f, err := os.OpenFile(path, flag, 0o600)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", what, err)
+		}
+		n := fd(f)
+		if fi, err := f.Stat(); err == nil && !readableBy(fi, *m.sp.RunAs) {
+			return "", fmt.Errorf("%w: %s %s (%v) cannot be read by uid %d, as whom QEMU runs to serve the folder: make it readable by everyone (chmod a+r)",
+				vm.ErrInvalidConfig, what, path, fi.Mode(), m.sp.RunAs.UID)
+		}
+		return "/proc/self/fd/" + strconv.Itoa(n), nil
+	}
+	var err error
+	// QEMU reopens these through /proc/self/fd as the owner: the image must
+	// be readable by everyone (the image builder writes it 0644), the
+	// folder is the owner's own.
+	if p.Kernel, err = procFD("kernel", p.Kernel, os.O_RDONLY); err != nil {
+		return files, err
+	}
+	if p.Initrd != "" {
+		if p.Initrd, err = procFD("initrd", p.Initrd, os.O_RDONLY); err != nil {
+			return files, err
+		}
+	}
+	if p.SharePath, err = procFD("shared folder", p.SharePath, os.O_RDONLY); err != nil {
+		return files, err
+	}
+	// Disks go in as descriptors QEMU never reopens (an fdset): the base
+	// image read-only, a workspace's persistent disk read-write, which may
+	// sit in a state folder closed to the owner.
+	p.DiskFDs = nil
+	for _, d := range p.Disks {
+		flags := []int{os.O_RDONLY}
+		if !d.ReadOnly {
+			flags = append(flags, os.O_RDWR)
+		}
+		var fds []int
+		for _, flag := range flags {
+			f, err := os.OpenFile(d.Path, flag, 0)
+			if err != nil {
+				return files, fmt.Errorf("disk: %w", err)
+			}
+			fds = append(fds, fd(f))
+		}
+		p.DiskFDs = append(p.DiskFDs, fds)
+	}
+	// The console log stays this process's file: QEMU writes through the
+	// descriptor (a file chardev on /dev/fdset), never reopening it.
+	con, err := os.OpenFile(p.ConsoleLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return files, fmt.Errorf("console log: %w", err)
+	}
+	p.ConsoleFD = fd(con)
+	if p.Transport == api.TransportVsock {
+		v, err := os.OpenFile("/dev/vhost-vsock", os.O_RDWR, 0)
+		if err != nil {
+			return files, fmt.Errorf("vhost-vsock: %w", err)
+		}
+		p.VhostFD = fd(v)
+	}
+	p.PIDFile = "" // QEMU could not write it in the runtime folder
+	return files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }
 
 func (m *Machine) cacheFile() string {

@@ -26,9 +26,10 @@ type Options struct {
 	// Virtiofsd is the virtio-fs daemon; empty means /usr/lib/qemu/virtiofsd
 	// or /usr/libexec/virtiofsd.
 	Virtiofsd string
-	// Share is "auto", "virtiofs" or "9p". Auto uses virtiofs for a
-	// read-write share when virtiofsd can run (as root), else 9p. Read-only
-	// shares always use 9p, whose read-only mode QEMU enforces.
+	// Share is "auto", "virtiofs" or "9p". Auto always means 9p (see
+	// chooseShare for who serves it, and why). Virtiofs needs virtiofsd,
+	// which runs only as root, and is refused as root for a writable share;
+	// read-only shares always use 9p, whose read-only mode QEMU enforces.
 	Share string
 	// CacheDir holds the KVM probe verdict; empty means
 	// os.UserCacheDir()/airlock.
@@ -102,36 +103,101 @@ func resolveOptions(o Options, getenv func(string) string, lookPath func(string)
 	return r, nil
 }
 
-// chooseShare picks how the share reaches the guest. root says whether
-// this process (and so QEMU and virtiofsd) runs as root.
-func chooseShare(s *vm.Share, mode, virtiofsd string, root bool) (string, error) {
-	if s == nil {
-		return "", nil
-	}
-	switch {
-	case s.ReadOnly && mode == ShareVirtiofs:
-		return "", fmt.Errorf("%w: a read-only share needs 9p: virtiofsd has no read-only mode", vm.ErrInvalidConfig)
-	case s.ReadOnly, mode == Share9P:
-		return Share9P, nil
-	case mode == ShareVirtiofs && virtiofsd == "":
-		return "", fmt.Errorf("%w: virtiofsd not found in %v (apt install qemu-system-common)", vm.ErrInvalidConfig, virtiofsdPaths)
-	case mode == ShareVirtiofs:
-		return ShareVirtiofs, nil
-	case virtiofsd != "" && root:
-		return ShareVirtiofs, nil
-	}
-	return Share9P, nil
+// hostUser is a host identity QEMU can be started as.
+type hostUser struct{ UID, GID uint32 }
+
+// 9p security models (QEMU's -fsdev security_model).
+const (
+	// modelNone: files are created, owned and moded as the QEMU process
+	// creates them; guest chown and mknod of devices fail, setuid bits land
+	// as they are, on files of QEMU's user.
+	modelNone = "none"
+	// modelPassthrough: the guest's owners and modes are applied to host
+	// files (only used read-only).
+	modelPassthrough = "passthrough"
+	// modelMappedXattr: the guest's owners, modes, device nodes and
+	// symlinks are kept in user.virtfs.* xattrs; on the host every file the
+	// guest makes is a plain 0600 file (0700 folder) of QEMU's user.
+	modelMappedXattr = "mapped-xattr"
+)
+
+// sharePlan is how the share reaches the guest, and as whom it is served.
+type sharePlan struct {
+	FS            string    // "", ShareVirtiofs or Share9P
+	SecurityModel string    // 9p: modelNone, modelPassthrough or modelMappedXattr
+	RunAs         *hostUser // start QEMU as this user; nil: as this process
 }
 
-// securityModel is the 9p security model for QEMU running as root or not:
-// as root, passthrough keeps the guest's owners (guest uid 1000 writes
-// files owned by host uid 1000); as a user, none lets QEMU create files as
-// that user instead of failing to chown them.
-func securityModel(root bool) string {
-	if root {
-		return "passthrough"
+// chooseShare decides how the share reaches the guest and who serves it.
+// euid is this process's effective uid; owner is the shared folder's owner
+// (its uid, and the group QEMU would run with).
+//
+// The guest is hostile, and its root is one flag away (--root, the MCP
+// tool's root flag), so whatever serves the share must not be able to do
+// more on the host than the folder's owner could:
+//
+//   - Airlock run as a user (the desktop case): QEMU's 9p server, as that
+//     user, security model none. Files the guest writes belong to the user;
+//     it cannot chown them to anyone else or make device nodes, because
+//     QEMU cannot.
+//   - Airlock run as root, a folder owned by a user: the same, with QEMU
+//     started as that user (from its first instruction: a QEMU escape gets
+//     the owner's rights, not root's).
+//   - Airlock run as root, a folder owned by root: 9p with mapped-xattr,
+//     QEMU as root. The guest's owners, modes, device nodes and symlinks
+//     are stored in xattrs; on the host its files are plain 0600 files, so
+//     nothing it makes there is setuid, a device or a link.
+//   - virtiofs as root with a writable folder is refused: virtiofsd 7.2
+//     runs as root and applies the guest's owners, modes and device nodes
+//     to the host as they are (guest root leaves a setuid-root program or a
+//     node of the host's disk in the folder), and it cannot run as a user.
+//
+// Read-only shares are 9p with QEMU's readonly=on in every case; as root
+// with a user's folder they are served as that user too.
+func chooseShare(s *vm.Share, mode, virtiofsd string, euid int, owner hostUser) (sharePlan, error) {
+	if s == nil {
+		return sharePlan{}, nil
 	}
-	return "none"
+	root := euid == 0
+	switch {
+	case s.ReadOnly && mode == ShareVirtiofs:
+		return sharePlan{}, fmt.Errorf("%w: a read-only share needs 9p: virtiofsd has no read-only mode", vm.ErrInvalidConfig)
+	case mode == ShareVirtiofs && root:
+		return sharePlan{}, fmt.Errorf("%w: no virtiofs share when Airlock runs as root: virtiofsd would apply the guest's owners, "+
+			"modes and device nodes to %s as they are (guest root could leave a setuid-root program there); "+
+			"use the 9p share (the default), or run Airlock as the folder's owner", vm.ErrInvalidConfig, s.HostPath)
+	case mode == ShareVirtiofs && virtiofsd == "":
+		return sharePlan{}, fmt.Errorf("%w: virtiofsd not found in %v (apt install qemu-system-common)", vm.ErrInvalidConfig, virtiofsdPaths)
+	case mode == ShareVirtiofs:
+		return sharePlan{FS: ShareVirtiofs}, nil
+	case !root:
+		return sharePlan{FS: Share9P, SecurityModel: modelNone}, nil
+	case owner.UID != 0:
+		u := owner
+		return sharePlan{FS: Share9P, SecurityModel: modelNone, RunAs: &u}, nil
+	case s.ReadOnly:
+		// Nothing can be written: show the host's owners as they are.
+		return sharePlan{FS: Share9P, SecurityModel: modelPassthrough}, nil
+	}
+	return sharePlan{FS: Share9P, SecurityModel: modelMappedXattr}, nil
+}
+
+// readableBy reports whether u may read a file (or list a folder) with
+// these owner and mode bits (QEMU reopens it through /proc/self/fd as u,
+// which checks the file's own permissions, not its path's).
+func readableBy(fi os.FileInfo, u hostUser) bool {
+	uid, gid, ok := fileOwner(fi)
+	if !ok {
+		return true // not ours to judge: QEMU will say
+	}
+	perm := fi.Mode().Perm()
+	switch {
+	case uid == u.UID:
+		return perm&0o400 != 0
+	case gid == u.GID:
+		return perm&0o040 != 0
+	}
+	return perm&0o004 != 0
 }
 
 var errNotFile = errors.New("not a regular file")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -60,37 +61,71 @@ func TestResolveOptions(t *testing.T) {
 
 func contains(err error, s string) bool { return err != nil && strings.Contains(err.Error(), s) }
 
+// TestChooseShare is the decision table of who serves the share: over
+// Airlock run as root or a user, the folder's owner, read-only and the
+// requested mode. Whatever serves a writable share as root must not be
+// root (or must keep host files plain).
 func TestChooseShare(t *testing.T) {
 	rw, ro := &vm.Share{HostPath: "/p"}, &vm.Share{HostPath: "/p", ReadOnly: true}
 	const fsd = "/usr/lib/qemu/virtiofsd"
+	const root, user = 0, 1000
+	alice, rootOwner := hostUser{UID: 1000, GID: 1000}, hostUser{}
+	plain9p := sharePlan{FS: Share9P, SecurityModel: modelNone}
+	asAlice := sharePlan{FS: Share9P, SecurityModel: modelNone, RunAs: &alice}
+	xattr := sharePlan{FS: Share9P, SecurityModel: modelMappedXattr}
 	tests := []struct {
 		name      string
 		share     *vm.Share
 		mode, fsd string
-		root      bool
-		want      string
-		err       bool
+		euid      int
+		owner     hostUser
+		want      sharePlan
+		errHas    string
 	}{
-		{"none", nil, ShareAuto, fsd, true, "", false},
-		{"rw root", rw, ShareAuto, fsd, true, ShareVirtiofs, false},
-		{"rw user", rw, ShareAuto, fsd, false, Share9P, false},
-		{"rw no virtiofsd", rw, ShareAuto, "", true, Share9P, false},
-		{"ro root", ro, ShareAuto, fsd, true, Share9P, false},
-		{"ro forced virtiofs", ro, ShareVirtiofs, fsd, true, "", true},
-		{"forced 9p", rw, Share9P, fsd, true, Share9P, false},
-		{"forced virtiofs user", rw, ShareVirtiofs, fsd, false, ShareVirtiofs, false},
-		{"forced virtiofs missing", rw, ShareVirtiofs, "", true, "", true},
+		{"no share", nil, ShareAuto, fsd, root, alice, sharePlan{}, ""},
+		// Airlock as a user (the desktop): QEMU's 9p as that user.
+		{"user, own folder", rw, ShareAuto, fsd, user, alice, plain9p, ""},
+		{"user, read-only", ro, ShareAuto, fsd, user, alice, plain9p, ""},
+		{"user, no virtiofsd", rw, ShareAuto, "", user, alice, plain9p, ""},
+		{"user, forced 9p", rw, Share9P, fsd, user, alice, plain9p, ""},
+		{"user, forced virtiofs", rw, ShareVirtiofs, fsd, user, alice, sharePlan{FS: ShareVirtiofs}, ""},
+		{"user, forced virtiofs, none installed", rw, ShareVirtiofs, "", user, alice, sharePlan{}, "virtiofsd not found"},
+		// Airlock as root, a user's folder: QEMU as the folder's owner.
+		{"root, user's folder", rw, ShareAuto, fsd, root, alice, asAlice, ""},
+		{"root, user's folder, no virtiofsd", rw, ShareAuto, "", root, alice, asAlice, ""},
+		{"root, user's folder, forced 9p", rw, Share9P, fsd, root, alice, asAlice, ""},
+		{"root, user's folder, read-only", ro, ShareAuto, fsd, root, alice, asAlice, ""},
+		// Airlock as root, root's folder: guest metadata in xattrs.
+		{"root, root's folder", rw, ShareAuto, fsd, root, rootOwner, xattr, ""},
+		{"root, root's folder, forced 9p", rw, Share9P, fsd, root, rootOwner, xattr, ""},
+		{"root, root's folder, read-only", ro, ShareAuto, fsd, root, rootOwner, sharePlan{FS: Share9P, SecurityModel: modelPassthrough}, ""},
+		// virtiofsd as root applies the guest's owners and modes: refused.
+		{"root, user's folder, forced virtiofs", rw, ShareVirtiofs, fsd, root, alice, sharePlan{}, "setuid-root"},
+		{"root, root's folder, forced virtiofs", rw, ShareVirtiofs, fsd, root, rootOwner, sharePlan{}, "setuid-root"},
+		{"read-only virtiofs", ro, ShareVirtiofs, fsd, user, alice, sharePlan{}, "needs 9p"},
+		{"read-only virtiofs as root", ro, ShareVirtiofs, fsd, root, alice, sharePlan{}, "needs 9p"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := chooseShare(tt.share, tt.mode, tt.fsd, tt.root)
-			if (err != nil) != tt.err || got != tt.want {
-				t.Errorf("got %q, %v", got, err)
+			got, err := chooseShare(tt.share, tt.mode, tt.fsd, tt.euid, tt.owner)
+			if tt.errHas != "" {
+				if !errors.Is(err, vm.ErrInvalidConfig) || !contains(err, tt.errHas) {
+					t.Fatalf("err %v, want ErrInvalidConfig saying %q", err, tt.errHas)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %+v (run as %v), want %+v (run as %v)", got, got.RunAs, tt.want, tt.want.RunAs)
+			}
+			// The invariant behind the table: a writable share served as
+			// root never applies the guest's owners and modes to the host.
+			if tt.share != nil && !tt.share.ReadOnly && tt.euid == 0 && got.RunAs == nil && got.SecurityModel != modelMappedXattr {
+				t.Errorf("a writable share served by root with %+v", got)
 			}
 		})
-	}
-	if securityModel(true) != "passthrough" || securityModel(false) != "none" {
-		t.Error("security model")
 	}
 }
 
@@ -105,5 +140,43 @@ func TestCheckFile(t *testing.T) {
 		if err := checkFile("kernel", p); !errors.Is(err, vm.ErrInvalidConfig) {
 			t.Errorf("%s: %v", p, err)
 		}
+	}
+}
+
+// TestReadableBy: what QEMU, started as the folder's owner, can reopen
+// through /proc/self/fd (the file's own bits count, not its folder's).
+func TestReadableBy(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to give files away")
+	}
+	dir := t.TempDir()
+	alice := hostUser{UID: 1000, GID: 1000}
+	tests := []struct {
+		name     string
+		uid, gid int
+		mode     os.FileMode
+		want     bool
+	}{
+		{"world-readable image", 0, 0, 0o644, true},
+		{"root's private file", 0, 0, 0o600, false},
+		{"the owner's own file", 1000, 1000, 0o600, true},
+		{"the owner's file without read", 1000, 1000, 0o200, false},
+		{"the owner's group", 0, 1000, 0o640, true},
+		{"another group", 0, 0, 0o640, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "-"))
+			os.WriteFile(f, nil, tt.mode)
+			os.Chmod(f, tt.mode)
+			os.Chown(f, tt.uid, tt.gid)
+			fi, err := os.Stat(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := readableBy(fi, alice); got != tt.want {
+				t.Errorf("readableBy(%v %d:%d) = %v", fi.Mode(), tt.uid, tt.gid, got)
+			}
+		})
 	}
 }

@@ -19,6 +19,16 @@ func socketPair() (*os.File, *os.File, error) {
 
 func isRoot() bool { return os.Geteuid() == 0 }
 
+func runAs(*exec.Cmd, hostUser, []uint32) {}
+
+func folderOwner(string) (hostUser, error) {
+	return hostUser{}, errors.New("qemu: only built for Linux")
+}
+
+func groupID(string) (uint32, bool) { return 0, false }
+
+func fileOwner(os.FileInfo) (uid, gid uint32, ok bool) { return 0, 0, false }
+
 func terminate(p *os.Process) error { return p.Kill() }
 
 func usable(string) bool { return false }

@@ -62,6 +62,21 @@ func configure(d Description) (*vz.VirtualMachineConfiguration, error) {
 		fs.SetDirectoryShare(share)
 		conf.SetDirectorySharingDevicesVirtualMachineConfiguration([]vz.DirectorySharingDeviceConfiguration{fs})
 	}
+	if len(d.Disks) > 0 {
+		var disks []vz.StorageDeviceConfiguration
+		for _, disk := range d.Disks {
+			att, err := vz.NewDiskImageStorageDeviceAttachment(disk.Path, disk.ReadOnly)
+			if err != nil {
+				return nil, fmt.Errorf("disk %s: %w", disk.Path, err)
+			}
+			blk, err := vz.NewVirtioBlockDeviceConfiguration(att)
+			if err != nil {
+				return nil, fmt.Errorf("disk %s: %w", disk.Path, err)
+			}
+			disks = append(disks, blk)
+		}
+		conf.SetStorageDevicesVirtualMachineConfiguration(disks)
+	}
 	if d.Entropy {
 		rng, err := vz.NewVirtioEntropyDeviceConfiguration()
 		if err != nil {

@@ -27,6 +27,8 @@ type Description struct {
 	VirtioSocket bool `json:"virtio_socket"`
 	// Share is the virtio-fs device, or nil without a shared folder.
 	Share *ShareDevice `json:"share,omitempty"`
+	// Disks are virtio-blk devices backed by disk image files, in order.
+	Disks []DiskDevice `json:"disks,omitempty"`
 	// Entropy (virtio-rng) and Balloon (traditional memory balloon) are
 	// always present.
 	Entropy bool `json:"entropy"`
@@ -51,6 +53,15 @@ type ShareDevice struct {
 	HostPath string `json:"host_path"`
 	// ReadOnly is enforced by the framework (VZSharedDirectory readOnly),
 	// and told to the guest on the command line so it mounts read-only too.
+	ReadOnly bool `json:"read_only"`
+}
+
+// DiskDevice is a virtio-blk device backed by a raw disk image
+// (VZDiskImageStorageDeviceAttachment); a VHD footer after the file system
+// is harmless trailing data to it.
+type DiskDevice struct {
+	Path string `json:"path"`
+	// ReadOnly is enforced by the framework: the guest's writes fail.
 	ReadOnly bool `json:"read_only"`
 }
 
@@ -87,6 +98,9 @@ func Describe(cfg vm.Config, arch string, lim Limits) (Description, error) {
 		VirtioSocket: true, Entropy: true, Balloon: true,
 		Console: Console{Path: consoleLog(cfg), Append: true},
 		Network: []string{},
+	}
+	for _, disk := range cfg.Disks {
+		d.Disks = append(d.Disks, DiskDevice{Path: disk.Path, ReadOnly: disk.ReadOnly})
 	}
 	if s := cfg.Share; s != nil {
 		if !filepath.IsAbs(s.HostPath) {

@@ -32,6 +32,13 @@ func TestDescribeGolden(t *testing.T) {
 		{"no-share", func(*vm.Config) {}},
 		{"share", func(c *vm.Config) { c.Share = &vm.Share{HostPath: "/Users/me/project"} }},
 		{"share-ro", func(c *vm.Config) { c.Share = &vm.Share{HostPath: "/Users/me/project", ReadOnly: true} }},
+		{"standard-disks", func(c *vm.Config) {
+			c.Cmdline = append(c.Cmdline, "airlock.root=airlock-root", "airlock.root_keep=1")
+			c.Disks = []vm.Disk{
+				{Path: "/Applications/Airlock.app/Contents/Resources/images/standard/arm64/root.vhd", ReadOnly: true, Format: vm.DiskRawVHD},
+				{Path: "/Users/me/Library/Application Support/Airlock/disks/0123/data.vhd", Format: vm.DiskRawVHD},
+			}
+		}},
 		{"default-console-debug", func(c *vm.Config) {
 			c.ConsoleLog = ""
 			c.CPUs, c.MemoryMiB = 8, 4096
@@ -63,6 +70,14 @@ func checkDescription(t *testing.T, cfg vm.Config, d Description) {
 	}
 	if !d.VirtioSocket || !d.Entropy || !d.Balloon || !d.Console.Append {
 		t.Errorf("missing a device: %+v", d)
+	}
+	if len(d.Disks) != len(cfg.Disks) {
+		t.Errorf("%d disks described, %d configured", len(d.Disks), len(cfg.Disks))
+	}
+	for i := range min(len(d.Disks), len(cfg.Disks)) {
+		if d.Disks[i].Path != cfg.Disks[i].Path || d.Disks[i].ReadOnly != cfg.Disks[i].ReadOnly {
+			t.Errorf("disk %d: described %+v, configured %+v", i, d.Disks[i], cfg.Disks[i])
+		}
 	}
 	words := strings.Fields(d.Boot.Cmdline)
 	if words[0] != "console=hvc0" {

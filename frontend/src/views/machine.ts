@@ -5,6 +5,7 @@ import { fill, h } from "../dom";
 import { duration, memory, sessionLabel } from "../format";
 import { store } from "../store";
 import { badge, busy, button, card, header, pathLine, type Tone, type View } from "../ui";
+import { imageCard } from "./image";
 
 // The boot phases in order (app/session/status.go).
 const PHASES = ["preparing", "creating machine", "starting machine", "waiting for guest", "connecting to agent"];
@@ -41,6 +42,7 @@ export function machineView(): View {
   const stop = button("Stop", { icon: "stop", testid: "vm-stop", onClick: () => void act("stop", stop) });
   const restart = button("Restart", { icon: "restart", testid: "vm-restart", onClick: () => void act("restart", restart) });
   const consoleBox = h("div");
+  const image = imageCard();
 
   async function act(action: "start" | "stop" | "restart", btn: HTMLButtonElement): Promise<void> {
     await busy(btn, async () => store.setStatus(await api.vm(action)));
@@ -53,6 +55,7 @@ export function machineView(): View {
   function render(): void {
     const s = store.session;
     if (!s) return;
+    image.render();
     const tone = stateTone(s);
     const starting = s.state === "starting";
     const idx = starting ? Math.max(0, PHASES.indexOf(s.phase ?? "")) : s.state === "running" ? PHASES.length : 0;
@@ -143,6 +146,7 @@ export function machineView(): View {
     header("Machine", "The private Linux computer your tasks run in. Airlock starts and stops it for you.", start, stop, restart),
     card(null, hero, errorBox),
     h("div", { class: "grid-2" }, card("Size", facts, h("p", { class: "hint" }, "Change the size in the settings file; it applies on the next start.")), card("Console log", consoleBox)),
+    image.el,
   );
   render();
   return { id: "machine", title: "Machine", icon: "machine", el, update: (t) => t === "status" && render() };

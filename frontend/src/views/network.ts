@@ -5,6 +5,7 @@ import { fill, h, icon } from "../dom";
 import { bytes, clock, reason, target } from "../format";
 import { store } from "../store";
 import { badge, busy, button, card, header, type View } from "../ui";
+import { secretsCard } from "./secrets";
 
 export interface Preset {
   id: string;
@@ -153,7 +154,13 @@ export function networkView(): View {
           h("td", { class: "mono muted nowrap" }, clock(d.time)),
           h("td", null, badge(ok ? "Allowed" : "Blocked", ok ? "ok" : "bad")),
           h("td", { class: "mono" }, target(d.host, d.port, d.protocol)),
-          h("td", { title: d.detail ?? d.rule ?? "" }, reason(d), d.rule && ok ? h("span", { class: "muted small" }, ` · ${d.rule}`) : null),
+          h(
+            "td",
+            { title: d.detail ?? d.rule ?? "" },
+            reason(d),
+            d.rule && ok ? h("span", { class: "muted small" }, ` · ${d.rule}`) : null,
+            d.secrets?.length ? h("span", { class: "muted small", "data-testid": "log-secrets" }, ` · added ${d.secrets.join(", ")}`) : null,
+          ),
           h("td", { class: "mono muted small" }, d.task ?? ""),
           h("td", { class: "muted small nowrap" }, ok ? `↓ ${bytes(d.bytes_down)} ↑ ${bytes(d.bytes_up)}` : quick),
         );
@@ -167,6 +174,7 @@ export function networkView(): View {
     pattern.classList.remove("input-error");
   });
 
+  const secrets = secretsCard();
   const el = h(
     "div",
     { class: "page page-wide", "data-testid": "screen-network" },
@@ -206,6 +214,7 @@ export function networkView(): View {
         ),
       ),
     ),
+    secrets.el,
     card(h("span", null, "Activity ", logCount), h("div", { class: "row log-tools" }, seg, search), h("div", { class: "table-wrap" }, h("table", { class: "log" }, h("thead", null, h("tr", null, ["Time", "", "Site", "Why", "Task", ""].map((c) => h("th", null, c)))), logBody))),
   );
   renderRules();
@@ -215,6 +224,7 @@ export function networkView(): View {
     title: "Network",
     icon: "network",
     el,
+    shown: () => void secrets.refresh(),
     update: (t) => {
       if (t === "status") {
         renderRules();

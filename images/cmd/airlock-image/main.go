@@ -25,15 +25,20 @@ func main() {
 	cache := flag.String("cache", "", "folder for downloaded .deb files (default <out>/cache)")
 	src := flag.String("guest-src", ".", "module root the guest agent is built from")
 	quiet := flag.Bool("q", false, "print only the summary")
+	image := flag.String("image", "minimal", "minimal, or standard (minimal plus a Debian root disk; needs debootstrap and e2fsprogs)")
 	flag.Parse()
 
-	if err := run(*arch, *out, *cache, *src, *quiet); err != nil {
+	if *image != "minimal" && *image != "standard" {
+		fmt.Fprintf(os.Stderr, "airlock-image: -image %q: want minimal or standard\n", *image)
+		os.Exit(2)
+	}
+	if err := run(*arch, *out, *cache, *src, *quiet, *image == "standard"); err != nil {
 		fmt.Fprintln(os.Stderr, "airlock-image:", err)
 		os.Exit(1)
 	}
 }
 
-func run(arch, out, cache, src string, quiet bool) error {
+func run(arch, out, cache, src string, quiet, standard bool) error {
 	arches := []string{arch}
 	if arch == "all" {
 		arches = []string{"amd64", "arm64"}
@@ -69,7 +74,7 @@ func run(arch, out, cache, src string, quiet bool) error {
 	defer stop()
 	start := time.Now()
 	results, err := builder.Build(ctx, builder.Options{
-		Arches: arches, OutDir: out, CacheDir: cache, GuestSrc: src, Logger: log,
+		Arches: arches, OutDir: out, CacheDir: cache, GuestSrc: src, Standard: standard, Logger: log,
 	})
 	for _, r := range results {
 		m := r.Manifest
@@ -77,7 +82,11 @@ func run(arch, out, cache, src string, quiet bool) error {
 		if r.UpToDate {
 			state = "up to date"
 		}
-		fmt.Printf("%s: %s in %s (kernel %s, %d modules)\n", r.Arch, state, r.Took.Round(10*time.Millisecond), m.KernelVersion, len(m.Modules))
+		if d := m.RootDisk; d != nil {
+			fmt.Printf("%s %s: %s in %s (Debian %s, %d packages, root disk %.1f MiB)\n", r.Arch, r.Image, state, r.Took.Round(10*time.Millisecond), d.Suite, len(d.Packages), float64(d.DiskSize)/(1<<20))
+		} else {
+			fmt.Printf("%s: %s in %s (kernel %s, %d modules)\n", r.Arch, state, r.Took.Round(10*time.Millisecond), m.KernelVersion, len(m.Modules))
+		}
 		if len(r.Downloaded) > 0 {
 			fmt.Printf("  downloaded %v into %s\n", r.Downloaded, cache)
 		}

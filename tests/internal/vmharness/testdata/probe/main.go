@@ -1,22 +1,25 @@
-// Command probe runs inside the guest during the security suite and tries
-// one attack, the way a prompt-injected agent would. It prints what it got
-// on stdout and exits 0 when the attack SUCCEEDED, 1 when it was refused.
-// (Started from tests/e2e/testdata/probe, extended with attack modes.)
+// Command probe runs inside the guest during the end-to-end, security and
+// benchmark suites and tries one thing, the way a task (or a prompt-injected
+// agent) would. It prints what it got on stdout and exits 0 when the attempt
+// SUCCEEDED, 1 when it failed or was refused. vmharness.BuildProbe builds it.
 //
-//	probe get URL                      GET through the proxy from the environment
+//	probe get URL [CAFILE]             GET through the proxy from the environment (CAFILE: trust it
+//	                                   for https); prints status, size, sha256, decision, body start
+//	probe socks URL                    GET through ALL_PROXY (SOCKS5, names resolved by the gate)
 //	probe raw REQUEST|-                send REQUEST (\n = CRLF; "-": read it from stdin) to the HTTP
 //	                                   proxy with the task's credential; print every response status
 //	probe socks5 CMD ATYP HOST PORT    raw SOCKS5 (user/pass from ALL_PROXY): CMD connect|bind|udp,
 //	                                   ATYP ipv4|ipv6|name; prints the reply code
 //	probe slow http|connect|socks      send a request head one byte a second; report when cut off
 //	probe dial HOST:PORT               connect directly, bypassing every proxy
+//	probe drain HOST:PORT              connect and read until EOF (benchmarks)
 //	probe udp53 HOST:PORT              send a DNS query over UDP and wait for an answer
 //	probe resolve NAME                 look a name up in the guest
-//	probe socket FAMILY TYPE PROTO     socket(2): packet|inet|inet6 raw|dgram NUMBER
+//	probe socket FAMILY TYPE PROTO     socket(2): packet|inet|inet6|netlink raw|dgram|stream NUMBER
 //	probe vsock CID PORT               connect AF_VSOCK
 //	probe ptrace PID | readmem PID | vmread PID | kill PID SIG
 //	probe finit FILE | initmod FILE    load a kernel module
-//	probe settime | adjtime | reboot-cad | setuid0 | userns | bpf | chroot
+//	probe settime | clockset | adjtime | reboot-cad | setuid0 | userns | bpf | chroot
 //	probe read FILE                    read a file, print its first line
 //	probe openat DIR NAME              openat(open(DIR), NAME) and read it
 //	probe write FILE TEXT              write TEXT to FILE (O_CREAT|O_TRUNC)
@@ -28,6 +31,10 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
@@ -43,6 +50,7 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/net/proxy"
 	"golang.org/x/sys/unix"
 )
 
@@ -58,17 +66,21 @@ func main() {
 	}
 	switch os.Args[1] {
 	case "get":
-		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment}, Timeout: 60 * time.Second}
-		resp, err := c.Get(arg(2))
+		tr := &http.Transport{Proxy: http.ProxyFromEnvironment}
+		if len(os.Args) > 3 {
+			tr.TLSClientConfig = &tls.Config{RootCAs: pool(os.Args[3])}
+		}
+		get(&http.Client{Transport: tr, Timeout: 60 * time.Second}, arg(2))
+	case "socks":
+		u, err := url.Parse(os.Getenv("ALL_PROXY"))
 		if err != nil {
-			fail("get: %v", err)
+			fail("ALL_PROXY: %v", err)
 		}
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-		fmt.Printf("status=%d decision=%q body=%q\n", resp.StatusCode, resp.Header.Get("X-Airlock-Decision"), first(string(body)))
-		if resp.StatusCode/100 != 2 {
-			os.Exit(1)
-		}
+		pass, _ := u.User.Password()
+		d, err := proxy.SOCKS5("tcp", u.Host, &proxy.Auth{User: u.User.Username(), Password: pass}, proxy.Direct)
+		check("socks", err)
+		tr := &http.Transport{DialContext: d.(proxy.ContextDialer).DialContext}
+		get(&http.Client{Transport: tr, Timeout: 60 * time.Second}, arg(2))
 	case "raw":
 		raw(arg(2))
 	case "socks5":
@@ -84,11 +96,18 @@ func main() {
 		fmt.Println("connected")
 	case "udp53":
 		udp53(arg(2))
+	case "drain":
+		c, err := net.DialTimeout("tcp", arg(2), 10*time.Second)
+		check("dial", err)
+		began := time.Now()
+		n, err := io.Copy(io.Discard, c)
+		check("read", err)
+		fmt.Printf("bytes=%d secs=%.6f\n", n, time.Since(began).Seconds())
 	case "resolve":
-		addrs, err := net.LookupHost(arg(2))
-		if err != nil {
-			fail("resolve: %v", err)
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		addrs, err := net.DefaultResolver.LookupHost(ctx, arg(2))
+		check("resolve", err)
 		fmt.Println(strings.Join(addrs, " "))
 	case "socket":
 		fam := map[string]int{"packet": unix.AF_PACKET, "inet": unix.AF_INET, "inet6": unix.AF_INET6, "netlink": unix.AF_NETLINK}[arg(2)]
@@ -206,6 +225,47 @@ func main() {
 	default:
 		fail("unknown mode %q", os.Args[1])
 	}
+}
+
+// get fetches u and prints the status, the body's size and sha256, the
+// gate's decision header and the body's first line.
+func get(c *http.Client, u string) {
+	began := time.Now()
+	resp, err := c.Get(u)
+	check("get", err)
+	defer resp.Body.Close()
+	h := sha256.New()
+	var head strings.Builder
+	n, err := io.Copy(io.MultiWriter(h, &prefix{w: &head, n: 4096}), resp.Body)
+	check("body", err)
+	fmt.Printf("status=%d bytes=%d sha256=%x decision=%q body=%q secs=%.6f\n", resp.StatusCode, n, h.Sum(nil),
+		resp.Header.Get("X-Airlock-Decision"), first(head.String()), time.Since(began).Seconds())
+	if resp.StatusCode/100 != 2 {
+		os.Exit(1)
+	}
+}
+
+// prefix keeps the first n bytes written to it.
+type prefix struct {
+	w *strings.Builder
+	n int
+}
+
+func (p *prefix) Write(b []byte) (int, error) {
+	if k := min(len(b), p.n-p.w.Len()); k > 0 {
+		p.w.Write(b[:k])
+	}
+	return len(b), nil
+}
+
+func pool(file string) *x509.CertPool {
+	b, err := os.ReadFile(file)
+	check("ca", err)
+	p := x509.NewCertPool()
+	if !p.AppendCertsFromPEM(b) {
+		fail("ca: no certificate in %s", file)
+	}
+	return p
 }
 
 // raw sends a hand-written request to the HTTP proxy with the task's

@@ -1,0 +1,274 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// prefixConn reads bytes already buffered from a connection before the
+// connection itself.
+type prefixConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (p prefixConn) Read(b []byte) (int, error) { return p.r.Read(b) }
+
+// intercepts reports whether the gate terminates the TLS of a tunnel to t:
+// when it has a CA and t is a host of some secret, or inspection is on.
+func (g *Gate) intercepts(t target) bool {
+	if g.ca == nil {
+		return false
+	}
+	return g.inspect.Load() || g.secrets.Load().forHost(t)
+}
+
+// tunnelReply answers the guest's tunnel request: success, or a refusal
+// with its reason. It is the protocol-specific part (HTTP CONNECT or SOCKS).
+type tunnelReply func(d Decision, ok bool) error
+
+// intercept serves a tunnel to t whose TLS the gate terminates: it connects
+// to the real server and verifies its certificate first (a server that
+// fails verification is refused before the guest gets its tunnel), then
+// accepts the guest's TLS with a leaf of the installation CA for t, and
+// relays HTTP/1.1 requests one by one, adding the secrets meant for t and
+// refusing any placeholder that is not.
+func (g *Gate) intercept(c net.Conn, r io.Reader, t target, pl plan, d Decision, reply tunnelReply) {
+	uc, addr, err := g.dial(g.ctx, pl, t.port)
+	d.Addr = addrText(addr)
+	if err != nil {
+		d.Reason, d.Detail = ReasonDialFailed, err.Error()
+		reply(d, false)
+		g.record(d)
+		return
+	}
+	if !g.track(nil, uc) {
+		uc.Close()
+		d.Reason, d.Detail = ReasonShutdown, "gate closed"
+		g.record(d)
+		return
+	}
+	defer g.untrack(nil, uc)
+	up := tls.Client(uc, &tls.Config{
+		ServerName: t.host, RootCAs: g.roots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12,
+	})
+	hctx, cancel := context.WithTimeout(g.ctx, g.limits.DialTimeout)
+	err = up.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		d.Reason = ReasonUpstreamCert
+		d.Detail = fmt.Sprintf("TLS with %s failed: %v", t, err)
+		reply(d, false)
+		g.record(d)
+		return
+	}
+	d.Reason = pl.reason
+	if err := reply(d, true); err != nil {
+		d.Detail = "guest went away: " + err.Error()
+		g.record(d)
+		return
+	}
+	var sniErr error
+	gc := tls.Server(prefixConn{c, r}, &tls.Config{
+		NextProtos: []string{"http/1.1"},
+		MinVersion: tls.VersionTLS12,
+		GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if h.ServerName != "" {
+				if n, err := NormalizeHost(h.ServerName); err != nil || n != t.host {
+					sniErr = fmt.Errorf("TLS server name %q differs from the tunnel's host %s", h.ServerName, t.host)
+					return nil, sniErr
+				}
+			}
+			return g.ca.leaf(t.host)
+		},
+	})
+	c.SetDeadline(time.Now().Add(g.limits.HeaderTimeout))
+	err = gc.Handshake()
+	c.SetDeadline(time.Time{})
+	if err != nil {
+		if sniErr != nil {
+			d.Reason, d.Detail = ReasonHostMismatch, sniErr.Error()
+		} else {
+			d.Reason, d.Detail = ReasonBadRequest, "TLS handshake with the guest failed (does it trust the Airlock CA?): "+err.Error()
+		}
+		g.record(d)
+		return
+	}
+	d.Detail = "TLS inspected"
+	x := &exchange{g: g, t: t, guest: gc, up: up, d: &d,
+		gbr: bufio.NewReaderSize(gc, g.limits.MaxHeaderBytes), ubr: bufio.NewReaderSize(up, g.limits.MaxHeaderBytes)}
+	for x.next() {
+	}
+	g.record(d)
+}
+
+// exchange relays the requests of one inspected tunnel.
+type exchange struct {
+	g        *Gate
+	t        target
+	guest    *tls.Conn
+	up       *tls.Conn
+	gbr, ubr *bufio.Reader
+	d        *Decision // the tunnel's decision, completed as it goes
+}
+
+// next relays one request and its response; false ends the tunnel.
+func (x *exchange) next() bool {
+	g := x.g
+	c := x.guest
+	c.SetReadDeadline(time.Now().Add(g.limits.IdleTimeout))
+	if _, err := x.gbr.Peek(1); err != nil {
+		return false
+	}
+	c.SetReadDeadline(time.Now().Add(g.limits.HeaderTimeout))
+	n, err := waitHead(x.gbr, g.limits.MaxHeaderBytes)
+	if err != nil {
+		x.refuse(ReasonHeaderTooLarge, http.StatusRequestHeaderFieldsTooLarge, "request head too large or not received in time: "+err.Error())
+		return false
+	}
+	head, _ := x.gbr.Peek(n)
+	hosts, herr := rawHosts(head)
+	req, err := http.ReadRequest(x.gbr)
+	c.SetReadDeadline(time.Time{})
+	if err != nil || herr != nil {
+		x.refuse(ReasonBadRequest, http.StatusBadRequest, fmt.Sprintf("malformed request: %v", errors.Join(err, herr)))
+		return false
+	}
+	if len(hosts) != 1 {
+		x.refuse(ReasonHostMismatch, http.StatusBadRequest, "a request needs exactly one Host header")
+		return false
+	}
+	if err := hostAgrees(hosts[0], x.t, 0); err != nil {
+		x.refuse(ReasonHostMismatch, http.StatusBadRequest, fmt.Sprintf("Host header %q disagrees with the tunnel's host %s: %v", hosts[0], x.t, err))
+		return false
+	}
+	if req.URL.IsAbs() {
+		x.refuse(ReasonBadRequest, http.StatusBadRequest, "absolute-URI request inside a tunnel")
+		return false
+	}
+	set := g.secrets.Load()
+	used, err := set.apply(req, x.t, true)
+	if err != nil {
+		x.refuse(ReasonPlaceholder, http.StatusForbidden, err.Error())
+		return false
+	}
+	var scan *scanReader
+	if req.Body != nil && req.Body != http.NoBody && len(set.list) > 0 {
+		scan = newScanReader(req.Body, set, func(s *secret) bool { return s.allows(x.t) })
+		req.Body = io.NopCloser(scan)
+		req.Trailer = nil // trailers arrive after the scan: not passed on
+	}
+	keep := !req.Close
+	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+	}
+	req.Header.Del("Expect")
+	removeHopHeaders(req.Header)
+	if _, ok := req.Header["User-Agent"]; !ok {
+		req.Header["User-Agent"] = []string{""}
+	}
+	req.Close = false
+	upw := &countingWriter{w: x.up}
+	bw := bufio.NewWriter(upw)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	x.d.BytesUp += upw.n
+	if scan != nil && scan.found != nil {
+		x.refuse(ReasonPlaceholder, http.StatusForbidden, (&secretRefusal{name: scan.found.Name, where: "body", hosts: hostStrings(scan.found)}).Error())
+		return false
+	}
+	if err != nil {
+		x.refuse(ReasonUpstreamError, http.StatusBadGateway, "write request: "+err.Error())
+		return false
+	}
+	for _, n := range used {
+		if !slices.Contains(x.d.Secrets, n) {
+			x.d.Secrets = append(x.d.Secrets, n)
+		}
+	}
+	x.up.SetReadDeadline(time.Now().Add(g.limits.ResponseTimeout))
+	resp, err := g.readResponse(x.ubr, req)
+	x.up.SetReadDeadline(time.Time{})
+	if err != nil {
+		x.refuse(ReasonUpstreamError, http.StatusBadGateway, "read response: "+err.Error())
+		return false
+	}
+	defer resp.Body.Close()
+	upstreamClose := resp.Close
+	removeHopHeaders(resp.Header)
+	resp.ProtoMajor, resp.ProtoMinor, resp.Proto = 1, 1, "HTTP/1.1"
+	untilEOF := resp.ContentLength < 0 && !isChunked(resp.TransferEncoding) && resp.Body != http.NoBody
+	keep = keep && !untilEOF && !upstreamClose
+	resp.Close = !keep
+	cw := &countingWriter{w: c}
+	bw = bufio.NewWriter(cw)
+	err = resp.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	x.d.BytesDown += cw.n
+	return err == nil && keep
+}
+
+// refuse answers the guest's request inside the tunnel and records the
+// refusal as a decision of its own; the tunnel then ends.
+func (x *exchange) refuse(r Reason, status int, detail string) {
+	d := *x.d
+	d.Time = x.g.now()
+	d.Reason, d.Detail, d.BytesUp, d.BytesDown, d.Secrets = r, detail, 0, 0, nil
+	x.g.record(d)
+	x.d.Detail = "TLS inspected; ended: " + string(r)
+	body := refusalText(d)
+	var b strings.Builder
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nX-Airlock-Decision: %s\r\nConnection: close\r\n\r\n%s",
+		status, http.StatusText(status), len(body), decisionHeader(d), body)
+	x.guest.SetWriteDeadline(time.Now().Add(x.g.limits.HeaderTimeout))
+	io.WriteString(x.guest, b.String())
+}
+
+func hostStrings(s *secret) []string {
+	var out []string
+	for _, e := range s.hosts {
+		out = append(out, e.String())
+	}
+	return out
+}
+
+// httpTunnelReply is the CONNECT answer for intercept.
+func (g *Gate) httpTunnelReply(c net.Conn) tunnelReply {
+	return func(d Decision, ok bool) error {
+		if !ok {
+			// refuseHTTP records; intercept records too, so answer only.
+			body := refusalText(d)
+			status := statusFor(d.Reason)
+			_, err := io.WriteString(c, "HTTP/1.1 "+strconv.Itoa(status)+" "+http.StatusText(status)+
+				"\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "+strconv.Itoa(len(body))+
+				"\r\nX-Airlock-Decision: "+decisionHeader(d)+"\r\nConnection: close\r\n\r\n"+body)
+			return err
+		}
+		_, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\nX-Airlock-Decision: "+decisionHeader(d)+"\r\n\r\n")
+		return err
+	}
+}
+
+// socksTunnelReply is the SOCKS answer for intercept.
+func socksTunnelReply(c net.Conn) tunnelReply {
+	return func(d Decision, ok bool) error {
+		if !ok {
+			return socksReply(c, socksReplyFor(d.Reason, nil))
+		}
+		return socksReply(c, repSucceeded)
+	}
+}

@@ -1,0 +1,402 @@
+package egress
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/textproto"
+	"strings"
+)
+
+// Secret is a credential the gate adds to requests on their way out. The
+// guest only ever holds Placeholder; Value stays in the host's memory and is
+// never logged.
+type Secret struct {
+	// Name identifies the secret in the log and in refusals.
+	Name string
+	// Hosts are the entries (ParseEntry grammar: example.com,
+	// *.example.com, optional :port) the value may be sent to.
+	Hosts []string
+	// Header, if set, is a template such as "Authorization: Bearer {}":
+	// the gate sets that header, with {} replaced by the value, on every
+	// request to the secret's hosts. Without it the placeholder is
+	// replaced wherever it appears in a header value or the URL query.
+	Header string
+	// Placeholder is what the guest holds instead of the value.
+	Placeholder string
+	// Value is the real secret.
+	Value []byte
+}
+
+// MinPlaceholder is the shortest placeholder accepted: shorter ones could
+// occur by chance.
+const MinPlaceholder = 16
+
+// secret is a checked Secret.
+type secret struct {
+	Secret
+	hosts             []Entry
+	lower             []byte // lower-case placeholder
+	hdrName           string // canonical header name, "" without a template
+	hdrPrefix, hdrEnd string // the template's text around {}
+}
+
+// secretSet is the gate's secrets, replaced as a whole.
+type secretSet struct {
+	list   []*secret
+	maxLen int // longest placeholder
+}
+
+// ParseHeaderTemplate splits "Name: prefix{}suffix" into the canonical
+// header name and the text around {}.
+func ParseHeaderTemplate(t string) (name, prefix, suffix string, err error) {
+	n, v, ok := strings.Cut(t, ":")
+	n = strings.TrimSpace(n)
+	if !ok || n == "" || !validHeaderName(n) {
+		return "", "", "", fmt.Errorf("header %q: expected 'Name: value with {}', e.g. 'Authorization: Bearer {}'", t)
+	}
+	v = strings.TrimLeft(v, " \t")
+	if strings.Count(v, "{}") != 1 {
+		return "", "", "", fmt.Errorf("header %q: the value must hold {} exactly once (where the secret goes)", t)
+	}
+	if strings.ContainsAny(v, "\r\n\x00") {
+		return "", "", "", fmt.Errorf("header %q: no line breaks allowed", t)
+	}
+	switch strings.ToLower(n) {
+	case "host", "content-length", "transfer-encoding", "connection", "proxy-connection", "keep-alive",
+		"proxy-authenticate", "proxy-authorization", "te", "trailer", "upgrade", "expect":
+		return "", "", "", fmt.Errorf("header %q: %s cannot carry a secret", t, n)
+	}
+	prefix, suffix, _ = strings.Cut(v, "{}")
+	return textproto.CanonicalMIMEHeaderKey(n), prefix, suffix, nil
+}
+
+func validHeaderName(n string) bool {
+	for _, c := range []byte(n) {
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("()<>@,;:\\\"/[]?={}", c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// newSecretSet checks secrets: names unique, placeholders long enough,
+// distinct and free of characters that would change in transit, hosts
+// parsed, header templates valid.
+func newSecretSet(in []Secret) (*secretSet, error) {
+	s := &secretSet{}
+	seen := map[string]bool{}
+	var errs []error
+	for _, sec := range in {
+		x := &secret{Secret: sec, lower: []byte(strings.ToLower(sec.Placeholder))}
+		bad := func(format string, a ...any) {
+			errs = append(errs, fmt.Errorf("secret %q: %s", sec.Name, fmt.Sprintf(format, a...)))
+		}
+		if sec.Name == "" || seen["n"+sec.Name] {
+			bad("missing or repeated name")
+			continue
+		}
+		seen["n"+sec.Name] = true
+		if len(sec.Placeholder) < MinPlaceholder || strings.Trim(strings.ToLower(sec.Placeholder), "abcdefghijklmnopqrstuvwxyz0123456789_-") != "" {
+			bad("placeholder must be at least %d letters, digits, '_' or '-'", MinPlaceholder)
+			continue
+		}
+		if seen["p"+string(x.lower)] {
+			bad("placeholder used by another secret")
+			continue
+		}
+		seen["p"+string(x.lower)] = true
+		if len(sec.Value) == 0 {
+			bad("empty value")
+			continue
+		}
+		if len(sec.Hosts) == 0 {
+			bad("no host to send it to")
+			continue
+		}
+		for _, h := range sec.Hosts {
+			e, err := ParseEntry(h)
+			if err != nil {
+				bad("host: %v", err)
+				continue
+			}
+			x.hosts = append(x.hosts, e)
+		}
+		if sec.Header != "" {
+			var err error
+			if x.hdrName, x.hdrPrefix, x.hdrEnd, err = ParseHeaderTemplate(sec.Header); err != nil {
+				bad("%v", err)
+				continue
+			}
+		}
+		s.list = append(s.list, x)
+		s.maxLen = max(s.maxLen, len(x.lower))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// forHost reports whether t is one of the hosts of any secret.
+func (s *secretSet) forHost(t target) bool {
+	for _, x := range s.list {
+		if x.allows(t) {
+			return true
+		}
+	}
+	return false
+}
+
+func (x *secret) allows(t target) bool {
+	for _, e := range x.hosts {
+		if t.matches(e) {
+			return true
+		}
+	}
+	return false
+}
+
+// find returns the first secret whose placeholder occurs in text, in any
+// letter case.
+func (s *secretSet) find(text []byte) *secret {
+	if len(s.list) == 0 || len(text) < MinPlaceholder {
+		return nil
+	}
+	low := bytes.ToLower(text)
+	for _, x := range s.list {
+		if bytes.Contains(low, x.lower) {
+			return x
+		}
+	}
+	return nil
+}
+
+// findIn looks for a placeholder in text and, where text is a Basic
+// credential, in its decoded form too.
+func (s *secretSet) findIn(text string) *secret {
+	if x := s.find([]byte(text)); x != nil {
+		return x
+	}
+	if scheme, rest, ok := strings.Cut(strings.TrimSpace(text), " "); ok && strings.EqualFold(scheme, "Basic") {
+		if raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(rest)); err == nil {
+			return s.find(raw)
+		}
+	}
+	return nil
+}
+
+// secretRefusal says which secret's placeholder was about to go where it
+// must not.
+type secretRefusal struct {
+	name  string
+	where string
+	hosts []string
+}
+
+func (r *secretRefusal) Error() string {
+	return fmt.Sprintf("the placeholder of secret %s was sent in the %s to a host it is not for (it may go only to %s)",
+		r.name, r.where, strings.Join(r.hosts, ", "))
+}
+
+// apply checks one request to t and adds the secrets meant for t. A
+// placeholder of a secret not meant for t, in the request target, a header
+// name or value (Basic credentials decoded) is a refusal. For secrets meant
+// for t, placeholders in header values and the query are replaced by the
+// value and header templates are set. It returns the names of the secrets
+// added. tls says the request travels encrypted: without it no secret is
+// added, and a placeholder even for t is refused.
+func (s *secretSet) apply(req *http.Request, t target, tls bool) ([]string, error) {
+	if s == nil || len(s.list) == 0 {
+		return nil, nil
+	}
+	refuse := func(x *secret, where string) error {
+		r := &secretRefusal{name: x.Name, where: where}
+		for _, e := range x.hosts {
+			r.hosts = append(r.hosts, e.String())
+		}
+		if tls {
+			return r
+		}
+		return fmt.Errorf("the placeholder of secret %s was sent in the %s of a plain-HTTP request: secrets are only added to HTTPS requests", x.Name, where)
+	}
+	check := func(text, where string) error {
+		x := s.findIn(text)
+		if x != nil && (!tls || !x.allows(t)) {
+			return refuse(x, where)
+		}
+		return nil
+	}
+	if err := check(req.RequestURI, "request target"); err != nil {
+		return nil, err
+	}
+	if err := check(req.URL.String(), "request target"); err != nil {
+		return nil, err
+	}
+	if err := check(req.Host, "Host header"); err != nil {
+		return nil, err
+	}
+	for k, vs := range req.Header {
+		if err := check(k, "header name"); err != nil {
+			return nil, err
+		}
+		// Joined as well, so a placeholder split over repeated header
+		// lines that a server would join with ", " is still found.
+		if err := check(strings.Join(vs, ""), k+" header"); err != nil {
+			return nil, err
+		}
+		for _, v := range vs {
+			if err := check(v, k+" header"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if !tls {
+		return nil, nil
+	}
+	var used []string
+	for _, x := range s.list {
+		if !x.allows(t) {
+			continue
+		}
+		n := 0
+		for k, vs := range req.Header {
+			for i, v := range vs {
+				if nv, c := replaceFold(v, x.lower, x.Value); c > 0 {
+					vs[i], n = nv, n+c
+				} else if nv, ok := replaceBasic(v, x); ok {
+					vs[i], n = nv, n+1
+				}
+			}
+			req.Header[k] = vs
+		}
+		if q, c := replaceFold(req.URL.RawQuery, x.lower, []byte(urlQueryEscape(x.Value))); c > 0 {
+			req.URL.RawQuery, n = q, n+c
+		}
+		if x.hdrName != "" {
+			req.Header[x.hdrName] = []string{x.hdrPrefix + string(x.Value) + x.hdrEnd}
+			n++
+		}
+		if n > 0 {
+			used = append(used, x.Name)
+		}
+	}
+	return used, nil
+}
+
+// replaceFold replaces every case-insensitive occurrence of lower in s.
+func replaceFold(s string, lower, with []byte) (string, int) {
+	if len(s) < len(lower) {
+		return s, 0
+	}
+	low := bytes.ToLower([]byte(s)) // ASCII placeholders: byte offsets agree
+	if len(low) != len(s) || !bytes.Contains(low, lower) {
+		return s, 0
+	}
+	var b strings.Builder
+	n, i := 0, 0
+	for {
+		j := bytes.Index(low[i:], lower)
+		if j < 0 {
+			break
+		}
+		b.WriteString(s[i : i+j])
+		b.Write(with)
+		i += j + len(lower)
+		n++
+	}
+	b.WriteString(s[i:])
+	return b.String(), n
+}
+
+// replaceBasic replaces the placeholder inside a Basic credential.
+func replaceBasic(v string, x *secret) (string, bool) {
+	scheme, rest, ok := strings.Cut(strings.TrimSpace(v), " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return v, false
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(rest))
+	if err != nil {
+		return v, false
+	}
+	nv, c := replaceFold(string(raw), x.lower, x.Value)
+	if c == 0 {
+		return v, false
+	}
+	return scheme + " " + base64.StdEncoding.EncodeToString([]byte(nv)), true
+}
+
+func urlQueryEscape(v []byte) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for _, c := range v {
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_.~", c) >= 0 {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
+}
+
+// scanReader passes a request body through while looking for placeholders
+// of the secrets that must not go to this destination. It holds back the
+// last bytes of each read that could be the start of a placeholder, so no
+// part of a placeholder is passed on before it is recognised.
+type scanReader struct {
+	r       io.Reader
+	set     *secretSet
+	allowed func(*secret) bool
+	buf     []byte // bytes read, not yet passed on
+	out     []byte // bytes cleared to pass on
+	eof     bool
+	err     error
+	found   *secret
+}
+
+func newScanReader(r io.Reader, set *secretSet, allowed func(*secret) bool) *scanReader {
+	return &scanReader{r: r, set: set, allowed: allowed}
+}
+
+// errPlaceholderInBody ends a body that carried a placeholder.
+var errPlaceholderInBody = errors.New("placeholder in the request body")
+
+func (s *scanReader) Read(p []byte) (int, error) {
+	for len(s.out) == 0 {
+		if s.err != nil {
+			return 0, s.err
+		}
+		if s.eof {
+			return 0, io.EOF
+		}
+		chunk := make([]byte, 32<<10)
+		n, err := s.r.Read(chunk)
+		s.buf = append(s.buf, chunk[:n]...)
+		if err == io.EOF {
+			s.eof = true
+		} else if err != nil {
+			s.err = err
+		}
+		low := bytes.ToLower(s.buf)
+		for _, x := range s.set.list {
+			if !s.allowed(x) && bytes.Contains(low, x.lower) {
+				s.found, s.err, s.buf = x, errPlaceholderInBody, nil
+				return 0, s.err
+			}
+		}
+		keep := 0
+		if !s.eof {
+			keep = min(len(s.buf), s.set.maxLen-1)
+		}
+		s.out = append(s.out, s.buf[:len(s.buf)-keep]...)
+		s.buf = append(s.buf[:0], s.buf[len(s.buf)-keep:]...)
+	}
+	n := copy(p, s.out)
+	s.out = s.out[n:]
+	return n, nil
+}

@@ -1,0 +1,78 @@
+package sandbox
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/images/vhd"
+)
+
+// DefaultDataDiskSize is the size of a new persistent disk. The file is
+// sparse: it takes only the space the guest writes.
+const DefaultDataDiskSize = 16 << 30
+
+// DataDiskPath is where the persistent disk of workspace ws lives under
+// the state folder: one folder per canonical workspace path ("" for the
+// sandbox without a workspace), named by a hash so any path fits.
+func DataDiskPath(stateDir, ws string) string {
+	sum := sha256.Sum256([]byte(ws))
+	return filepath.Join(stateDir, "disks", hex.EncodeToString(sum[:8]), "data.vhd")
+}
+
+// EnsureDataDisk creates the persistent disk at path when it does not
+// exist: a sparse file of size bytes that starts with api.BlankDiskMagic
+// (the guest formats such a disk on first boot) and ends in a fixed-VHD
+// footer, so every backend can attach it. An existing file is kept.
+func EnsureDataDisk(path string, size int64) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("sandbox: persistent disk: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("sandbox: persistent disk: %w", err)
+	}
+	tmp := path + ".new"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("sandbox: persistent disk: %w", err)
+	}
+	err = markSparse(f)
+	if err == nil {
+		_, err = f.WriteString(api.BlankDiskMagic)
+	}
+	if err == nil {
+		err = f.Truncate(size)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		var id [16]byte
+		copy(id[:], filepath.Base(filepath.Dir(path)))
+		_, err = vhd.Append(tmp, id)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("sandbox: persistent disk: %w", err)
+	}
+	return nil
+}
+
+// ResetDataDisk deletes the persistent disk at path, so the next boot
+// starts from the image's root disk alone. A missing disk is no error.
+func ResetDataDisk(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("sandbox: reset persistent disk: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,39 @@
+package api
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestBootConfigRoundTrip(t *testing.T) {
+	for _, c := range []BootConfig{
+		{Transport: TransportSerial, UID: 1000, GID: 1000},
+		{Transport: TransportVsock, Share: ShareVirtiofs, UID: 501, GID: 20, Root: RootLabel},
+		{Transport: TransportHVSock, Share: Share9PVsock, SharePort: 564, ShareReadOnly: true, UID: 1000, GID: 1000, Root: RootLabel, RootKeep: true, Debug: true},
+	} {
+		got, err := ParseCmdline("console=ttyS0 quiet " + strings.Join(c.Args(), " "))
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		if got != c {
+			t.Errorf("round trip %+v gave %+v", c, got)
+		}
+	}
+	// RootKeep means nothing without a root disk, so it is not written.
+	if a := (BootConfig{RootKeep: true}).Args(); len(a) != 0 {
+		t.Errorf("args %v", a)
+	}
+}
+
+func TestBootConfigBadRoot(t *testing.T) {
+	for _, w := range []string{"airlock.root=", "airlock.root=Airlock", "airlock.root=a/b", "airlock.root=" + strings.Repeat("a", 17), "airlock.root_keep=maybe"} {
+		if _, err := ParseCmdline(w); err == nil {
+			t.Errorf("%q accepted", w)
+		}
+	}
+	for _, ok := range []string{"airlock-root", "a", "x-1"} {
+		if !ValidLabel(ok) {
+			t.Errorf("ValidLabel(%q) = false", ok)
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package builder
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/images/manifest"
+	"github.com/airlock-sandbox/airlock/images/vhd"
+)
+
+// TestMakeExt4 builds a real (small) root disk with mkfs.ext4 -d and
+// checks what the guest and Hyper-V rely on: the ext4 superblock with the
+// label init looks for, the files, and the fixed-VHD footer.
+func TestMakeExt4(t *testing.T) {
+	mkfs, err := lookTool("mkfs.ext4")
+	if err != nil {
+		t.Skip("mkfs.ext4 not installed (apt: e2fsprogs)")
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc", "passwd"), []byte("root:x:0:0::/root:/bin/sh\n"), 0o644)
+	if err := customiseRoot(root, rootCustomisation()); err != nil {
+		t.Fatal(err)
+	}
+	disk := filepath.Join(t.TempDir(), "root.vhd")
+	key := strings.Repeat("0123456789abcdef", 4)
+	size, err := makeExt4(context.Background(), mkfs, root, disk, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, _ := f.Stat()
+	if got, err := vhd.ReadFooter(f, fi.Size()); err != nil || got != size || size%(1<<20) != 0 {
+		t.Fatalf("footer: size %d (disk %d), %v", got, size, err)
+	}
+	sb := make([]byte, 1024)
+	f.ReadAt(sb, 1024)
+	if binary.LittleEndian.Uint16(sb[0x38:]) != 0xEF53 || string(bytes.TrimRight(sb[0x78:0x88], "\x00")) != api.RootLabel {
+		t.Fatalf("superblock: magic %#x, label %q", binary.LittleEndian.Uint16(sb[0x38:]), sb[0x78:0x88])
+	}
+	// The file system holds the customised files, owned as they should be.
+	if _, err := exec.LookPath("debugfs"); err == nil {
+		out, err := exec.Command("debugfs", "-R", "stat /home/agent", disk).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "User:  1000") {
+			t.Fatalf("debugfs stat /home/agent: %v\n%s", err, out)
+		}
+		out, _ = exec.Command("debugfs", "-R", "cat /etc/passwd", disk).CombinedOutput()
+		if !strings.Contains(string(out), "agent:x:1000:1000:agent:/home/agent:/bin/bash") {
+			t.Fatalf("/etc/passwd on the disk:\n%s", out)
+		}
+	}
+}
+
+func TestCustomiseRoot(t *testing.T) {
+	root := t.TempDir()
+	for _, p := range []string{"etc", "var/cache/apt/archives", "var/lib/apt/lists", "var/log", "usr/share/doc/git"} {
+		os.MkdirAll(filepath.Join(root, p), 0o755)
+	}
+	files := map[string]string{
+		"etc/passwd": "root:x:0:0::/root:/bin/sh\n", "etc/resolv.conf": "nameserver 10.0.0.1\n",
+		"var/cache/apt/archives/git.deb": "deb", "var/lib/apt/lists/x_Packages": "index", "var/log/dpkg.log": "log",
+		"usr/share/doc/git/copyright": "GPL", "usr/share/doc/git/changelog.gz": "news",
+	}
+	for p, c := range files {
+		os.WriteFile(filepath.Join(root, p), []byte(c), 0o644)
+	}
+	if err := customiseRoot(root, rootCustomisation()); err != nil {
+		t.Fatal(err)
+	}
+	exists := func(p string) bool { _, err := os.Lstat(filepath.Join(root, p)); return err == nil }
+	for _, gone := range []string{"etc/resolv.conf", "var/cache/apt/archives/git.deb", "var/lib/apt/lists/x_Packages", "var/log/dpkg.log", "usr/share/doc/git/changelog.gz"} {
+		if exists(gone) {
+			t.Errorf("%s is still there", gone)
+		}
+	}
+	for _, kept := range []string{"usr/share/doc/git/copyright", "var/cache/apt/archives", "home/agent", "workspace", "etc/pip.conf"} {
+		if !exists(kept) {
+			t.Errorf("%s is missing", kept)
+		}
+	}
+	passwd, _ := os.ReadFile(filepath.Join(root, "etc", "passwd"))
+	if string(passwd) != "root:x:0:0::/root:/bin/sh\nagent:x:1000:1000:agent:/home/agent:/bin/bash\n" {
+		t.Errorf("passwd:\n%s", passwd)
+	}
+	ns, _ := os.ReadFile(filepath.Join(root, "etc", "nsswitch.conf"))
+	if !strings.Contains(string(ns), "hosts: files\n") || strings.Contains(string(ns), "dns") {
+		t.Errorf("nsswitch.conf:\n%s", ns)
+	}
+}
+
+func TestStandardKeys(t *testing.T) {
+	custom := rootCustomisation()
+	k := rootDiskKey("amd64", "release1", custom)
+	if k != rootDiskKey("amd64", "release1", custom) {
+		t.Fatal("the key is not stable")
+	}
+	for name, other := range map[string]string{
+		"arch":    rootDiskKey("arm64", "release1", custom),
+		"release": rootDiskKey("amd64", "release2", custom),
+		"files":   rootDiskKey("amd64", "release1", custom[1:]),
+	} {
+		if other == k {
+			t.Errorf("a different %s gives the same disk key", name)
+		}
+	}
+	// A new initramfs changes the image's key, not the disk's.
+	min1 := &manifest.Manifest{Artifacts: []manifest.Artifact{{Name: "initramfs.cpio", SHA256: "aa"}}}
+	min2 := &manifest.Manifest{Artifacts: []manifest.Artifact{{Name: "initramfs.cpio", SHA256: "bb"}}}
+	if standardKey(k, min1) == standardKey(k, min2) {
+		t.Error("a new initramfs does not change the image key")
+	}
+}

@@ -1,0 +1,349 @@
+//go:build linux
+
+// Command hostileagent is a guest agent that attacks the host. It is the
+// real guest's init (guest/boot) with a different agent: tests/robust packs
+// it as /init into a copy of the real initramfs, so it runs in the real
+// kernel, on the real transport, against the real host code.
+//
+// What it does is chosen on the kernel command line with airlock.hostile=:
+//
+//	garbage-hello  writes random bytes instead of the multiplexer's hello
+//	bogus-ready    sends malformed, oversized and dribbled readiness
+//	               messages before a valid one
+//	mute           announces readiness but never answers an RPC
+//	(anything else) a working agent whose Exec misbehaves on request:
+//	               argv[0] "hostile:<what>" (see misbehave), any other
+//	               command runs as in the real agent
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/airlock-sandbox/airlock/guest/agent"
+	"github.com/airlock-sandbox/airlock/guest/api"
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
+	"github.com/airlock-sandbox/airlock/guest/boot"
+	"github.com/airlock-sandbox/airlock/guest/console"
+	"github.com/airlock-sandbox/airlock/guest/egress"
+	"github.com/airlock-sandbox/airlock/guest/mux"
+	"github.com/airlock-sandbox/airlock/guest/transport"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		if err := run(); err != nil {
+			fmt.Fprintln(os.Stderr, "hostileagent:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	boot.Run() // PID 1: the real init, which starts "<this binary> agent"
+}
+
+func mode() string {
+	b, _ := os.ReadFile("/proc/cmdline")
+	for _, w := range strings.Fields(string(b)) {
+		if v, ok := strings.CutPrefix(w, "airlock.hostile="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// port opens the virtio-serial port that carries the multiplexer.
+func port() (*os.File, error) {
+	for range 100 {
+		name, err := transport.FindSerialPort("/sys", api.SerialPortName)
+		if err == nil {
+			return os.OpenFile(filepath.Join("/dev", name), os.O_RDWR, 0)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("no serial port %s", api.SerialPortName)
+}
+
+func run() error {
+	log := console.NewLogger(os.Stderr, "hostile", true)
+	m := mode()
+	log.Info("hostile agent", "mode", m)
+	f, err := port()
+	if err != nil {
+		return err
+	}
+	if m == "garbage-hello" {
+		junk := make([]byte, 1<<20)
+		rand.Read(junk)
+		f.Write(junk)
+		select {} // keep the port open; the host must give up by itself
+	}
+	// A guest that opens as many streams as it likes: the host's limits
+	// are what is under test, not the guest's.
+	sess := mux.Server(f, mux.Config{MaxStreams: 1 << 20, AcceptBacklog: 1024})
+	l, err := sess.Listen(api.PortAgent)
+	if err != nil {
+		return err
+	}
+	if m == "mute" {
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go io.Copy(io.Discard, c) // read everything, answer nothing
+			}
+		}()
+		if err := agent.AnnounceReady(context.Background(), sess.Dial, ready()); err != nil {
+			return err
+		}
+		<-sess.Done()
+		return sess.Err()
+	}
+	// The proxies, so that ordinary tasks have a network like in the real guest.
+	fwd := egress.New(egress.Config{Dial: sess.Dial, Logger: log})
+	if _, err := fwd.Start(context.Background(), egress.DefaultRoutes()); err != nil {
+		log.Error("egress", "err", err)
+	}
+	cfg := agent.Config{Transport: api.TransportSerial, Logger: log, PowerOff: func(bool) error { return nil }}
+	if b, err := os.ReadFile("/proc/cmdline"); err == nil {
+		if bc, err := api.ParseCmdline(string(b)); err == nil {
+			cfg.UID, cfg.GID = bc.UID, bc.GID
+		}
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		cfg.CgroupRoot = agent.CgroupTasks
+	}
+	h := &hostile{Server: agent.New(cfg), sess: sess, port: f, log: log}
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(4 << 20)) // sends are unbounded on purpose
+	agentv1.RegisterAgentServer(gs, h)
+	go gs.Serve(l)
+	if m == "bogus-ready" {
+		bogusReady(sess.Dial, log)
+	}
+	if err := agent.AnnounceReady(context.Background(), sess.Dial, ready()); err != nil {
+		return err
+	}
+	<-sess.Done()
+	return sess.Err()
+}
+
+func ready() api.Ready {
+	return api.Ready{AgentVersion: "hostile", BootMillis: agent.Uptime().Milliseconds()}
+}
+
+type dialer func(context.Context, uint32) (net.Conn, error)
+
+// bogusReady sends readiness messages the host must refuse, one per
+// connection, before the real one.
+func bogusReady(dial dialer, log *slog.Logger) {
+	send := func(what string, write func(net.Conn)) {
+		c, err := dial(context.Background(), api.PortReady)
+		if err != nil {
+			log.Error("bogus ready", "what", what, "err", err)
+			return
+		}
+		write(c)
+		c.Close()
+	}
+	send("not json", func(c net.Conn) { c.Write([]byte("hello, host\n")) })
+	send("truncated", func(c net.Conn) { c.Write([]byte(`{"agent_version":"x","boot_ms":`)) })
+	send("wrong types", func(c net.Conn) { c.Write([]byte(`{"agent_version":7,"boot_ms":"soon"}`)) })
+	send("long version", func(c net.Conn) {
+		fmt.Fprintf(c, `{"agent_version":%q,"boot_ms":1}`, strings.Repeat("v", 3000))
+	})
+	send("oversized", func(c net.Conn) {
+		c.SetWriteDeadline(time.Now().Add(6 * time.Second))
+		c.Write(bytes.Repeat([]byte("["), 8<<20)) // the host stops reading at 4 KiB
+	})
+	send("dribble", func(c net.Conn) {
+		// One byte a second: the host's 5 s deadline must end it.
+		for range 8 {
+			if _, err := c.Write([]byte(" ")); err != nil {
+				return
+			}
+			time.Sleep(time.Second)
+		}
+	})
+}
+
+// hostile serves the real agent, except for Exec calls whose argv[0] starts
+// with "hostile:".
+type hostile struct {
+	*agent.Server
+	sess *mux.Session
+	port *os.File
+	log  *slog.Logger
+}
+
+// replay hands the first message, already read, to the real Exec.
+type replay struct {
+	agentv1.Agent_ExecServer
+	first *agentv1.ExecRequest
+}
+
+func (r *replay) Recv() (*agentv1.ExecRequest, error) {
+	if f := r.first; f != nil {
+		r.first = nil
+		return f, nil
+	}
+	return r.Agent_ExecServer.Recv()
+}
+
+func (h *hostile) Exec(stream agentv1.Agent_ExecServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	argv := first.GetStart().GetArgv()
+	if len(argv) == 0 || !strings.HasPrefix(argv[0], "hostile:") {
+		return h.Server.Exec(&replay{stream, first})
+	}
+	what := strings.TrimPrefix(argv[0], "hostile:")
+	n := 0
+	if len(argv) > 1 {
+		n, _ = strconv.Atoi(argv[1])
+	}
+	h.log.Info("misbehaving", "what", what, "n", n)
+	return h.misbehave(stream, what, n)
+}
+
+func stdout(b []byte) *agentv1.ExecEvent {
+	return &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stdout{Stdout: b}}
+}
+
+func exit(code int) *agentv1.ExecEvent {
+	return &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Code: int32(code)}}}
+}
+
+// misbehave runs one attack. n is its size where it has one.
+func (h *hostile) misbehave(stream agentv1.Agent_ExecServer, what string, n int) error {
+	stream.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Started{Started: &agentv1.Started{Pid: 4242}}})
+	switch what {
+	case "oversize":
+		// One message of n MiB, over the host's 4 MiB limit.
+		return stream.Send(stdout(bytes.Repeat([]byte("o"), n<<20)))
+	case "flood":
+		// Output as fast as the transport takes it, until the host hangs up.
+		chunk := bytes.Repeat([]byte("flood "), 64<<10/6)
+		for {
+			if err := stream.Send(stdout(chunk)); err != nil {
+				return err
+			}
+		}
+	case "hang":
+		// Started, then nothing ever again.
+		<-stream.Context().Done()
+		return stream.Context().Err()
+	case "noexit":
+		stream.Send(stdout([]byte("half a task\n")))
+		return nil
+	case "bogus-exit":
+		// An exit status no process can have.
+		return stream.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Code: -5, Signal: 1 << 30, DurationMs: -1}}})
+	case "panic-code":
+		return status.Error(codes.Code(9999), strings.Repeat("e", 1<<20))
+	case "streams":
+		stream.Send(h.streams(n))
+		return stream.Send(exit(0))
+	case "slowloris":
+		stream.Send(h.slowloris(n))
+		return stream.Send(exit(0))
+	case "garbage":
+		// Random bytes on the transport, in the middle of the host's frames.
+		junk := make([]byte, 64<<10)
+		rand.Read(junk)
+		h.port.Write(junk)
+		<-stream.Context().Done()
+		return nil
+	}
+	return status.Errorf(codes.InvalidArgument, "unknown misbehaviour %q", what)
+}
+
+// streams opens n streams to the host's HTTP egress port at once and holds
+// them, sending nothing, for 15 s or until the host closes them. It reports
+// how many opened, how many were refused and how many the host closed.
+func (h *hostile) streams(n int) *agentv1.ExecEvent {
+	var opened, closedByHost, refused atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			c, err := h.sess.Dial(ctx, api.PortEgressHTTP)
+			cancel()
+			if err != nil {
+				refused.Add(1)
+				return
+			}
+			opened.Add(1)
+			defer c.Close()
+			c.SetReadDeadline(time.Now().Add(15 * time.Second))
+			if _, err := io.Copy(io.Discard, c); err == nil {
+				closedByHost.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return stdout(fmt.Appendf(nil, "opened=%d refused=%d closed_by_host=%d\n", opened.Load(), refused.Load(), closedByHost.Load()))
+}
+
+// slowloris opens n egress connections and sends each a request head one
+// byte a second, forever; it reports how many the host cut off within 60 s.
+func (h *hostile) slowloris(n int) *agentv1.ExecEvent {
+	var cut, opened atomic.Int64
+	var wg sync.WaitGroup
+	head := []byte("GET http://files.test/ HTTP/1.1\r\nHost: files.test\r\nX-Slow: ")
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			c, err := h.sess.Dial(ctx, api.PortEgressHTTP)
+			cancel()
+			if err != nil {
+				return
+			}
+			opened.Add(1)
+			defer c.Close()
+			go func() {
+				// The host answers (408/400) or hangs up: either is a cut.
+				c.SetReadDeadline(time.Now().Add(60 * time.Second))
+				if _, err := io.Copy(io.Discard, c); !os.IsTimeout(err) {
+					cut.Add(1)
+				}
+				c.Close()
+			}()
+			c.SetWriteDeadline(time.Now().Add(60 * time.Second))
+			for i := 0; i < 60; i++ {
+				b := head
+				if i > 0 {
+					b = []byte("x")
+				}
+				if _, err := c.Write(b); err != nil {
+					return
+				}
+				time.Sleep(time.Second)
+			}
+		}()
+	}
+	wg.Wait()
+	return stdout(fmt.Appendf(nil, "opened=%d cut=%d\n", opened.Load(), cut.Load()))
+}

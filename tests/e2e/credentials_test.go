@@ -303,8 +303,8 @@ func TestCredentialsStayOnTheHost(t *testing.T) {
 }
 
 // agentMemory matches a find in the memory of the guest agent (the /init
-// binary, airlock-guest; its command name is init).
-var agentMemory = regexp.MustCompile(`found in memory of pid \d+ \(init\)`)
+// binary, airlock-guest, which names itself airlock-agent).
+var agentMemory = regexp.MustCompile(`found in memory of pid \d+ \(airlock-agent\)`)
 
 // scanArgs are credprobe scan's arguments for s: its length, Rabin-Karp
 // hash and SHA-256, so the guest never sees s itself.

@@ -30,6 +30,9 @@ func main() {
 }
 
 func runAgent() int {
+	// Started through /proc/self/exe (init may have switched to a root
+	// disk), the agent would be "exe" in ps and top; name it.
+	_ = os.WriteFile("/proc/self/comm", []byte("airlock-agent"), 0)
 	debug := false
 	if b, err := os.ReadFile("/proc/cmdline"); err == nil {
 		if cfg, err := api.ParseCmdline(string(b)); err == nil {

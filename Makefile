@@ -9,7 +9,7 @@ IMAGE_DIR := images/out
 WORKSPACE ?= $(HOME)/airlock-demo
 E2E_TIMEOUT ?= 40m
 
-APT_PACKAGES := qemu-system-x86 qemu-system-arm busybox-static kmod cpio xz-utils protobuf-compiler debootstrap e2fsprogs qemu-utils
+APT_PACKAGES := qemu-system-x86 qemu-system-arm busybox-static kmod cpio xz-utils protobuf-compiler debootstrap e2fsprogs qemu-utils qemu-user-static binfmt-support
 
 .PHONY: all build airlock image image-all image-standard deps run test test-unit test-e2e bench vet proto check-proto clean
 
@@ -32,14 +32,17 @@ image-all:
 image-standard:
 	$(GO) run ./images/cmd/airlock-image -arch $(ARCH) -image standard -out $(IMAGE_DIR)
 
-## deps: install the Debian/Ubuntu packages Airlock needs (only what is missing)
+## deps: install the Debian/Ubuntu packages Airlock needs (only what is missing), and let this
+## host run arm64 programs under qemu-user-static (build/linux/arm64-emulation.sh) for the arm64
+## standard image
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if ! dpkg --print-foreign-architectures | grep -qx arm64; then \
 		echo "adding the arm64 package architecture (for the arm64 guest image)"; \
 		$(SUDO) dpkg --add-architecture arm64; missing="$$missing"; need_update=1; fi; \
 	if [ -n "$$missing$$need_update" ]; then \
-		$(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; fi
+		$(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; fi; \
+	$(SUDO) build/linux/arm64-emulation.sh || echo "warning: no arm64 emulation here: everything but the arm64 standard image builds"
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 ## run: set up, build, and run a command in a sandbox that sees $(WORKSPACE)

@@ -13,6 +13,8 @@ if [ ! -e "$d/status" ]; then
 fi
 [ "$(cat "$d/status")" = enabled ] || echo 1 > "$d/status"
 update-binfmts --enable qemu-aarch64 2>/dev/null || update-binfmts --import qemu-aarch64
+# registered but switched off in the kernel (echo 0 > the entry): update-binfmts calls it enabled
+if [ -e "$d/qemu-aarch64" ] && ! grep -q '^enabled' "$d/qemu-aarch64"; then echo 1 > "$d/qemu-aarch64"; fi
 if ! grep -q '^enabled' "$d/qemu-aarch64" 2>/dev/null || ! grep -q '^flags: .*F' "$d/qemu-aarch64"; then
 	echo "arm64 emulation: $d/qemu-aarch64 is not enabled with the F flag (apt-get install qemu-user-static binfmt-support)" >&2
 	exit 1

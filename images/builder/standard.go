@@ -78,11 +78,6 @@ func buildStandard(ctx context.Context, opts Options, min Result, log *slog.Logg
 			return res, fmt.Errorf("images: standard image: %s not found; install %s (apt-get install %s)", tool, pkg, pkg)
 		}
 	}
-	if arch != runtime.GOARCH {
-		// debootstrap's second stage runs the guest's own programs
-		// (dpkg, maintainer scripts) in a chroot.
-		return res, fmt.Errorf("images: standard image for %s: build it on a %s host (debootstrap's second stage runs %s programs in a chroot, and the builder does not set up emulation for them); this host is %s", arch, arch, arch, runtime.GOARCH)
-	}
 	release, err := fetchRelease(ctx, mirror, suite)
 	if err != nil {
 		return res, err
@@ -104,6 +99,15 @@ func buildStandard(ctx context.Context, opts Options, min Result, log *slog.Logg
 		case err != nil:
 			log.Info("existing standard image fails verification; rebuilding", "err", err)
 		}
+	}
+	if disk == nil && arch != runtime.GOARCH {
+		// debootstrap's second stage runs the guest's own programs (dpkg,
+		// maintainer scripts) in a chroot: say how to let them run here
+		// before touching the old image or downloading anything.
+		if err := checkForeignExec(ctx, opts.OutDir, arch); err != nil {
+			return res, err
+		}
+		log.Info("building under emulation", "host", runtime.GOARCH)
 	}
 	if err := os.MkdirAll(res.Dir, 0o755); err != nil {
 		return res, fmt.Errorf("images: %w", err)

@@ -18,6 +18,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 )
 
 // CA file names inside the folder LoadCA is given.
@@ -132,38 +134,13 @@ func createCA(dir string) (*CA, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("egress: CA folder: %w", err)
 	}
-	if err := writeFile0600(filepath.Join(dir, CAKeyFile), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, CAKeyFile), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600, atomicfile.Synced); err != nil {
 		return nil, fmt.Errorf("egress: write CA key: %w", err)
 	}
-	if err := writeFile0600(filepath.Join(dir, CACertFile), certPEM); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, CACertFile), certPEM, 0o600, atomicfile.Synced); err != nil {
 		return nil, fmt.Errorf("egress: write CA certificate: %w", err)
 	}
 	return newCA(cert, certPEM, key)
-}
-
-func writeFile0600(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	err = f.Chmod(0o600)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
 }
 
 func serial() *big.Int {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 )
 
 // metaVersion is written into every metadata file so a later format can
@@ -44,25 +46,7 @@ func (s *Store) persist(t *task) error {
 // rename is atomic against a crash of this process, which is the failure
 // the store is built for; a power loss may lose recent changes.
 func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o600)
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-	}
-	return err
+	return atomicfile.Write(path, data, 0o600, atomicfile.Unsynced)
 }
 
 // load reads every task of the folder. Leftover temporary files and logs

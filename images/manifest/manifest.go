@@ -15,6 +15,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 )
 
 // FileName is the manifest's name inside an image folder.
@@ -294,26 +296,7 @@ func (m *Manifest) Write(dir string) error {
 	if err != nil {
 		return fmt.Errorf("manifest: write: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+FileName+".*")
-	if err != nil {
-		return fmt.Errorf("manifest: write: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("manifest: write: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("manifest: write: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("manifest: write: %w", err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return fmt.Errorf("manifest: write: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, FileName)); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, FileName), append(b, '\n'), 0o644, atomicfile.Synced); err != nil {
 		return fmt.Errorf("manifest: write: %w", err)
 	}
 	return nil

@@ -136,11 +136,12 @@ type Session struct {
 
 	mu        sync.Mutex
 	ep        *epoch        // the running yamux session; nil until a hello
-	epReady   chan struct{} // closed when ep is set (or the session ends)
+	epReady   chan struct{} // closed when ep is set; replaced when the peer restarts
 	closing   bool
 	err       error
 	listeners map[uint32]*listener
 	restarts  []time.Time // the peer's restarts within Config.RestartWindow
+	restarted int         // the peer's restarts in all
 }
 
 // epoch is one yamux session over the connection: the first, or one after
@@ -241,6 +242,7 @@ func (s *Session) peerRestarted() error {
 		return fmt.Errorf("%w: the peer restarted %d times within %s", ErrProtocol, len(s.restarts)+1, s.cfg.RestartWindow)
 	}
 	s.restarts = append(s.restarts, now)
+	s.restarted++
 	return nil
 }
 
@@ -249,14 +251,7 @@ func (s *Session) peerRestarted() error {
 func (s *Session) Restarts() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return int(s.wepochLocked()) - 1
-}
-
-func (s *Session) wepochLocked() uint64 {
-	if s.ep == nil {
-		return 1
-	}
-	return s.ep.n
+	return s.restarted
 }
 
 // Server starts the guest side over conn and sends the hello.

@@ -7,11 +7,16 @@
 // Everything the peer sends is bounded: frame sizes, per-stream buffering
 // (credit-based windows), the number of open streams and pending accepts.
 //
-// On the wire: the Server's hello (see hello.go), then yamux frames
-// (github.com/hashicorp/yamux) in both directions, checked frame by frame
-// before yamux sees them (guard.go). Each stream starts with the opener's
+// On the wire: the Server's hello and the Client's ack (see hello.go), then
+// yamux frames (github.com/hashicorp/yamux) in both directions, checked
+// frame by frame before yamux sees them (guard.go). Each stream starts with the opener's
 // 4-byte big-endian port; the other side answers one byte, 1 for accepted
 // and 0 for refused, and then the stream carries the caller's bytes.
+//
+// A guest process that dies and is restarted opens the port afresh and
+// sends a new hello; the Client takes one in place of a frame header as
+// the peer having restarted, ends the old streams and goes on with the new
+// peer over the same connection (a bounded number of times).
 package mux
 
 import (

@@ -15,6 +15,11 @@ const (
 	// EventLost: the VM of Generation died unexpectedly (Error says how);
 	// its tasks are gone. A state event to restarting came just before.
 	EventLost EventKind = "lost"
+	// EventReconnected: the guest restarted its agent (it crashed, or a
+	// root task killed it) and the host reached the new one on the same
+	// VM of Generation; tasks that ran on the old agent are gone, and
+	// Error says so. A state event with the new AgentRestarts follows.
+	EventReconnected EventKind = "reconnected"
 	// EventLag: the subscriber fell behind and Dropped events were lost;
 	// the next state event brings it up to date.
 	EventLag EventKind = "lag"

@@ -31,10 +31,11 @@ type fakeAgent struct {
 	hang      atomic.Bool // Info never answers
 	dieOnInfo bool        // the VM crashes at the first health check
 	infos     atomic.Int64
+	restart   chan struct{} // a send restarts the agent inside the VM
 }
 
 func newFakeAgent() *fakeAgent {
-	return &fakeAgent{off: make(chan struct{}), die: make(chan struct{})}
+	return &fakeAgent{off: make(chan struct{}), die: make(chan struct{}), restart: make(chan struct{})}
 }
 
 func (a *fakeAgent) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
@@ -128,14 +129,21 @@ func runGuest(ctx context.Context, g *vmtest.Guest, a *fakeAgent, kind guestKind
 	if kind == guestDieInBoot {
 		return errors.New("exit status 1")
 	}
-	l, err := g.Listen(api.PortAgent)
+	serve := func() (*grpc.Server, error) {
+		l, err := g.Listen(api.PortAgent)
+		if err != nil {
+			return nil, err
+		}
+		srv := grpc.NewServer()
+		agentv1.RegisterAgentServer(srv, a)
+		go srv.Serve(l)
+		return srv, nil
+	}
+	srv, err := serve()
 	if err != nil {
 		return err
 	}
-	srv := grpc.NewServer()
-	agentv1.RegisterAgentServer(srv, a)
-	go srv.Serve(l)
-	defer srv.Stop()
+	defer func() { srv.Stop() }()
 	if kind != guestNeverReady {
 		c, err := g.Dial(ctx, api.PortReady)
 		if err != nil {
@@ -144,13 +152,22 @@ func runGuest(ctx context.Context, g *vmtest.Guest, a *fakeAgent, kind guestKind
 		api.WriteReady(c, api.Ready{AgentVersion: "fake"})
 		c.Close()
 	}
-	select {
-	case <-a.off:
-		return nil
-	case <-a.die:
-		return errors.New("signal: killed")
-	case <-ctx.Done():
-		return errors.New("forced off")
+	for {
+		select {
+		case <-a.off:
+			return nil
+		case <-a.die:
+			return errors.New("signal: killed")
+		case <-ctx.Done():
+			return errors.New("forced off")
+		case <-a.restart:
+			// The agent dies (its connections with it) and a new one
+			// listens on the same VM.
+			srv.Stop()
+			if srv, err = serve(); err != nil {
+				return err
+			}
+		}
 	}
 }
 

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
 	"github.com/airlock-sandbox/airlock/vm"
@@ -20,7 +22,10 @@ type monitor struct {
 	lost   chan error // buffered; only the first report is kept
 }
 
-func watch(sb Sandbox, h HealthPolicy, clock Clock, log *slog.Logger) *monitor {
+// watch starts the monitor. reconnected is called (from the monitor's
+// goroutine) each time the agent is found to have restarted and answers
+// again, with the count so far on this VM.
+func watch(sb Sandbox, h HealthPolicy, clock Clock, log *slog.Logger, reconnected func(n int)) *monitor {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &monitor{cancel: cancel, lost: make(chan error, 1)}
 	m.wg.Add(1)
@@ -41,16 +46,23 @@ func watch(sb Sandbox, h HealthPolicy, clock Clock, log *slog.Logger) *monitor {
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			m.checkAgent(ctx, sb, h, clock, log)
+			m.checkAgent(ctx, sb, h, clock, log, reconnected)
 		}()
 	}
 	return m
 }
 
 // checkAgent asks the agent for Info every h.Interval and reports it dead
-// after h.Misses failed calls in a row.
-func (m *monitor) checkAgent(ctx context.Context, sb Sandbox, h HealthPolicy, clock Clock, log *slog.Logger) {
+// after h.Misses failed calls in a row. A check that answers over a new
+// connection means the guest restarted its agent and the client reached
+// the successor; more than h.Reconnects of those within h.ReconnectWindow
+// report the VM lost, so a guest that keeps restarting its agent costs
+// its VM as before.
+func (m *monitor) checkAgent(ctx context.Context, sb Sandbox, h HealthPolicy, clock Clock, log *slog.Logger, reconnected func(int)) {
 	misses := 0
+	seen := sb.Agent().Connects()
+	var recent []time.Time // reconnects within h.ReconnectWindow
+	total := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -65,6 +77,22 @@ func (m *monitor) checkAgent(ctx context.Context, sb Sandbox, h HealthPolicy, cl
 		}
 		if err == nil {
 			misses = 0
+			n := sb.Agent().Connects()
+			if n <= seen {
+				continue
+			}
+			now := clock.Now()
+			recent = slices.DeleteFunc(recent, func(t time.Time) bool { return now.Sub(t) >= h.ReconnectWindow })
+			for ; seen < n; seen++ { // several restarts between two checks count each
+				recent = append(recent, now)
+				total++
+			}
+			if h.Reconnects < 0 || len(recent) > h.Reconnects {
+				m.report(fmt.Errorf("%w: %d restarts within %s", ErrAgentRestarting, len(recent), h.ReconnectWindow))
+				return
+			}
+			log.Warn("guest agent restarted; reconnected to the new agent on the same VM", "agent_restarts", total)
+			reconnected(total)
 			continue
 		}
 		misses++

@@ -90,13 +90,21 @@ type HealthPolicy struct {
 	Timeout time.Duration
 	// Misses is how many failed checks in a row mean the agent is dead (3).
 	Misses int
+	// Reconnects is how many times the host may reach a restarted agent
+	// again on the same VM within ReconnectWindow (3); one more and the
+	// VM is replaced. Negative: every agent restart replaces the VM.
+	Reconnects int
+	// ReconnectWindow is the period Reconnects counts over (10 min).
+	ReconnectWindow time.Duration
 }
 
 // Default health policy values.
 const (
-	DefaultHealthInterval = 5 * time.Second
-	DefaultHealthTimeout  = 3 * time.Second
-	DefaultHealthMisses   = 3
+	DefaultHealthInterval  = 5 * time.Second
+	DefaultHealthTimeout   = 3 * time.Second
+	DefaultHealthMisses    = 3
+	DefaultReconnects      = 3
+	DefaultReconnectWindow = 10 * time.Minute
 )
 
 func (h HealthPolicy) withDefaults() HealthPolicy {
@@ -108,6 +116,12 @@ func (h HealthPolicy) withDefaults() HealthPolicy {
 	}
 	if h.Misses <= 0 {
 		h.Misses = DefaultHealthMisses
+	}
+	if h.Reconnects == 0 {
+		h.Reconnects = DefaultReconnects
+	}
+	if h.ReconnectWindow <= 0 {
+		h.ReconnectWindow = DefaultReconnectWindow
 	}
 	return h
 }

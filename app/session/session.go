@@ -41,6 +41,9 @@ var (
 	// ErrAgentUnresponsive is the cause of a loss when the guest agent
 	// stopped answering health checks.
 	ErrAgentUnresponsive = errors.New("the guest agent stopped answering")
+	// ErrAgentRestarting is the cause of a loss when the guest restarted its
+	// agent more often than HealthPolicy.Reconnects allows.
+	ErrAgentRestarting = errors.New("the guest agent keeps restarting")
 )
 
 // Sandbox is what a session needs of a booted guest; *sandbox.Sandbox is one.

@@ -445,3 +445,52 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	f.allFinal(t)
 }
+
+// TestAgentRestartReconnects checks that an agent restarted inside the VM
+// is reached again on the same VM, with an event and a count, and that a
+// guest that keeps restarting its agent costs the VM after Reconnects.
+func TestAgentRestartReconnects(t *testing.T) {
+	noLeaks(t)
+	f := &fakeVMs{}
+	cfg := testConfig(t, f)
+	cfg.Health.Reconnects = 2
+	lost := make(chan error, 4)
+	cfg.OnLost = func(gen int, err error) { lost <- err }
+	s := newSession(t, cfg)
+	events := s.Subscribe(ctxGuard(t), 256)
+	if err := s.Start(ctxGuard(t)); err != nil {
+		t.Fatal(err)
+	}
+	_, a1 := f.machine(t, 1)
+	for i := 1; i <= 2; i++ {
+		a1.restart <- struct{}{}
+		st := waitFor(t, s, "reconnect", func(st Status) bool { return st.AgentRestarts == i })
+		if st.Generation != 1 || st.State != StateRunning || st.Restarts != 0 {
+			t.Fatalf("after agent restart %d: %+v", i, st)
+		}
+		for e := range events {
+			if e.Kind == EventReconnected {
+				if e.Generation != 1 || !strings.Contains(e.Error, "restarted") {
+					t.Fatalf("event %+v", e)
+				}
+				break
+			}
+		}
+		if _, gen, err := s.Agent(ctxGuard(t)); err != nil || gen != 1 {
+			t.Fatalf("Agent after restart %d: gen %d, %v", i, gen, err)
+		}
+	}
+	select {
+	case err := <-lost:
+		t.Fatalf("lost after allowed restarts: %v", err)
+	default:
+	}
+	a1.restart <- struct{}{}
+	if err := <-lost; !errors.Is(err, ErrAgentRestarting) {
+		t.Fatalf("lost because %v", err)
+	}
+	st := waitFor(t, s, "the next VM", func(st Status) bool { return st.State == StateRunning && st.Generation == 2 })
+	if st.AgentRestarts != 0 {
+		t.Fatalf("new VM inherits agent restarts: %+v", st)
+	}
+}

@@ -76,6 +76,9 @@ type Status struct {
 	Uptime time.Duration `json:"uptime_ns"`
 	// Restarts counts VMs the session brought back after losing them.
 	Restarts int `json:"restarts"`
+	// AgentRestarts counts the times the running VM's guest agent
+	// restarted and the session reached the new one without a new VM.
+	AgentRestarts int `json:"agent_restarts"`
 	// Failures counts quick failures in a row (see RestartPolicy).
 	Failures int `json:"failures"`
 	// RetryIn is the wait left before the next boot, while restarting.
@@ -107,6 +110,7 @@ type snapshot struct {
 	upSince  time.Time
 
 	restarts, failures int
+	agentRestarts      int
 	retryAt            time.Time
 	lastErr            error
 	consoleLog         string
@@ -120,7 +124,7 @@ func (s *snapshot) status(now time.Time) Status {
 		Workspace: s.workspace, ReadOnly: s.readOnly, CPUs: s.cpus, MemoryMiB: s.mem,
 		Image: s.image, KeepDisk: s.keepDisk,
 		Accelerator: s.accel, PID: s.pid, BootTime: s.bootTime,
-		Restarts: s.restarts, Failures: s.failures, ConsoleLog: s.consoleLog,
+		Restarts: s.restarts, AgentRestarts: s.agentRestarts, Failures: s.failures, ConsoleLog: s.consoleLog,
 	}
 	if s.state == StateRunning {
 		st.Uptime = now.Sub(s.upSince)

@@ -237,13 +237,25 @@ func (l *supervisor) booted(r bootResult) {
 	}
 	l.gen++
 	l.sb, l.sbDir, l.upSince = r.sb, b.dir, now
-	l.mon = watch(r.sb, l.s.cfg.Health, l.s.clock, l.s.log.With("generation", l.gen))
+	gen := l.gen
+	l.mon = watch(r.sb, l.s.cfg.Health, l.s.clock, l.s.log.With("generation", gen), func(n int) {
+		l.s.mu.Lock()
+		l.s.publishLocked(Event{Kind: EventReconnected, Time: l.s.clock.Now(), Generation: gen,
+			Error: "the guest agent restarted; tasks that were running on it are lost"})
+		l.s.mu.Unlock()
+		l.s.update(func(sn *snapshot) {
+			if sn.gen == gen && sn.state == StateRunning {
+				sn.agentRestarts = n
+			}
+		})
+	})
 	info := r.sb.Machine().Info()
 	boot := now.Sub(b.began)
 	l.s.log.Info("VM running", "generation", l.gen, "boot", boot, "accel", info.Accelerator, "pid", info.PID)
 	l.s.update(func(sn *snapshot) {
 		sn.state, sn.phase, sn.since, sn.gen = StateRunning, "", now, l.gen
 		sn.accel, sn.pid, sn.bootTime, sn.upSince = info.Accelerator, info.PID, boot, now
+		sn.agentRestarts = 0
 		sn.agent, sn.failures = r.sb.Agent(), l.backoff.failures
 		if info.ConsoleLog != "" {
 			sn.consoleLog = info.ConsoleLog

@@ -21,6 +21,7 @@ export interface SessionStatus {
   boot_time_ns: number;
   uptime_ns: number;
   restarts: number;
+  agent_restarts: number;
   failures: number;
   retry_in_ns?: number;
   last_error?: string;
@@ -142,7 +143,7 @@ export interface RunRequest {
 
 export interface Event {
   kind: "session" | "task" | "egress" | "ask" | "ask-answered" | "lag" | string;
-  session?: { kind: "state" | "lost" | "lag"; time: string; status?: SessionStatus; generation?: number; error?: string };
+  session?: { kind: "state" | "lost" | "reconnected" | "lag"; time: string; status?: SessionStatus; generation?: number; error?: string };
   task?: { kind: "created" | "state" | "output" | "removed"; task: Task };
   egress?: Decision;
   ask?: Ask;

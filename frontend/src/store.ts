@@ -101,7 +101,7 @@ class Store {
           this.statusAt = Date.now();
           this.emit("status");
         }
-        if (e.session?.kind === "lost") void this.refreshStatus().catch(() => {});
+        if (e.session?.kind === "lost" || e.session?.kind === "reconnected") void this.refreshStatus().catch(() => {});
         break;
       case "task": {
         const te = e.task;

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
@@ -25,16 +26,24 @@ type DialFunc func(ctx context.Context) (net.Conn, error)
 
 // Client is a connection to one guest agent. It is safe for concurrent use.
 type Client struct {
-	conn *grpc.ClientConn
-	rpc  agentv1.AgentClient
+	conn     *grpc.ClientConn
+	rpc      agentv1.AgentClient
+	connects atomic.Int64
 }
 
 // New returns a client that reaches the agent through dial. It does not
 // connect until the first call.
 func New(dial DialFunc) (*Client, error) {
+	c := &Client{}
 	conn, err := grpc.NewClient("passthrough:///airlock-guest",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return dial(ctx) }),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			nc, err := dial(ctx)
+			if err == nil {
+				c.connects.Add(1)
+			}
+			return nc, err
+		}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize)),
 		// Static flow-control windows, large enough that task output never
 		// waits for a window update; setting them also turns off the BDP
@@ -49,8 +58,15 @@ func New(dial DialFunc) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent client: %w", err)
 	}
-	return &Client{conn: conn, rpc: agentv1.NewAgentClient(conn)}, nil
+	c.conn, c.rpc = conn, agentv1.NewAgentClient(conn)
+	return c, nil
 }
+
+// Connects is how many connections to the agent the client has made. The
+// first call makes one; each further one means the previous connection
+// broke and the client reached the agent again: on a running VM, that the
+// guest restarted its agent.
+func (c *Client) Connects() int { return int(c.connects.Load()) }
 
 // Close releases the connection.
 func (c *Client) Close() error { return c.conn.Close() }

@@ -31,13 +31,14 @@ func (a Addr) String() string { return fmt.Sprintf("mux:%d", a.Port) }
 type conn struct {
 	st            *yamux.Stream
 	s             *Session
+	ep            *epoch
 	local, remote Addr
 	closed        atomic.Bool
 	closeOnce     sync.Once
 }
 
-func newConn(s *Session, st *yamux.Stream, local, remote Addr) *conn {
-	return &conn{st: st, s: s, local: local, remote: remote}
+func newConn(s *Session, ep *epoch, st *yamux.Stream, local, remote Addr) *conn {
+	return &conn{st: st, s: s, ep: ep, local: local, remote: remote}
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -47,8 +48,8 @@ func (c *conn) Read(p []byte) (int, error) {
 	n, err := c.st.Read(p)
 	if err == io.EOF && c.st.Session().IsClosed() {
 		// After the session ended yamux reports EOF on every stream; say why.
-		<-c.s.done
-		return n, c.s.Err()
+		<-c.ep.done
+		return n, c.ep.err
 	}
 	if err == io.EOF {
 		return n, io.EOF
@@ -72,13 +73,13 @@ func (c *conn) err(err error) error {
 		return net.ErrClosed
 	}
 	if c.st.Session().IsClosed() {
-		<-c.s.done
-		return c.s.Err()
+		<-c.ep.done
+		return c.ep.err
 	}
 	if errors.Is(err, yamux.ErrStreamClosed) {
 		return fmt.Errorf("mux: write after CloseWrite: %w", io.ErrClosedPipe)
 	}
-	return c.s.streamErr(err)
+	return c.ep.streamErr(err)
 }
 
 // CloseWrite half-closes the stream: the peer reads EOF, this side can

@@ -68,7 +68,7 @@ func TestFrameWriterSocket(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	fw := newFrameWriter(a)
-	if !fw.vector {
+	if fw.vector == nil {
 		t.Fatal("a net.Conn should take the writev path")
 	}
 	body := bytes.Repeat([]byte("x"), 1000)

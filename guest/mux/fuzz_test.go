@@ -22,12 +22,13 @@ func (s *scripted) Close() error                { return nil }
 func FuzzClientInput(f *testing.F) {
 	cat := func(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
 	f.Add([]byte{})
-	f.Add(hello())
-	f.Add(cat(hello(), rawFrame(1, 1, 2, 0), rawFrame(0, 0, 2, 4), putPort(1024)))
-	f.Add(cat(hello(), rawFrame(0, 1, 2, 5), putPort(1023), []byte("x"), rawFrame(1, 4, 2, 0)))
-	f.Add(cat(hello(), rawFrame(0, 1, 2, 4), putPort(9), rawFrame(1, 8, 2, 0)))
-	f.Add(cat(hello(), rawFrame(1, 2, 1, 1000), rawFrame(3, 0, 0, 0)))
-	f.Add(cat(hello(), rawFrame(2, 1, 0, 1)))
+	f.Add(hello(nonce{}))
+	f.Add(cat(hello(nonce{}), rawFrame(1, 1, 2, 0), rawFrame(0, 0, 2, 4), putPort(1024)))
+	f.Add(cat(hello(nonce{}), rawFrame(0, 1, 2, 5), putPort(1023), []byte("x"), rawFrame(1, 4, 2, 0)))
+	f.Add(cat(hello(nonce{}), rawFrame(0, 1, 2, 4), putPort(9), rawFrame(1, 8, 2, 0)))
+	f.Add(cat(hello(nonce{}), rawFrame(1, 2, 1, 1000), rawFrame(3, 0, 0, 0)))
+	f.Add(cat(hello(nonce{}), rawFrame(2, 1, 0, 1)))
+	f.Add(cat(hello(nonce{}), rawFrame(1, 1, 2, 0), hello(nonce{}), rawFrame(1, 1, 2, 0), putPort(1024)))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		s := Client(&scripted{bytes.NewReader(in)}, Config{MaxStreams: 4, AcceptBacklog: 2})
 		for _, port := range []uint32{1023, 1024} {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 )
 
 // yamux frame header (github.com/hashicorp/yamux spec.md): version, type,
@@ -37,8 +38,12 @@ type guard struct {
 	raw io.Reader // what r reads from
 	// peerOdd: the peer is the yamux client and opens odd stream ids.
 	peerOdd bool
-	window  uint32
-	fail    func(error)
+	// restartable: a hello in place of a frame header is the peer having
+	// restarted (the Client side), not a protocol violation.
+	restartable bool
+	restarted   atomic.Bool
+	window      uint32
+	fail        func(error)
 
 	hdr     [frameHeaderSize]byte
 	pending []byte // checked header bytes not yet handed to yamux
@@ -46,8 +51,19 @@ type guard struct {
 	err     error
 }
 
+// errPeerRestarted is what the guard hands yamux when the peer's next
+// frame is a new hello.
+var errPeerRestarted = errors.New("mux: the peer restarted")
+
 func newGuard(r io.Reader, peerOdd bool, window uint32, fail func(error)) *guard {
-	return &guard{r: bufio.NewReaderSize(r, 64<<10), raw: r, peerOdd: peerOdd, window: window, fail: fail}
+	return &guard{r: bufio.NewReaderSize(r, 64<<10), raw: r, peerOdd: peerOdd, restartable: !peerOdd, window: window, fail: fail}
+}
+
+// reset readies the guard for the peer's next session, once yamux, its
+// only reader, has ended.
+func (g *guard) reset() {
+	g.pending, g.payload, g.err = nil, 0, nil
+	g.restarted.Store(false)
 }
 
 // Read hands yamux checked frames. It is called from yamux's receive loop only.
@@ -82,6 +98,15 @@ func (g *guard) Read(p []byte) (int, error) {
 			return n, g.err
 		}
 		return n, nil
+	}
+	if g.restartable {
+		// A frame header starts with version 0; a hello with 'A'. Only a
+		// hello that begins exactly at a frame boundary counts.
+		if b, err := g.r.Peek(len(helloMagic)); err == nil && string(b) == helloMagic {
+			g.restarted.Store(true)
+			g.err = errPeerRestarted
+			return 0, g.err
+		}
 	}
 	if _, err := io.ReadFull(g.r, g.hdr[:]); err != nil {
 		if err == io.ErrUnexpectedEOF {
@@ -156,7 +181,14 @@ type guardedConn struct {
 	conn io.ReadWriteCloser
 }
 
-func (c guardedConn) Close() error { return c.conn.Close() }
+// Close closes the connection unless yamux ends because the peer
+// restarted: the connection then carries the peer's next session.
+func (c guardedConn) Close() error {
+	if c.guard.restarted.Load() {
+		return nil
+	}
+	return c.conn.Close()
+}
 
 // firstWrite is how much of a data frame goes out with its header: the
 // virtio-serial driver takes at most 32 KiB per write(2) anyway.
@@ -171,15 +203,26 @@ const firstWrite = 32 << 10
 // handles writev as one write per piece).
 type frameWriter struct {
 	w      io.Writer
-	vector bool // w gathers net.Buffers into one writev
+	vector func(net.Buffers) error // gathers into one writev; nil without
 	hdr    [frameHeaderSize]byte
 	held   bool
 	buf    []byte
 }
 
 func newFrameWriter(w io.Writer) *frameWriter {
-	_, vector := w.(net.Conn)
-	return &frameWriter{w: w, vector: vector}
+	f := &frameWriter{w: w}
+	if v, ok := w.(vectorWriter); ok && v.vectored() {
+		f.vector = v.writeBuffers
+	} else if _, ok := w.(net.Conn); ok {
+		f.vector = func(b net.Buffers) error { _, err := b.WriteTo(w); return err }
+	}
+	return f
+}
+
+// vectorWriter is a writer over a net.Conn that can pass net.Buffers on.
+type vectorWriter interface {
+	vectored() bool
+	writeBuffers(net.Buffers) error
 }
 
 func (f *frameWriter) Write(p []byte) (int, error) {
@@ -197,10 +240,8 @@ func (f *frameWriter) Write(p []byte) (int, error) {
 
 // frame writes the held header and body.
 func (f *frameWriter) frame(body []byte) error {
-	if f.vector {
-		bufs := net.Buffers{f.hdr[:], body}
-		_, err := bufs.WriteTo(f.w)
-		return err
+	if f.vector != nil {
+		return f.vector(net.Buffers{f.hdr[:], body})
 	}
 	n := min(len(body), firstWrite-frameHeaderSize)
 	f.buf = append(append(f.buf[:0], f.hdr[:]...), body[:n]...)

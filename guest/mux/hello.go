@@ -3,45 +3,96 @@ package mux
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"io"
 )
 
 // The hello the Server sends before anything else: 8 bytes of magic, one
-// version byte and one reserved byte (zero).
+// version byte, one reserved byte (zero) and an 8-byte nonce the Server
+// draws afresh each time it starts. The Client answers with the ack: 8
+// bytes of its own magic and the same nonce; the Server starts yamux only
+// after it, and discards whatever comes before it.
+//
+// Why the ack: on virtio-serial a guest process that dies does not close
+// anything the host can see, and QEMU stops reading the host's socket while
+// the guest has the port closed, so what the host sent to the dead process
+// reaches its successor first. The nonce lets the successor find where the
+// host's new session starts. The Client, for its part, accepts a new hello
+// in place of a frame header (see guard.go) as the peer having restarted.
 const (
 	helloMagic   = "AIRLKMUX"
-	helloVersion = 1
-	helloSize    = len(helloMagic) + 2
+	ackMagic     = "AIRLKACK"
+	helloVersion = 2
+	nonceSize    = 8
+	helloSize    = len(helloMagic) + 2 + nonceSize
+	ackSize      = len(ackMagic) + nonceSize
+	// maxStale bounds what the Server discards while it looks for the ack:
+	// more than the host's socket buffer and QEMU hold, far less than a
+	// dead session could have meant to send.
+	maxStale = 64 << 20
 )
 
-func hello() []byte {
-	return append([]byte(helloMagic), helloVersion, 0)
+type nonce [nonceSize]byte
+
+func newNonce() nonce {
+	var n nonce
+	rand.Read(n[:])
+	return n
 }
 
-// readHello reads and checks the Server's hello.
-func readHello(r *bufio.Reader) error {
+func hello(n nonce) []byte {
+	return append(append([]byte(helloMagic), helloVersion, 0), n[:]...)
+}
+
+func ack(n nonce) []byte {
+	return append([]byte(ackMagic), n[:]...)
+}
+
+// readHello reads and checks the Server's hello and returns its nonce.
+func readHello(r *bufio.Reader) (nonce, error) {
 	var b [helloSize]byte
+	var n nonce
 	if _, err := io.ReadFull(r, b[:]); err != nil {
 		if err == io.EOF {
-			return fmt.Errorf("%w: peer hung up before its hello (%w)", ErrClosed, err)
+			return n, fmt.Errorf("%w: peer hung up before its hello (%w)", ErrClosed, err)
 		}
 		if err == io.ErrUnexpectedEOF {
-			return fmt.Errorf("%w: short hello", ErrProtocol)
+			return n, fmt.Errorf("%w: short hello", ErrProtocol)
 		}
-		return fmt.Errorf("%w: read hello: %w", ErrClosed, err)
+		return n, fmt.Errorf("%w: read hello: %w", ErrClosed, err)
 	}
 	if !bytes.Equal(b[:len(helloMagic)], []byte(helloMagic)) {
-		return fmt.Errorf("%w: bad hello magic %q", ErrProtocol, b[:len(helloMagic)])
+		return n, fmt.Errorf("%w: bad hello magic %q", ErrProtocol, b[:len(helloMagic)])
 	}
 	if v := b[len(helloMagic)]; v != helloVersion {
-		return fmt.Errorf("%w: peer speaks version %d, this side %d", ErrProtocol, v, helloVersion)
+		return n, fmt.Errorf("%w: peer speaks version %d, this side %d", ErrProtocol, v, helloVersion)
 	}
 	if b[len(helloMagic)+1] != 0 {
-		return fmt.Errorf("%w: reserved hello byte %#x", ErrProtocol, b[len(helloMagic)+1])
+		return n, fmt.Errorf("%w: reserved hello byte %#x", ErrProtocol, b[len(helloMagic)+1])
 	}
-	return nil
+	copy(n[:], b[len(helloMagic)+2:])
+	return n, nil
+}
+
+// awaitAck discards what the Client sends until the ack for n, at most
+// maxStale bytes.
+func awaitAck(r *bufio.Reader, n nonce) error {
+	want := ack(n)
+	var win [ackSize]byte
+	for seen := 0; seen < maxStale+ackSize; seen++ {
+		c, err := r.ReadByte()
+		if err != nil {
+			return fmt.Errorf("%w: waiting for the host's ack: %w", ErrClosed, err)
+		}
+		copy(win[:], win[1:])
+		win[ackSize-1] = c
+		if seen >= ackSize-1 && bytes.Equal(win[:], want) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: no ack from the host in %d bytes", ErrProtocol, maxStale)
 }
 
 func putPort(port uint32) []byte {

@@ -7,11 +7,16 @@
 // Everything the peer sends is bounded: frame sizes, per-stream buffering
 // (credit-based windows), the number of open streams and pending accepts.
 //
-// On the wire: the Server's hello (see hello.go), then yamux frames
-// (github.com/hashicorp/yamux) in both directions, checked frame by frame
-// before yamux sees them (guard.go). Each stream starts with the opener's
+// On the wire: the Server's hello and the Client's ack (see hello.go), then
+// yamux frames (github.com/hashicorp/yamux) in both directions, checked
+// frame by frame before yamux sees them (guard.go). Each stream starts with the opener's
 // 4-byte big-endian port; the other side answers one byte, 1 for accepted
 // and 0 for refused, and then the stream carries the caller's bytes.
+//
+// A guest process that dies and is restarted opens the port afresh and
+// sends a new hello; the Client takes one in place of a frame header as
+// the peer having restarted, ends the old streams and goes on with the new
+// peer over the same connection (a bounded number of times).
 package mux
 
 import (
@@ -42,6 +47,9 @@ var (
 	// ErrReset is returned by stream reads and writes after the peer reset
 	// the stream.
 	ErrReset = errors.New("mux: stream reset by peer")
+	// ErrPeerRestarted is returned by the streams of a Client session whose
+	// peer started afresh; the session goes on with the new peer.
+	ErrPeerRestarted = fmt.Errorf("%w: the peer restarted", ErrClosed)
 )
 
 // Config bounds a session. Zero fields take defaults.
@@ -53,12 +61,23 @@ type Config struct {
 	// Window is the per-stream receive buffer in bytes (default 256 KiB,
 	// which is also the minimum; at most 16 MiB).
 	Window int
+	// PeerRestarts bounds how often a Client goes on with a restarted peer
+	// within RestartWindow (default 8; negative: never, a restart ends the
+	// session); the next restart ends the session as a protocol violation.
+	PeerRestarts int
+	// RestartWindow is the period PeerRestarts counts over (default 10 min).
+	RestartWindow time.Duration
 }
 
 // Limits the Config cannot change.
 const (
 	defaultMaxStreams    = 1024
 	defaultAcceptBacklog = 64
+	// The host's session (app/session) replaces a VM whose agent restarts
+	// more than three times in ten minutes; this is the backstop for
+	// restarts faster than its health checks.
+	defaultPeerRestarts  = 8
+	defaultRestartWindow = 10 * time.Minute
 	minWindow            = 256 << 10 // yamux's initial window
 	maxWindow            = 16 << 20
 	// handshakeTimeout bounds how long an opened stream may take to name
@@ -77,6 +96,13 @@ func (c Config) withDefaults() Config {
 		c.AcceptBacklog = defaultAcceptBacklog
 	}
 	c.Window = min(max(c.Window, minWindow), maxWindow)
+	if c.PeerRestarts == 0 {
+		c.PeerRestarts = defaultPeerRestarts
+	}
+	c.PeerRestarts = max(c.PeerRestarts, 0)
+	if c.RestartWindow <= 0 {
+		c.RestartWindow = defaultRestartWindow
+	}
 	return c
 }
 
@@ -106,41 +132,152 @@ type Session struct {
 	client bool
 	guard  *guard
 
-	ready chan struct{} // closed once yamux runs (after the hello)
-	done  chan struct{} // closed once the session has ended
+	done chan struct{} // closed once the session has ended
+
+	// wmu serialises writes to conn; wepoch is the epoch allowed to write,
+	// so a dead epoch's yamux cannot write into its successor's stream.
+	wmu    sync.Mutex
+	wepoch uint64
 
 	mu        sync.Mutex
-	ys        *yamux.Session
+	ep        *epoch        // the running yamux session; nil until a hello
+	epReady   chan struct{} // closed when ep is set; replaced when the peer restarts
 	closing   bool
 	err       error
 	listeners map[uint32]*listener
+	restarts  []time.Time // the peer's restarts within Config.RestartWindow
+	restarted int         // the peer's restarts in all
+}
+
+// epoch is one yamux session over the connection: the first, or one after
+// the peer restarted. Streams belong to one epoch and end with it.
+type epoch struct {
+	n    uint64
+	ys   *yamux.Session
+	done chan struct{} // closed once ys has ended; err is then set
+	err  error
 }
 
 // Client starts the host side over conn. It returns at once; Dial waits for
-// the guest's hello (bounded by the Dial context).
+// the guest's hello (bounded by the Dial context). When the guest restarts
+// (a fresh hello where a frame should start), streams of the old session
+// end with ErrPeerRestarted and Dial reaches the new one, at most
+// Config.PeerRestarts times per Config.RestartWindow; the session ends on
+// the next one.
 func Client(conn io.ReadWriteCloser, cfg Config) *Session {
 	s := newSession(conn, cfg, true)
-	go func() {
-		if err := readHello(s.guard.r); err != nil {
+	go s.runClient()
+	return s
+}
+
+func (s *Session) runClient() {
+	n, err := readHello(s.guard.r)
+	for {
+		if err == nil {
+			err = s.writeAck(n)
+		}
+		if err != nil {
 			s.setErr(err)
 			s.abort()
 			return
 		}
-		s.start(yamux.Client)
-	}()
-	return s
+		ep := s.start(yamux.Client)
+		if ep == nil {
+			return
+		}
+		if !s.guard.restarted.Load() {
+			s.finish(ep.err)
+			return
+		}
+		if err = s.peerRestarted(); err != nil {
+			s.fail(err)
+			s.conn.Close()
+			s.finish(err)
+			return
+		}
+		s.guard.reset()
+		n, err = s.readHelloBounded()
+	}
+}
+
+// writeAck answers hello n and moves writing to the next epoch; what a dead
+// epoch's yamux still tries to write is dropped from here on.
+func (s *Session) writeAck(n nonce) error {
+	timer := time.AfterFunc(handshakeTimeout, func() { s.conn.Close() })
+	s.wmu.Lock()
+	s.wepoch++
+	_, err := s.conn.Write(ack(n))
+	s.wmu.Unlock()
+	if !timer.Stop() || err != nil {
+		return fmt.Errorf("%w: answer the peer's hello: %v", ErrClosed, err)
+	}
+	return nil
+}
+
+// readHelloBounded reads a restarted peer's hello, which must follow its
+// magic within handshakeTimeout.
+func (s *Session) readHelloBounded() (nonce, error) {
+	timer := time.AfterFunc(handshakeTimeout, func() { s.conn.Close() })
+	n, err := readHello(s.guard.r)
+	if !timer.Stop() && err == nil {
+		err = fmt.Errorf("%w: the restarted peer's hello took too long", ErrProtocol)
+	}
+	if err != nil && !errors.Is(err, ErrProtocol) {
+		err = fmt.Errorf("%w: the restarted peer's hello: %w", ErrProtocol, err)
+	}
+	return n, err
+}
+
+// peerRestarted counts a restart of the peer against the limit.
+func (s *Session) peerRestarted() error {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return ErrClosed
+	}
+	kept := s.restarts[:0]
+	for _, t := range s.restarts {
+		if now.Sub(t) < s.cfg.RestartWindow {
+			kept = append(kept, t)
+		}
+	}
+	s.restarts = kept
+	if len(s.restarts) >= s.cfg.PeerRestarts {
+		return fmt.Errorf("%w: the peer restarted %d times within %s", ErrProtocol, len(s.restarts)+1, s.cfg.RestartWindow)
+	}
+	s.restarts = append(s.restarts, now)
+	s.restarted++
+	return nil
+}
+
+// Restarts is how many times the peer restarted and the session went on
+// with its successor.
+func (s *Session) Restarts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.restarted
 }
 
 // Server starts the guest side over conn and sends the hello.
 func Server(conn io.ReadWriteCloser, cfg Config) *Session {
 	s := newSession(conn, cfg, false)
 	go func() {
-		if _, err := conn.Write(hello()); err != nil {
+		n := newNonce()
+		if _, err := conn.Write(hello(n)); err != nil {
 			s.setErr(fmt.Errorf("%w: write hello: %w", ErrClosed, err))
 			s.abort()
 			return
 		}
-		s.start(yamux.Server)
+		if err := awaitAck(s.guard.r, n); err != nil {
+			s.setErr(err)
+			s.abort()
+			return
+		}
+		s.wepoch = 1
+		if ep := s.start(yamux.Server); ep != nil {
+			s.finish(ep.err)
+		}
 	}()
 	return s
 }
@@ -150,7 +287,7 @@ func newSession(conn io.ReadWriteCloser, cfg Config, client bool) *Session {
 		conn:      conn,
 		cfg:       cfg.withDefaults(),
 		client:    client,
-		ready:     make(chan struct{}),
+		epReady:   make(chan struct{}),
 		done:      make(chan struct{}),
 		listeners: make(map[uint32]*listener),
 	}
@@ -158,28 +295,71 @@ func newSession(conn io.ReadWriteCloser, cfg Config, client bool) *Session {
 	return s
 }
 
-// start runs yamux once the hello has gone through.
-func (s *Session) start(newYamux func(io.ReadWriteCloser, *yamux.Config) (*yamux.Session, error)) {
+// start runs one epoch of yamux once a hello has gone through, and returns
+// it when it has ended; nil if the session was closed first.
+func (s *Session) start(newYamux func(io.ReadWriteCloser, *yamux.Config) (*yamux.Session, error)) *epoch {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		s.abort()
-		return
+		return nil
 	}
-	ys, err := newYamux(guardedConn{s.guard, newFrameWriter(s.conn), s.conn}, s.cfg.yamux())
+	n := s.wepoch
+	w := &epochWriter{s: s, n: n}
+	ys, err := newYamux(guardedConn{s.guard, newFrameWriter(w), s.conn}, s.cfg.yamux())
 	if err != nil { // only a bad yamux.Config, which is ours
 		s.mu.Unlock()
 		s.setErr(fmt.Errorf("mux: %w", err))
 		s.abort()
-		return
+		return nil
 	}
-	s.ys = ys
+	ep := &epoch{n: n, ys: ys, done: make(chan struct{})}
+	s.ep = ep
+	close(s.epReady)
 	s.mu.Unlock()
-	close(s.ready)
-	s.acceptLoop(ys)
+	ep.err = s.acceptLoop(ep)
+	s.mu.Lock()
+	if s.guard.restarted.Load() && !s.closing {
+		ep.err = ErrPeerRestarted
+		s.epReady = make(chan struct{})
+	}
+	s.mu.Unlock()
+	close(ep.done)
+	return ep
 }
 
-// abort ends a session that never got to run yamux.
+// epochWriter writes for one epoch, until the next one starts.
+type epochWriter struct {
+	s *Session
+	n uint64
+}
+
+func (w *epochWriter) Write(p []byte) (int, error) {
+	w.s.wmu.Lock()
+	defer w.s.wmu.Unlock()
+	if w.s.wepoch != w.n {
+		return 0, ErrPeerRestarted
+	}
+	return w.s.conn.Write(p)
+}
+
+func (w *epochWriter) vectored() bool {
+	_, ok := w.s.conn.(net.Conn)
+	return ok
+}
+
+func (w *epochWriter) writeBuffers(b net.Buffers) error {
+	w.s.wmu.Lock()
+	defer w.s.wmu.Unlock()
+	if w.s.wepoch != w.n {
+		return ErrPeerRestarted
+	}
+	_, err := b.WriteTo(w.s.conn.(net.Conn))
+	return err
+}
+
+// abort ends a session that never got to run yamux (or whose peer failed
+// between two epochs).
 func (s *Session) abort() {
 	s.conn.Close()
 	s.finish(ErrClosed)
@@ -213,9 +393,12 @@ func (s *Session) fail(err error) {
 	s.setErr(err)
 	s.mu.Lock()
 	s.closing = true
-	ys := s.ys
+	var ys *yamux.Session
+	if s.ep != nil {
+		ys = s.ep.ys
+	}
 	s.mu.Unlock()
-	if ys != nil {
+	if ys != nil && !ys.IsClosed() {
 		ys.Close()
 	} else {
 		s.conn.Close()
@@ -224,15 +407,15 @@ func (s *Session) fail(err error) {
 
 // acceptLoop hands every stream the peer opens to a handshake, and notices
 // when yamux ends.
-func (s *Session) acceptLoop(ys *yamux.Session) {
+func (s *Session) acceptLoop(ep *epoch) error {
+	ys := ep.ys
 	for {
 		st, err := ys.AcceptStream()
 		if err != nil {
 			if !ys.IsClosed() {
 				continue // acknowledging one stream failed; yamux goes on
 			}
-			s.finish(yamuxErr(shutdownErr(ys, err)))
-			return
+			return yamuxErr(shutdownErr(ys, err))
 		}
 		// Refused streams linger until the peer closes its side; a peer that
 		// never does holds at most this many before the session ends.
@@ -241,7 +424,7 @@ func (s *Session) acceptLoop(ys *yamux.Session) {
 			s.fail(fmt.Errorf("%w: peer keeps %d streams open (limit %d)", ErrProtocol, n, s.cfg.MaxStreams))
 			continue
 		}
-		go s.handshake(st, ys.NumStreams() > s.cfg.MaxStreams)
+		go s.handshake(ep, st, ys.NumStreams() > s.cfg.MaxStreams)
 	}
 }
 
@@ -282,7 +465,7 @@ func yamuxErr(err error) error {
 }
 
 // handshake reads the port a peer-opened stream asks for and answers it.
-func (s *Session) handshake(st *yamux.Stream, full bool) {
+func (s *Session) handshake(ep *epoch, st *yamux.Stream, full bool) {
 	st.SetDeadline(time.Now().Add(handshakeTimeout))
 	port, err := readPort(st)
 	if err != nil {
@@ -306,24 +489,70 @@ func (s *Session) handshake(st *yamux.Stream, full bool) {
 		return
 	}
 	st.SetDeadline(time.Time{})
-	l.deliver(newConn(s, st, Addr{Port: port}, Addr{}))
+	l.deliver(newConn(s, ep, st, Addr{Port: port}, Addr{}))
 }
 
 // Dial opens a stream to port on the peer.
 func (s *Session) Dial(ctx context.Context, port uint32) (net.Conn, error) {
-	select {
-	case <-s.ready:
-	case <-s.done:
-		return nil, s.dialErr(port, s.Err())
-	case <-ctx.Done():
-		return nil, s.dialErr(port, fmt.Errorf("waiting for the peer's hello: %w", ctx.Err()))
+	for {
+		ep, err := s.epoch(ctx)
+		if err != nil {
+			return nil, s.dialErr(port, err)
+		}
+		c, err := s.dial(ctx, ep, port)
+		// An open cut short by the peer's restart delivered nothing; the
+		// successor gets it. Restarts are bounded, so is this loop.
+		if errors.Is(err, ErrPeerRestarted) && ctx.Err() == nil {
+			continue
+		}
+		return c, err
 	}
-	select {
-	case <-s.done:
-		return nil, s.dialErr(port, s.Err())
-	default:
+}
+
+// epoch waits for a running epoch.
+func (s *Session) epoch(ctx context.Context) (*epoch, error) {
+	for {
+		s.mu.Lock()
+		ready := s.epReady
+		s.mu.Unlock()
+		select {
+		case <-ready:
+		case <-s.done:
+			return nil, s.Err()
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the peer's hello: %w", ctx.Err())
+		}
+		select {
+		case <-s.done:
+			return nil, s.Err()
+		default:
+		}
+		s.mu.Lock()
+		var ep *epoch
+		if s.epReady == ready {
+			ep = s.ep
+		}
+		s.mu.Unlock()
+		if ep == nil {
+			continue
+		}
+		if !ep.ys.IsClosed() {
+			return ep, nil
+		}
+		// The peer may have restarted; its successor's epoch follows.
+		select {
+		case <-ep.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if !errors.Is(ep.err, ErrPeerRestarted) {
+			return nil, ep.err
+		}
 	}
-	if n := s.ys.NumStreams(); n >= s.cfg.MaxStreams {
+}
+
+func (s *Session) dial(ctx context.Context, ep *epoch, port uint32) (net.Conn, error) {
+	if n := ep.ys.NumStreams(); n >= s.cfg.MaxStreams {
 		return nil, s.dialErr(port, ErrTooManyStreams)
 	}
 	type result struct {
@@ -332,7 +561,7 @@ func (s *Session) Dial(ctx context.Context, port uint32) (net.Conn, error) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		c, err := s.open(ctx, port)
+		c, err := s.open(ctx, ep, port)
 		ch <- result{c, err}
 	}()
 	select {
@@ -358,10 +587,10 @@ func (s *Session) dialErr(port uint32, err error) error {
 }
 
 // open runs the opener's half of the port handshake.
-func (s *Session) open(ctx context.Context, port uint32) (*conn, error) {
-	st, err := s.ys.OpenStream()
+func (s *Session) open(ctx context.Context, ep *epoch, port uint32) (*conn, error) {
+	st, err := ep.ys.OpenStream()
 	if err != nil {
-		return nil, s.streamErr(err)
+		return nil, ep.streamErr(err)
 	}
 	// ctx ends the handshake through stop below; the timeout bounds a peer
 	// that acknowledges streams but never answers.
@@ -382,15 +611,14 @@ func (s *Session) open(ctx context.Context, port uint32) (*conn, error) {
 	switch {
 	case err == nil && reply == 1:
 		st.SetDeadline(time.Time{})
-		return newConn(s, st, Addr{}, Addr{Port: port}), nil
+		return newConn(s, ep, st, Addr{}, Addr{Port: port}), nil
 	case err == nil && reply == 0,
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, yamux.ErrConnectionReset):
 		// A reset is the peer's yamux refusing the open (backlog full).
 		st.Close()
-		select {
-		case <-s.done:
-			return nil, s.Err()
-		default:
+		if ep.ys.IsClosed() {
+			<-ep.done
+			return nil, ep.err
 		}
 		return nil, ErrRefused
 	case err == nil:
@@ -400,7 +628,7 @@ func (s *Session) open(ctx context.Context, port uint32) (*conn, error) {
 		return nil, perr
 	default:
 		st.Close()
-		return nil, s.streamErr(err)
+		return nil, ep.streamErr(err)
 	}
 }
 
@@ -463,8 +691,8 @@ func (s *Session) errLocked() error {
 	return s.err
 }
 
-// streamErr maps a yamux error on a stream to ours.
-func (s *Session) streamErr(err error) error {
+// streamErr maps a yamux error on a stream of ep to ours.
+func (ep *epoch) streamErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
@@ -475,8 +703,8 @@ func (s *Session) streamErr(err error) error {
 	case errors.Is(err, yamux.ErrRemoteGoAway):
 		return fmt.Errorf("%w: the peer accepts no more streams", ErrRefused)
 	case errors.Is(err, yamux.ErrSessionShutdown):
-		<-s.done // yamux has ended, so the accept loop finishes the session
-		return s.Err()
+		<-ep.done // yamux has ended, so the accept loop finishes the epoch
+		return ep.err
 	}
 	return err
 }

@@ -416,7 +416,7 @@ func rawFrame(typ uint8, flags uint16, id, length uint32) []byte {
 }
 
 func TestPeerGarbage(t *testing.T) {
-	helloV := func(v byte) []byte { return append([]byte(helloMagic), v, 0) }
+	helloV := func(v byte) []byte { return append(append([]byte(helloMagic), v, 0), make([]byte, nonceSize)...) }
 	cat := func(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
 	tests := []struct {
 		name string
@@ -424,23 +424,23 @@ func TestPeerGarbage(t *testing.T) {
 		want error
 	}{
 		{"bad magic", []byte("SSH-2.0-OpenSSH_9.2\r\n"), ErrProtocol},
-		{"wrong version", helloV(2), ErrProtocol},
+		{"wrong version", helloV(1), ErrProtocol},
 		{"short hello then EOF", []byte("AIRL"), ErrProtocol},
 		{"EOF before hello", nil, ErrClosed},
-		{"EOF after hello", hello(), io.EOF},
-		{"bad frame version", cat(hello(), []byte{1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0}), ErrProtocol},
-		{"unknown type", cat(hello(), rawFrame(9, 0, 2, 0)), ErrProtocol},
-		{"unknown flags", cat(hello(), rawFrame(1, 0x10, 2, 0)), ErrProtocol},
-		{"ping", cat(hello(), rawFrame(2, 1, 0, 7)), ErrProtocol},
-		{"stream id 0", cat(hello(), rawFrame(1, 1, 0, 0)), ErrProtocol},
-		{"our id space", cat(hello(), rawFrame(1, 1, 3, 0)), ErrProtocol},
-		{"oversized data frame", cat(hello(), rawFrame(0, 1, 2, 1<<30)), ErrProtocol},
-		{"window exceeded", cat(hello(), rawFrame(0, 1, 2, minWindow), make([]byte, minWindow), rawFrame(0, 0, 2, 1), []byte{0}), ErrProtocol},
-		{"duplicate stream", cat(hello(), rawFrame(1, 1, 2, 0), rawFrame(1, 1, 2, 0)), ErrProtocol},
-		{"bad go-away", cat(hello(), rawFrame(3, 0, 0, 77)), ErrProtocol},
-		{"truncated header", cat(hello(), rawFrame(1, 1, 2, 0)[:5]), ErrProtocol},
-		{"truncated data", cat(hello(), rawFrame(0, 1, 2, 100), []byte("abc")), ErrProtocol},
-		{"random", cat(hello(), pattern(1, 4096)), ErrProtocol},
+		{"EOF after hello", hello(nonce{}), io.EOF},
+		{"bad frame version", cat(hello(nonce{}), []byte{1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0}), ErrProtocol},
+		{"unknown type", cat(hello(nonce{}), rawFrame(9, 0, 2, 0)), ErrProtocol},
+		{"unknown flags", cat(hello(nonce{}), rawFrame(1, 0x10, 2, 0)), ErrProtocol},
+		{"ping", cat(hello(nonce{}), rawFrame(2, 1, 0, 7)), ErrProtocol},
+		{"stream id 0", cat(hello(nonce{}), rawFrame(1, 1, 0, 0)), ErrProtocol},
+		{"our id space", cat(hello(nonce{}), rawFrame(1, 1, 3, 0)), ErrProtocol},
+		{"oversized data frame", cat(hello(nonce{}), rawFrame(0, 1, 2, 1<<30)), ErrProtocol},
+		{"window exceeded", cat(hello(nonce{}), rawFrame(0, 1, 2, minWindow), make([]byte, minWindow), rawFrame(0, 0, 2, 1), []byte{0}), ErrProtocol},
+		{"duplicate stream", cat(hello(nonce{}), rawFrame(1, 1, 2, 0), rawFrame(1, 1, 2, 0)), ErrProtocol},
+		{"bad go-away", cat(hello(nonce{}), rawFrame(3, 0, 0, 77)), ErrProtocol},
+		{"truncated header", cat(hello(nonce{}), rawFrame(1, 1, 2, 0)[:5]), ErrProtocol},
+		{"truncated data", cat(hello(nonce{}), rawFrame(0, 1, 2, 100), []byte("abc")), ErrProtocol},
+		{"random", cat(hello(nonce{}), pattern(1, 4096)), ErrProtocol},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -507,7 +507,7 @@ func TestDialContext(t *testing.T) {
 	defer host.Close()
 	defer b.Close()
 	go func() {
-		b.Write(hello())
+		b.Write(hello(nonce{}))
 		io.Copy(io.Discard, b) // a mute peer
 	}()
 	start := time.Now()

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -78,6 +79,19 @@ func RequireToken(token string, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// ListenLoopback listens on addr (HOST:PORT) for the token-guarded HTTP
+// door, refusing anything but a loopback address or localhost: the token
+// is the only guard there, so that door is never on a network.
+func ListenLoopback(addr string) (net.Listener, error) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, err
+	}
+	if !loopbackHost(addr) {
+		return nil, fmt.Errorf("%s: only a loopback address (127.0.0.1:PORT) is allowed", addr)
+	}
+	return net.Listen("tcp", addr)
 }
 
 func loopbackHost(hostport string) bool {

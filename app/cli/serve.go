@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"path/filepath"
 	"runtime"
@@ -102,9 +101,9 @@ browser UI, guarded by a random token. Ctrl-C stops it and the VM.`,
 			go func() { errc <- api.Serve(ctx, l, h, nil) }()
 			fmt.Fprintf(stdio.Err, "airlock: serving on %s\n", sock)
 			if httpAddr != "" {
-				hl, err := listenLoopback(httpAddr)
+				hl, err := api.ListenLoopback(httpAddr)
 				if err != nil {
-					return err
+					return fmt.Errorf("--http %w", err)
 				}
 				token := api.NewToken()
 				// The browser UI and the API share the origin and the token:
@@ -133,19 +132,6 @@ browser UI, guarded by a random token. Ctrl-C stops it and the VM.`,
 	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the API and browser UI on this loopback address (127.0.0.1:PORT)")
 	cmd.Flags().BoolVar(&noBoot, "no-boot", false, "do not boot the VM until the first task or `airlock start`")
 	return cmd
-}
-
-// listenLoopback refuses anything but a loopback address: the token is the
-// only other guard of the API.
-func listenLoopback(addr string) (net.Listener, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("--http %s: %w", addr, err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return nil, fmt.Errorf("--http %s: only a loopback address (127.0.0.1:PORT) is allowed", addr)
-	}
-	return net.Listen("tcp", addr)
 }
 
 // absPath makes a folder argument absolute before it travels to the

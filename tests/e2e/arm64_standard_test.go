@@ -14,11 +14,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/sandbox"
-	"github.com/airlock-sandbox/airlock/app/workspace"
 	"github.com/airlock-sandbox/airlock/guest/client"
 	"github.com/airlock-sandbox/airlock/images/manifest"
-	"github.com/airlock-sandbox/airlock/vm"
-	"github.com/airlock-sandbox/airlock/vm/qemu"
 )
 
 // TestArm64StandardImage boots the arm64 standard image (what Apple
@@ -38,25 +35,12 @@ func TestArm64StandardImage(t *testing.T) {
 	if img.RootDisk == "" {
 		t.Fatalf("%s is not the standard image: no root disk", dir)
 	}
-	ws := newWorkspace(t)
-	uid, gid := workspace.Owner(ws)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	began := time.Now()
-	sb, err := sandbox.Start(ctx, sandbox.Options{
-		Workspace: ws, Image: img, UID: uid, GID: gid, MemoryMiB: 1024, CPUs: 2,
-		BootTimeout: 5 * time.Minute,
-		NewMachine: func(cfg vm.Config) (vm.Machine, error) {
-			return qemu.New(cfg, qemu.Options{Arch: "arm64"})
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close(context.Background())
-	t.Logf("arm64 standard guest ready in %s", time.Since(began).Round(time.Millisecond))
+	ws := newWorkspace(t)
+	sb := bootArm64(t, ctx, img, ws, 1024, 5*time.Minute)
 
-	began = time.Now()
+	began := time.Now()
 	var out, errOut bytes.Buffer
 	exit, err := sb.Agent().Exec(ctx, client.Spec{Argv: []string{"bash", "-c", `set -e
 python3 -c 'import platform; print(platform.machine())'

@@ -26,22 +26,9 @@ func TestArm64Image(t *testing.T) {
 	}
 	ws := newWorkspace(t)
 	os.WriteFile(filepath.Join(ws, "hello.txt"), []byte("hi arm\n"), 0o644)
-	uid, gid := workspace.Owner(ws)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	began := time.Now()
-	sb, err := sandbox.Start(ctx, sandbox.Options{
-		Workspace: ws, Image: img, UID: uid, GID: gid, MemoryMiB: 768, CPUs: 2,
-		BootTimeout: 4 * time.Minute,
-		NewMachine: func(cfg vm.Config) (vm.Machine, error) {
-			return qemu.New(cfg, qemu.Options{Arch: "arm64"})
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close(context.Background())
-	t.Logf("arm64 guest ready in %s", time.Since(began).Round(time.Millisecond))
+	sb := bootArm64(t, ctx, img, ws, 768, 4*time.Minute)
 	var out bytes.Buffer
 	exit, err := sb.Agent().Exec(ctx, client.Spec{Argv: []string{"sh", "-c", "uname -m; cat /workspace/hello.txt; id -u > /workspace/uid"}},
 		client.Stdio{Stdout: &out})
@@ -51,4 +38,25 @@ func TestArm64Image(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(ws, "uid")); len(b) == 0 {
 		t.Fatalf("the arm64 guest could not write to the workspace")
 	}
+}
+
+// bootArm64 boots img under qemu-system-aarch64 with ws shared, owned as
+// the folder is, and closes it when the test ends.
+func bootArm64(t *testing.T, ctx context.Context, img sandbox.Image, ws string, memMiB int, bootTimeout time.Duration) *sandbox.Sandbox {
+	t.Helper()
+	uid, gid := workspace.Owner(ws)
+	began := time.Now()
+	sb, err := sandbox.Start(ctx, sandbox.Options{
+		Workspace: ws, Image: img, UID: uid, GID: gid, MemoryMiB: memMiB, CPUs: 2,
+		BootTimeout: bootTimeout,
+		NewMachine: func(cfg vm.Config) (vm.Machine, error) {
+			return qemu.New(cfg, qemu.Options{Arch: "arm64"})
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close(context.Background()) })
+	t.Logf("arm64 guest ready in %s", time.Since(began).Round(time.Millisecond))
+	return sb
 }

@@ -235,18 +235,29 @@ func TestHostileAgent(t *testing.T) {
 
 	t.Run("hang, stream flood, slowloris", func(t *testing.T) {
 		defer mem.mark(t, "hang, stream flood, slowloris")
-		// Three slow attacks at once; an ordinary task runs meanwhile.
+		// Three slow attacks at once; an ordinary task runs meanwhile. The
+		// slowloris connections are dialled before the stream flood starts:
+		// the flood fills the VM's stream limit, and a slowloris started
+		// after it would be refused outright and test nothing (it was, once).
 		var wg sync.WaitGroup
 		var hang, streams, slow tasks.Task
 		var streamsOut, slowOut string
 		wg.Go(func() {
 			hang, _ = runTask(t, svc, service.RunRequest{Argv: []string{"hostile:hang"}, Timeout: 3 * time.Second})
 		})
+		slowTask, err := svc.Run(ctx, service.RunRequest{Argv: []string{"hostile:slowloris", "300"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitForOutput(t, svc, slowTask.ID, "dialled:")
 		wg.Go(func() {
 			streams, streamsOut = runTask(t, svc, service.RunRequest{Argv: []string{"hostile:streams", "3000"}})
 		})
 		wg.Go(func() {
-			slow, slowOut = runTask(t, svc, service.RunRequest{Argv: []string{"hostile:slowloris", "300"}})
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			defer cancel()
+			slow, _ = svc.Wait(wctx, slowTask.ID)
+			slowOut = string(logOf(t, svc, slowTask.ID))
 		})
 		time.Sleep(2 * time.Second)
 		healthy(t, svc, "during hang, streams and slowloris")
@@ -265,7 +276,7 @@ func TestHostileAgent(t *testing.T) {
 		}
 		t.Logf("3000 streams: %s", strings.TrimSpace(streamsOut))
 		n = counts(slowOut)
-		if slow.State != tasks.Exited || n["opened"] == 0 || n["cut"] != n["opened"] {
+		if slow.State != tasks.Exited || n["opened"] == 0 || n["opened"]+n["refused"] != 300 || n["cut"] != n["opened"] {
 			t.Errorf("300 slowloris requests: %s %q", slow.State, slowOut)
 		}
 		t.Logf("slowloris: %s", strings.TrimSpace(slowOut))
@@ -314,6 +325,18 @@ func TestHostileAgent(t *testing.T) {
 }
 
 // counts parses "key=N key=N" output.
+// waitForOutput waits until the task's output so far contains want.
+func waitForOutput(t *testing.T, svc *service.Service, id, want string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !strings.Contains(string(logOf(t, svc, id)), want) {
+		if cur, _ := svc.Task(context.Background(), id); cur.State.Final() || time.Now().After(deadline) {
+			t.Fatalf("task %s (%s) never printed %q; it printed %q", id, cur.State, want, logOf(t, svc, id))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func counts(s string) map[string]int {
 	m := map[string]int{}
 	for _, kv := range regexp.MustCompile(`(\w+)=(\d+)`).FindAllStringSubmatch(s, -1) {

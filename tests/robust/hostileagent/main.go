@@ -263,7 +263,9 @@ func (h *hostile) misbehave(stream agentv1.Agent_ExecServer, what string, n int)
 		stream.Send(h.streams(n))
 		return stream.Send(exit(0))
 	case "slowloris":
-		stream.Send(h.slowloris(n))
+		stream.Send(h.slowloris(n, func(opened, refused int64) {
+			stream.Send(stdout(fmt.Appendf(nil, "dialled: %d opened, %d refused\n", opened, refused)))
+		}))
 		return stream.Send(exit(0))
 	case "garbage":
 		// Random bytes on the transport, in the middle of the host's frames.
@@ -306,24 +308,32 @@ func (h *hostile) streams(n int) *agentv1.ExecEvent {
 }
 
 // slowloris opens n egress connections and sends each a request head one
-// byte a second, forever; it reports how many the host cut off within 60 s.
-func (h *hostile) slowloris(n int) *agentv1.ExecEvent {
-	var cut, opened atomic.Int64
-	var wg sync.WaitGroup
+// byte a second, forever. Once every dial has been answered it calls dialled
+// with how many opened and how many the host refused; at the end it reports
+// how many of the opened ones the host cut off within 60 s.
+func (h *hostile) slowloris(n int, dialled func(opened, refused int64)) *agentv1.ExecEvent {
+	var cut, opened, refused atomic.Int64
+	var dials, conns sync.WaitGroup
 	head := []byte("GET http://files.test/ HTTP/1.1\r\nHost: files.test\r\nX-Slow: ")
 	for range n {
-		wg.Add(1)
+		dials.Add(1)
+		conns.Add(1)
 		go func() {
-			defer wg.Done()
+			defer conns.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			c, err := h.sess.Dial(ctx, api.PortEgressHTTP)
 			cancel()
 			if err != nil {
+				refused.Add(1)
+				dials.Done()
 				return
 			}
 			opened.Add(1)
+			dials.Done()
 			defer c.Close()
+			conns.Add(1)
 			go func() {
+				defer conns.Done()
 				// The host answers (408/400) or hangs up: either is a cut.
 				c.SetReadDeadline(time.Now().Add(60 * time.Second))
 				if _, err := io.Copy(io.Discard, c); !os.IsTimeout(err) {
@@ -344,6 +354,8 @@ func (h *hostile) slowloris(n int) *agentv1.ExecEvent {
 			}
 		}()
 	}
-	wg.Wait()
-	return stdout(fmt.Appendf(nil, "opened=%d cut=%d\n", opened.Load(), cut.Load()))
+	dials.Wait()
+	dialled(opened.Load(), refused.Load())
+	conns.Wait()
+	return stdout(fmt.Appendf(nil, "opened=%d refused=%d cut=%d\n", opened.Load(), refused.Load(), cut.Load()))
 }

@@ -19,7 +19,9 @@ func newResetDiskCmd(stdio Stdio, g *globals) *cobra.Command {
 		Long: `The standard image keeps changes outside /workspace (packages installed with pip
 or apt, files in the home folder) on a persistent disk per workspace when asked
 to (airlock run --keep-disk, or the keep_disk setting). reset-disk deletes that
-disk; the next boot starts from the image alone. Stop VMs using it first.`,
+disk; the next boot starts from the image alone. Without DIR the service stops
+its VM, deletes the disk and boots again. With DIR, a disk a running VM uses is
+refused (each VM holds a lock on its disk): stop that VM first.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var ws string

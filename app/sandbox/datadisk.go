@@ -11,7 +11,31 @@ import (
 
 	"github.com/airlock-sandbox/airlock/guest/api"
 	"github.com/airlock-sandbox/airlock/images/vhd"
+	"github.com/airlock-sandbox/airlock/internal/filelock"
 )
+
+// ErrDataDiskInUse is returned when a persistent disk is already attached
+// to a running VM. Each VM mounts it read-write, so two at once would
+// corrupt it, and deleting it under a VM would lose that VM's changes.
+var ErrDataDiskInUse = errors.New("the persistent disk is in use by another running VM " +
+	"(the service's, or an airlock run --keep-disk on the same workspace); stop that VM first")
+
+// LockDataDisk takes the lock that a VM holds on the persistent disk at
+// path for as long as it runs (released by Unlock, or by the operating
+// system when the process dies).
+func LockDataDisk(path string) (*filelock.Lock, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox: persistent disk: %w", err)
+	}
+	l, err := filelock.TryLock(path + ".lock")
+	if errors.Is(err, filelock.ErrLocked) {
+		return nil, fmt.Errorf("sandbox: %s: %w", path, ErrDataDiskInUse)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: persistent disk: %w", err)
+	}
+	return l, nil
+}
 
 // DefaultDataDiskSize is the size of a new persistent disk. The file is
 // sparse: it takes only the space the guest writes.
@@ -69,8 +93,17 @@ func EnsureDataDisk(path string, size int64) error {
 }
 
 // ResetDataDisk deletes the persistent disk at path, so the next boot
-// starts from the image's root disk alone. A missing disk is no error.
+// starts from the image's root disk alone. A missing disk is no error; a
+// disk a running VM uses is refused with ErrDataDiskInUse.
 func ResetDataDisk(path string) error {
+	if _, err := os.Stat(filepath.Dir(path)); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	l, err := LockDataDisk(path)
+	if err != nil {
+		return err
+	}
+	defer l.Unlock()
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("sandbox: reset persistent disk: %w", err)
 	}

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,3 +105,44 @@ func (c *vmConfigSeen) start(t *testing.T, o Options) {
 }
 
 func stringsJoin(words []string) string { return strings.Join(words, " ") }
+
+// TestDataDiskInUse: while one VM runs on a workspace's persistent disk, a
+// second VM on it and a reset are refused with ErrDataDiskInUse, and
+// nothing is deleted; once it has stopped, both work.
+func TestDataDiskInUse(t *testing.T) {
+	img := Image{Kernel: "k", Initrd: "i", Name: "standard", RootDisk: "/img/root.vhd", RootLabel: api.RootLabel}
+	state := t.TempDir()
+	o := Options{Image: img, Workspace: "/w", DiskDir: state}
+	start := func() (*Sandbox, error) {
+		o := o
+		o.RunDir = t.TempDir()
+		a := &fakeAgent{off: make(chan struct{})}
+		o.NewMachine = func(cfg vm.Config) (vm.Machine, error) { return vmtest.New(cfg, goodGuest(a)), nil }
+		return Start(t.Context(), o)
+	}
+	first, err := start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk := DataDiskPath(state, "/w")
+	if _, err := start(); !errors.Is(err, ErrDataDiskInUse) {
+		t.Fatalf("a second VM on the same persistent disk: %v, want ErrDataDiskInUse", err)
+	}
+	if err := ResetDataDisk(disk); !errors.Is(err, ErrDataDiskInUse) {
+		t.Fatalf("reset under a running VM: %v, want ErrDataDiskInUse", err)
+	}
+	if _, err := os.Stat(disk); err != nil {
+		t.Fatalf("the refused reset touched the disk: %v", err)
+	}
+	if err := first.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ResetDataDisk(disk); err != nil {
+		t.Fatalf("reset after the VM stopped: %v", err)
+	}
+	second, err := start()
+	if err != nil {
+		t.Fatalf("a VM after the first stopped: %v", err)
+	}
+	second.Close(t.Context())
+}

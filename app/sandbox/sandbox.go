@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/guest/api"
 	"github.com/airlock-sandbox/airlock/guest/client"
+	"github.com/airlock-sandbox/airlock/internal/filelock"
 	"github.com/airlock-sandbox/airlock/vm"
 )
 
@@ -83,6 +84,7 @@ type Sandbox struct {
 	ownRunDir bool
 	listeners []net.Listener // egress listeners, closed on Close
 	stopClock context.CancelFunc
+	diskLock  *filelock.Lock // held on the persistent disk while the VM runs
 	log       *slog.Logger
 }
 
@@ -117,6 +119,9 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		if err != nil && s.ownRunDir {
 			os.RemoveAll(s.runDir)
 		}
+		if err != nil {
+			s.diskLock.Unlock()
+		}
 	}()
 	if o.ConsoleLog == "" {
 		o.ConsoleLog = filepath.Join(s.runDir, "console.log")
@@ -128,6 +133,9 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		disks = append(disks, vm.Disk{Path: o.Image.RootDisk, ReadOnly: true, Format: vm.DiskRawVHD})
 		if o.DiskDir != "" {
 			data := DataDiskPath(o.DiskDir, o.Workspace)
+			if s.diskLock, err = LockDataDisk(data); err != nil {
+				return nil, err
+			}
 			if err := EnsureDataDisk(data, DefaultDataDiskSize); err != nil {
 				return nil, err
 			}
@@ -368,6 +376,11 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	err := s.stopMachine()
 	if s.agent != nil {
 		s.closeAgent()
+	}
+	if err == nil {
+		// A machine that would not stop may still write to the disk; its
+		// lock then goes with this process.
+		s.diskLock.Unlock()
 	}
 	if s.ownRunDir {
 		os.RemoveAll(s.runDir)

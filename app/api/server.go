@@ -147,6 +147,12 @@ func (h *handler) vm(w http.ResponseWriter, r *http.Request) {
 	default:
 		err = invalid(errors.New("unknown action: use start, stop or restart"))
 	}
+	h.statusAfter(w, r, err)
+}
+
+// statusAfter answers a change with the service's status once it is made,
+// or with why it failed.
+func (h *handler) statusAfter(w http.ResponseWriter, r *http.Request, err error) {
 	if err != nil {
 		h.fail(w, err)
 		return
@@ -162,14 +168,9 @@ type WorkspaceRequest struct {
 
 func (h *handler) workspace(w http.ResponseWriter, r *http.Request) {
 	var req WorkspaceRequest
-	if !h.decode(w, r, &req) {
-		return
+	if h.decode(w, r, &req) {
+		h.statusAfter(w, r, h.core.SetWorkspace(r.Context(), req.Dir, req.ReadOnly))
 	}
-	if err := h.core.SetWorkspace(r.Context(), req.Dir, req.ReadOnly); err != nil {
-		h.fail(w, err)
-		return
-	}
-	h.status(w, r)
 }
 
 // ImageRequest is the body of PUT /v1/image.
@@ -183,22 +184,15 @@ func (h *handler) image(w http.ResponseWriter, r *http.Request) {
 	if !h.decode(w, r, &req) {
 		return
 	}
-	if err := h.core.SetImage(r.Context(), req.Image, req.KeepDisk); err != nil {
-		if errors.Is(err, service.ErrBadImage) {
-			err = invalid(err)
-		}
-		h.fail(w, err)
-		return
+	err := h.core.SetImage(r.Context(), req.Image, req.KeepDisk)
+	if errors.Is(err, service.ErrBadImage) {
+		err = invalid(err)
 	}
-	h.status(w, r)
+	h.statusAfter(w, r, err)
 }
 
 func (h *handler) resetDisk(w http.ResponseWriter, r *http.Request) {
-	if err := h.core.ResetDisk(r.Context()); err != nil {
-		h.fail(w, err)
-		return
-	}
-	h.status(w, r)
+	h.statusAfter(w, r, h.core.ResetDisk(r.Context()))
 }
 
 func (h *handler) run(w http.ResponseWriter, r *http.Request) {

@@ -48,12 +48,20 @@ async function go(screen) {
 
 async function runTask(line) {
   await go("tasks");
+  // The task selected before (if any) stays selected until the new one is
+  // listed: waiting for "a selected task" alone could return the old one.
+  const before = await page.evaluate(
+    () => document.querySelector('[data-testid="task-item"].selected')?.getAttribute("data-task") ?? null,
+  );
   await page.getByTestId("task-command").fill(line);
   await page.getByTestId("task-run").click();
   // The new task is selected and its output followed.
-  const item = page.locator('[data-testid="task-item"].selected');
-  await item.waitFor();
-  const id = await item.getAttribute("data-task");
+  const id = await (
+    await page.waitForFunction((prev) => {
+      const id = document.querySelector('[data-testid="task-item"].selected')?.getAttribute("data-task") ?? null;
+      return id !== null && id !== prev ? id : null;
+    }, before)
+  ).jsonValue();
   await page.waitForFunction((id) => document.querySelector('[data-testid="task-output"]')?.getAttribute("data-task") === id, id);
   return page.locator(`[data-testid="task-item"][data-task="${id}"]`);
 }

@@ -15,6 +15,11 @@ import (
 func (s *Store) retain() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Within both limits (the usual case) there is nothing to drop: say so
+	// without walking and locking every task.
+	if len(s.tasks) <= s.opt.MaxTasks && s.logBytes.Load() <= s.opt.MaxBytes {
+		return
+	}
 	type candidate struct {
 		t              *task
 		ended, created time.Time
@@ -70,6 +75,7 @@ func (s *Store) remove(t *task) {
 	}
 	t.mu.Lock()
 	snap := t.t
+	s.logBytes.Add(-t.t.Output.LogBytes)
 	t.notify()
 	t.mu.Unlock()
 	s.hub.publish(func() Event { return Event{Kind: EventRemoved, Task: snap} })

@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -66,10 +67,13 @@ type Store struct {
 	unsaved atomic.Bool
 	mu      sync.Mutex // guards tasks; taken before any task.mu
 	tasks   map[string]*task
+	// logBytes is the sum of the tasks' Output.LogBytes, so that retention
+	// need not walk every task after each one ends.
+	logBytes atomic.Int64
 
 	// Seams for tests that simulate a full disk.
 	openLog   func(path string) (logFile, error)
-	writeMeta func(path string, data []byte) error
+	writeMeta func(t *task, data []byte) error
 }
 
 // logFile is the part of *os.File the writer needs.
@@ -86,7 +90,11 @@ type task struct {
 	file  logFile       // open until the task is final; nil when the log broke
 	buf   []byte        // framing buffer, reused across writes
 	wake  chan struct{} // closed on the next change, when a follower waits
+	ended chan struct{} // closed when the task becomes final; nil for tasks loaded final
 	dirty bool          // metadata changed since the last successful write
+	// meta is the metadata file, open while the task is live so that a
+	// state change is one write in place (see metaWrite); nil otherwise.
+	meta *os.File
 }
 
 // Open opens (creating it 0700 if needed) the store folder dir, loads the
@@ -110,8 +118,9 @@ func Open(dir string, opt Options) (*Store, error) {
 	}
 	s := &Store{
 		dir: dir, opt: opt, log: opt.Logger, done: make(chan struct{}),
-		tasks: map[string]*task{}, openLog: openAppend, writeMeta: writeFileAtomic,
+		tasks: map[string]*task{}, openLog: openAppend,
 	}
+	s.writeMeta = s.metaWrite
 	s.hub.subs = map[*Subscription]struct{}{}
 	if err := s.load(); err != nil {
 		return nil, fmt.Errorf("tasks: open: %w", err)
@@ -142,6 +151,7 @@ func (s *Store) Close() error {
 		if t.dirty {
 			errs = append(errs, s.persist(t))
 		}
+		t.closeMeta()
 		t.mu.Unlock()
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -164,12 +174,14 @@ func (s *Store) Create(cmd Command) (Task, error) {
 	for s.tasks[id] != nil {
 		id = newID()
 	}
-	t := &task{t: Task{ID: id, Command: cmd.withoutValues(), State: Queued, Created: s.opt.Now()}}
+	t := &task{t: Task{ID: id, Command: cmd.withoutValues(), State: Queued, Created: s.opt.Now()}, ended: make(chan struct{})}
 	f, err := s.openLog(s.logPath(id))
 	if err == nil {
 		err = s.persist(t)
 		if err != nil {
+			t.closeMeta()
 			_ = f.Close()
+			_ = os.Remove(s.metaPath(id))
 			_ = os.Remove(s.logPath(id))
 		}
 	}
@@ -253,6 +265,12 @@ func (s *Store) transition(id string, to State, change func(*Task)) (Task, error
 	// A metadata write error is recorded in the task, not returned: the
 	// state change happened and is kept in memory; Close retries the write.
 	_ = s.persist(t)
+	if to.Final() {
+		t.closeMeta() // later writes (retries) replace the file whole
+		if t.ended != nil {
+			close(t.ended)
+		}
+	}
 	t.notify()
 	s.hub.publish(func() Event { return Event{Kind: EventState, Task: t.t} })
 	return t.t, nil
@@ -289,6 +307,31 @@ func (s *Store) Get(id string) (Task, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.t, nil
+}
+
+// Wait blocks until the task is final, then returns it. It returns early
+// with the latest snapshot and an error when ctx ends or the Store closes.
+func (s *Store) Wait(ctx context.Context, id string) (Task, error) {
+	t, err := s.lookup(id)
+	if err != nil {
+		return Task{}, fmt.Errorf("tasks: get %s: %w", id, err)
+	}
+	t.mu.Lock()
+	snap, ended := t.t, t.ended
+	t.mu.Unlock()
+	if snap.State.Final() {
+		return snap, nil
+	}
+	select {
+	case <-ended:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-s.done:
+		err = fmt.Errorf("tasks: wait %s: %w", id, ErrClosed)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.t, err
 }
 
 // List returns snapshots of every task, oldest first.

@@ -176,4 +176,3 @@ func BenchmarkServiceStdout1(b *testing.B) {
 		benchRunWait(b, s, RunRequest{Shell: fmt.Sprintf("out %d", size)})
 	}
 }
-

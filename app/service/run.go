@@ -298,27 +298,13 @@ func (s *Service) Task(_ context.Context, id string) (tasks.Task, error) { retur
 // Tasks lists the task history, oldest first.
 func (s *Service) Tasks(context.Context) ([]tasks.Task, error) { return s.store.List(), nil }
 
-// Wait blocks until the task is final or ctx is done.
+// Wait blocks until the task is final or ctx is done. It waits on the
+// task itself, not on the store's event stream: a waiter is woken once,
+// when its task ends, instead of at every change of every task (16 waiters
+// of output-heavy tasks were each woken by all 16 tasks' writes, which also
+// went through one lock).
 func (s *Service) Wait(ctx context.Context, id string) (tasks.Task, error) {
-	for {
-		sub := s.store.Subscribe(ctx, 64)
-		t, err := s.store.Get(id)
-		if err != nil || t.State.Final() {
-			return t, err
-		}
-		for range sub.C {
-			if t, err = s.store.Get(id); err != nil || t.State.Final() {
-				return t, err
-			}
-		}
-		if ctx.Err() != nil {
-			return t, ctx.Err()
-		}
-		if err := sub.Err(); err != nil && !errors.Is(err, tasks.ErrLagged) {
-			return t, err
-		}
-		// Dropped for lagging: subscribe again.
-	}
+	return s.store.Wait(ctx, id)
 }
 
 // Logs reads a task's output from offset (0 for the start).

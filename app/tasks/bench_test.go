@@ -78,3 +78,29 @@ func byteSize(n int) string {
 	}
 	return strconv.Itoa(n) + "B"
 }
+
+// BenchmarkLifecycle is the store's share of a short task: Create, Start,
+// one small write, Finish, Get.
+func BenchmarkLifecycle(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "store"), Options{Logger: quietLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	p := []byte("hello\n")
+	b.ResetTimer()
+	for range b.N {
+		t, err := s.Create(Command{Argv: []string{"true"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Start(t.ID); err != nil {
+			b.Fatal(err)
+		}
+		s.Stdout(t.ID).Write(p)
+		if _, err := s.Finish(t.ID, Exited, Exit{}, ""); err != nil {
+			b.Fatal(err)
+		}
+		s.Get(t.ID)
+	}
+}

@@ -16,9 +16,13 @@
 // One folder (0700) holds two files per task, named by its id (8 characters
 // of lower-case base32):
 //
-//   - ID.json: the Task as JSON plus "v": 1, replaced atomically (temporary
-//     file in the same folder, then rename) at creation and at every state
-//     change. Output counters in it are as of that moment.
+//   - ID.json: the Task as JSON plus "v": 1, written at creation and at
+//     every state change; output counters in it are as of that moment.
+//     While the task is live the file is one 4 KiB page rewritten in place
+//     by a single write (the document padded with spaces), which a crash of
+//     this process cannot tear; after the task ends, and for documents over
+//     a page, it is replaced atomically (temporary file, then rename). The
+//     next task's files are made ahead of time, the metadata file empty.
 //   - ID.log: the output, append-only, written as it arrives (one write(2)
 //     per Write, per 256 KiB for larger ones), without fsync. It is a sequence of records: an
 //     8-byte header (magic 0xA7, stream 1=stdout 2=stderr, uint16 payload
@@ -35,8 +39,9 @@
 // recorded, stops at the first record that is short, has a bad header or a
 // bad checksum, and truncates the file there: a torn last record vanishes,
 // and the counters are recomputed. Tasks found queued or running are marked
-// lost, ended at their log's last modification. Leftover temporary files
-// and logs without metadata are deleted.
+// lost, ended at their log's last modification. Leftover temporary files,
+// empty metadata files (files made ahead of a task) and logs without
+// metadata are deleted.
 //
 // # Limits
 //

@@ -92,6 +92,7 @@ func (s *Store) append(t *task, stream Stream, p []byte) (int, error) {
 	}
 	n := int64(recordsLen(len(p)))
 	t.t.Output.LogBytes += n
+	s.logBytes.Add(n)
 	if stream == Stdout {
 		t.t.Output.Stdout += int64(len(p))
 	} else {

@@ -188,6 +188,7 @@ func (f *flakyFile) Close() error { return f.f.Close() }
 
 func withFlakyLogs(s *Store) *flakyFile {
 	ff := &flakyFile{}
+	s.noSpare = true // ff wraps the one log it opened last
 	s.openLog = func(path string) (logFile, error) {
 		f, err := openAppend(path)
 		ff.f = f.(*os.File)
@@ -257,12 +258,7 @@ func TestMetadataWriteFails(t *testing.T) {
 	s := newStore(t, Options{})
 	task := create(t, s)
 	failing := true
-	s.writeMeta = func(path string, data []byte) error {
-		if failing {
-			return syscall.ENOSPC
-		}
-		return writeFileAtomic(path, data)
-	}
+	s.writeMeta = failingMeta(s, &failing)
 	got, err := s.Start(task.ID)
 	if err != nil || got.State != Running || got.Output.Error == "" {
 		t.Fatalf("Start = %+v, %v; want running with the error noted", got, err)
@@ -286,12 +282,7 @@ func TestMetadataRetriedWhenThereIsRoom(t *testing.T) {
 	task := create(t, s)
 	s.Start(task.ID)
 	failing := true
-	s.writeMeta = func(path string, data []byte) error {
-		if failing {
-			return syscall.ENOSPC
-		}
-		return writeFileAtomic(path, data)
-	}
+	s.writeMeta = failingMeta(s, &failing)
 	if got, _ := s.Finish(task.ID, Exited, Exit{Code: 3}, ""); got.Output.Error == "" {
 		t.Fatalf("the failed write was not noted: %+v", got)
 	}
@@ -314,5 +305,15 @@ func TestWriteAfterFinish(t *testing.T) {
 	}
 	if n, err := s.Stdout(task.ID).Write(nil); n != 0 || err != nil {
 		t.Fatalf("empty write = %d, %v", n, err)
+	}
+}
+
+// failingMeta is a metadata writer that fails with ENOSPC while *failing.
+func failingMeta(s *Store, failing *bool) func(*task, []byte) error {
+	return func(t *task, data []byte) error {
+		if *failing {
+			return syscall.ENOSPC
+		}
+		return s.metaWrite(t, data)
 	}
 }

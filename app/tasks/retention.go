@@ -1,10 +1,10 @@
 package tasks
 
 import (
+	"container/heap"
 	"errors"
 	"io/fs"
 	"os"
-	"sort"
 	"time"
 )
 
@@ -15,10 +15,10 @@ import (
 func (s *Store) retain() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	type candidate struct {
-		t              *task
-		ended, created time.Time
-		bytes          int64
+	// Within both limits (the usual case) there is nothing to drop: say so
+	// without walking and locking every task.
+	if len(s.tasks) <= s.opt.MaxTasks && s.logBytes.Load() <= s.opt.MaxBytes {
+		return
 	}
 	var (
 		total    int64
@@ -36,24 +36,47 @@ func (s *Store) retain() {
 	if count <= s.opt.MaxTasks && total <= s.opt.MaxBytes {
 		return
 	}
-	sort.Slice(finished, func(i, j int) bool {
-		a, b := finished[i], finished[j]
-		if !a.ended.Equal(b.ended) {
-			return a.ended.Before(b.ended)
-		}
-		if !a.created.Equal(b.created) {
-			return a.created.Before(b.created)
-		}
-		return a.t.t.ID < b.t.t.ID
-	})
-	for _, c := range finished {
-		if count <= s.opt.MaxTasks && total <= s.opt.MaxBytes {
-			break
-		}
+	// Usually one task is over the limit: take the oldest off a heap
+	// (linear to build) rather than sorting the whole history each time.
+	h := candidates(finished)
+	heap.Init(&h)
+	for h.Len() > 0 && (count > s.opt.MaxTasks || total > s.opt.MaxBytes) {
+		c := heap.Pop(&h).(candidate)
 		s.remove(c.t)
 		count--
 		total -= c.bytes
 	}
+}
+
+// candidate is a finished task retention may drop.
+type candidate struct {
+	t              *task
+	ended, created time.Time
+	bytes          int64
+}
+
+// candidates is a min-heap of candidates, the one that ended first on top
+// (then the one created first, then by id).
+type candidates []candidate
+
+func (h candidates) Len() int { return len(h) }
+func (h candidates) Less(i, j int) bool {
+	a, b := h[i], h[j]
+	if !a.ended.Equal(b.ended) {
+		return a.ended.Before(b.ended)
+	}
+	if !a.created.Equal(b.created) {
+		return a.created.Before(b.created)
+	}
+	return a.t.t.ID < b.t.t.ID
+}
+func (h candidates) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *candidates) Push(x any)   { *h = append(*h, x.(candidate)) }
+func (h *candidates) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return c
 }
 
 // remove deletes a final task: metadata first, so an interrupted removal
@@ -70,6 +93,7 @@ func (s *Store) remove(t *task) {
 	}
 	t.mu.Lock()
 	snap := t.t
+	s.logBytes.Add(-t.t.Output.LogBytes)
 	t.notify()
 	t.mu.Unlock()
 	s.hub.publish(func() Event { return Event{Kind: EventRemoved, Task: snap} })

@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -66,10 +67,21 @@ type Store struct {
 	unsaved atomic.Bool
 	mu      sync.Mutex // guards tasks; taken before any task.mu
 	tasks   map[string]*task
+	// logBytes is the sum of the tasks' Output.LogBytes, so that retention
+	// need not walk every task after each one ends.
+	logBytes atomic.Int64
+
+	// spare is the next task's files, made ahead of time so that Create
+	// creates no file on the caller's time (see makeSpare). Guarded by mu,
+	// like making, which says a spare is being made.
+	spare   *spare
+	making  bool
+	spareWG sync.WaitGroup
+	noSpare bool // tests whose openLog seam wraps one file
 
 	// Seams for tests that simulate a full disk.
 	openLog   func(path string) (logFile, error)
-	writeMeta func(path string, data []byte) error
+	writeMeta func(t *task, data []byte) error
 }
 
 // logFile is the part of *os.File the writer needs.
@@ -86,7 +98,11 @@ type task struct {
 	file  logFile       // open until the task is final; nil when the log broke
 	buf   []byte        // framing buffer, reused across writes
 	wake  chan struct{} // closed on the next change, when a follower waits
+	ended chan struct{} // closed when the task becomes final; nil for tasks loaded final
 	dirty bool          // metadata changed since the last successful write
+	// meta is the metadata file, open while the task is live so that a
+	// state change is one write in place (see metaWrite); nil otherwise.
+	meta *os.File
 }
 
 // Open opens (creating it 0700 if needed) the store folder dir, loads the
@@ -110,8 +126,9 @@ func Open(dir string, opt Options) (*Store, error) {
 	}
 	s := &Store{
 		dir: dir, opt: opt, log: opt.Logger, done: make(chan struct{}),
-		tasks: map[string]*task{}, openLog: openAppend, writeMeta: writeFileAtomic,
+		tasks: map[string]*task{}, openLog: openAppend,
 	}
+	s.writeMeta = s.metaWrite
 	s.hub.subs = map[*Subscription]struct{}{}
 	if err := s.load(); err != nil {
 		return nil, fmt.Errorf("tasks: open: %w", err)
@@ -129,9 +146,16 @@ func (s *Store) Close() error {
 	}
 	close(s.done)
 	s.wg.Wait()
+	s.mu.Lock() // no Create starts making a spare once this is taken
+	s.mu.Unlock()
+	s.spareWG.Wait()
 	s.hub.closeAll()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.spare != nil {
+		s.spare.discard(s)
+		s.spare = nil
+	}
 	var errs []error
 	for _, t := range s.tasks {
 		t.mu.Lock()
@@ -142,6 +166,7 @@ func (s *Store) Close() error {
 		if t.dirty {
 			errs = append(errs, s.persist(t))
 		}
+		t.closeMeta()
 		t.mu.Unlock()
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -160,16 +185,37 @@ func (s *Store) Create(cmd Command) (Task, error) {
 		return Task{}, fmt.Errorf("tasks: create: %w", ErrClosed)
 	}
 	s.mu.Lock()
-	id := newID()
-	for s.tasks[id] != nil {
-		id = newID()
+	sp := s.spare
+	s.spare = nil
+	if !s.making && !s.noSpare && !s.closed.Load() {
+		s.making = true
+		s.spareWG.Add(1)
+		go s.makeSpare()
 	}
-	t := &task{t: Task{ID: id, Command: cmd.withoutValues(), State: Queued, Created: s.opt.Now()}}
-	f, err := s.openLog(s.logPath(id))
+	var (
+		id  string
+		f   logFile
+		err error
+	)
+	if sp != nil {
+		id, f = sp.id, sp.log
+	} else {
+		id = newID()
+		for s.tasks[id] != nil {
+			id = newID()
+		}
+		f, err = s.openLog(s.logPath(id))
+	}
+	t := &task{t: Task{ID: id, Command: cmd.withoutValues(), State: Queued, Created: s.opt.Now()}, ended: make(chan struct{})}
+	if sp != nil {
+		t.meta = sp.meta
+	}
 	if err == nil {
 		err = s.persist(t)
 		if err != nil {
+			t.closeMeta()
 			_ = f.Close()
+			_ = os.Remove(s.metaPath(id))
 			_ = os.Remove(s.logPath(id))
 		}
 	}
@@ -186,6 +232,55 @@ func (s *Store) Create(cmd Command) (Task, error) {
 	defer t.mu.Unlock()
 	s.hub.publish(func() Event { return Event{Kind: EventCreated, Task: t.t} })
 	return t.t, nil
+}
+
+// spare is a task's two files, made before the task: an empty metadata
+// file (which Open deletes, with its log, after a crash) and the log.
+type spare struct {
+	id   string
+	log  logFile
+	meta *os.File
+}
+
+// makeSpare makes the files of the next task, so that the next Create only
+// writes its metadata: creating files waits for the file system's journal,
+// which on a busy disk took milliseconds of a task's round trip.
+func (s *Store) makeSpare() {
+	defer s.spareWG.Done()
+	s.mu.Lock()
+	id := newID()
+	for s.tasks[id] != nil {
+		id = newID()
+	}
+	s.mu.Unlock()
+	sp := &spare{id: id}
+	// The metadata file first, and only a new one: an id whose metadata
+	// exists (a damaged task Open skipped) is never touched.
+	meta, err := os.OpenFile(s.metaPath(id), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		sp.meta = meta
+		sp.log, err = s.openLog(s.logPath(id))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.making = false
+	if err != nil || s.closed.Load() || s.spare != nil || s.tasks[id] != nil {
+		sp.discard(s) // Create makes its files itself
+		return
+	}
+	s.spare = sp
+}
+
+// discard closes and removes a spare's files.
+func (sp *spare) discard(s *Store) {
+	if sp.meta != nil {
+		_ = sp.meta.Close()
+		_ = os.Remove(s.metaPath(sp.id))
+	}
+	if sp.log != nil {
+		_ = sp.log.Close()
+		_ = os.Remove(s.logPath(sp.id))
+	}
 }
 
 // Start moves a Queued task to Running and starts its deadline.
@@ -253,6 +348,12 @@ func (s *Store) transition(id string, to State, change func(*Task)) (Task, error
 	// A metadata write error is recorded in the task, not returned: the
 	// state change happened and is kept in memory; Close retries the write.
 	_ = s.persist(t)
+	if to.Final() {
+		t.closeMeta() // later writes (retries) replace the file whole
+		if t.ended != nil {
+			close(t.ended)
+		}
+	}
 	t.notify()
 	s.hub.publish(func() Event { return Event{Kind: EventState, Task: t.t} })
 	return t.t, nil
@@ -289,6 +390,31 @@ func (s *Store) Get(id string) (Task, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.t, nil
+}
+
+// Wait blocks until the task is final, then returns it. It returns early
+// with the latest snapshot and an error when ctx ends or the Store closes.
+func (s *Store) Wait(ctx context.Context, id string) (Task, error) {
+	t, err := s.lookup(id)
+	if err != nil {
+		return Task{}, fmt.Errorf("tasks: get %s: %w", id, err)
+	}
+	t.mu.Lock()
+	snap, ended := t.t, t.ended
+	t.mu.Unlock()
+	if snap.State.Final() {
+		return snap, nil
+	}
+	select {
+	case <-ended:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-s.done:
+		err = fmt.Errorf("tasks: wait %s: %w", id, ErrClosed)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.t, err
 }
 
 // List returns snapshots of every task, oldest first.

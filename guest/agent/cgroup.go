@@ -43,6 +43,10 @@ type cgroup struct {
 	fd       int
 	killFD   int
 	eventsFD int
+	// private is set for a root task's cgroup: root may have changed its
+	// limits, frozen it or made child cgroups in it, which the next task
+	// must not inherit, so it is not reused.
+	private bool
 	// killed is set once cgroup.kill was written. Such a cgroup is not
 	// reused: Linux reads the kill sequence for CLONE_INTO_CGROUP from the
 	// parent's cgroup but compares it with the target's, so every child
@@ -123,10 +127,11 @@ func (g *cgroup) close() {
 }
 
 // release is called when a task is over and its tree was killed: an empty
-// cgroup is kept for the next task (up to maxIdleCgroups), anything else is
-// removed once its processes are gone.
+// cgroup of a task that was not root and never killed is kept for the next
+// task (up to maxIdleCgroups), anything else is removed once its processes
+// are gone.
 func (c *cgroups) release(g *cgroup) error {
-	if !g.killed.Load() && g.empty() {
+	if !g.private && !g.killed.Load() && g.empty() {
 		c.mu.Lock()
 		if !c.closing && len(c.idle) < maxIdleCgroups {
 			c.idle = append(c.idle, g)

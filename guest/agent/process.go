@@ -71,7 +71,7 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 		if cerr != nil {
 			s.log.Warn("task without cgroup", "err", cerr)
 		} else {
-			p.cg = cg
+			p.cg, cg.private = cg, sp.root
 			attr.UseCgroupFD, attr.CgroupFD = true, cg.fd
 		}
 	}

@@ -33,6 +33,14 @@ func TestCgroupReuse(t *testing.T) {
 	if cgOf(a) == "" || cgOf(a) != cgOf(b) {
 		t.Errorf("an empty cgroup was not reused: %q then %q", cgOf(a), cgOf(b))
 	}
+	// A root task's cgroup is not reused: root may have changed it.
+	rootStart := shell("cat /proc/self/cgroup")
+	rootStart.Root = true
+	ra := mustRun(t, e, rootStart)
+	rb := mustRun(t, e, shell("cat /proc/self/cgroup"))
+	if cgOf(ra) == "" || cgOf(ra) == cgOf(rb) {
+		t.Errorf("a root task's cgroup %q was reused", cgOf(ra))
+	}
 	// Leftovers: the cgroup is killed, then removed.
 	pidfile := filepath.Join(e.workspace, "daemon")
 	k := mustRun(t, e, shell("cat /proc/self/cgroup; "+daemonScript(pidfile)))

@@ -73,7 +73,9 @@ type Server struct {
 	// mounts it before the agent starts, and reading the mount table costs
 	// each task a millisecond under emulation.
 	wsMounted func() bool
-	wg        sync.WaitGroup // shutdown goroutine
+	// devNull is the stdin of tasks without one, opened once and shared.
+	devNull func() (*os.File, error)
+	wg      sync.WaitGroup // shutdown goroutine
 }
 
 // New returns a Server for cfg.
@@ -104,6 +106,14 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger}
 	s.wsMounted = sync.OnceValue(func() bool { return s.workspace().mounted })
+	s.devNull = sync.OnceValues(func() (*os.File, error) {
+		// Blocking and outside the netpoller, as a child's stdin should be.
+		fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, os.NewSyscallError("open "+os.DevNull, err)
+		}
+		return os.NewFile(uintptr(fd), os.DevNull), nil
+	})
 	if cfg.CgroupRoot != "" {
 		s.cgroups = &cgroups{root: cfg.CgroupRoot}
 	}
@@ -117,6 +127,7 @@ func NewGRPCServer(s *Server) *grpc.Server {
 	g := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMsgSize),
 		grpc.MaxSendMsgSize(maxMsgSize),
+		grpc.ForceServerCodecV2(newCodec()),
 		// See agentv1.StreamWindow: no window waits, no BDP pings.
 		grpc.InitialWindowSize(agentv1.StreamWindow),
 		grpc.InitialConnWindowSize(agentv1.ConnWindow),
@@ -160,8 +171,14 @@ func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 func (s *Server) MarkReady(uptime time.Duration) { s.bootMS.Store(uptime.Milliseconds()) }
 
 // Wait waits for work the Server started outside any RPC (the power-off
-// after a Shutdown reply).
-func (s *Server) Wait() { s.wg.Wait() }
+// after a Shutdown reply), then removes the empty task cgroups kept for
+// reuse. Call it once no more tasks start.
+func (s *Server) Wait() {
+	s.wg.Wait()
+	if s.cgroups != nil {
+		s.cgroups.drain()
+	}
+}
 
 // Uptime is the time since the kernel started (CLOCK_BOOTTIME).
 func Uptime() time.Duration {

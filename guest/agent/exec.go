@@ -5,6 +5,7 @@ package agent
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
 	"syscall"
@@ -62,11 +63,16 @@ func (s *Server) Exec(stream agentv1.Agent_ExecServer) error {
 		}
 		return err
 	}
-	log := s.log.With("task", sp.id, "pid", p.pgid)
-	log.Debug("task started", "path", sp.path, "root", sp.root, "tty", sp.tty)
+	// Only with debug logging: formatting the attributes costs every task.
+	debug := s.log.Enabled(stream.Context(), slog.LevelDebug)
+	if debug {
+		s.log.Debug("task started", "task", sp.id, "pid", p.pgid, "path", sp.path, "root", sp.root, "tty", sp.tty)
+	}
 	t := &task{Server: s, sp: sp, p: p, stream: stream, started: time.Now()}
 	exit, err := t.run()
-	log.Debug("task ended", "code", exit.GetCode(), "signal", exit.GetSignal(), "timed_out", exit.GetTimedOut(), "err", err)
+	if debug {
+		s.log.Debug("task ended", "task", sp.id, "pid", p.pgid, "code", exit.GetCode(), "signal", exit.GetSignal(), "timed_out", exit.GetTimedOut(), "err", err)
+	}
 	return err
 }
 
@@ -104,10 +110,12 @@ func (t *task) run() (*agentv1.Exit, error) {
 	sent := make(chan struct{})
 	go func() { // the only caller of stream.Send
 		defer close(sent)
-		send := func(ev *agentv1.ExecEvent) {
-			if sendErr == nil {
-				sendErr = t.stream.Send(ev)
+		send := func(ev *agentv1.ExecEvent) bool {
+			if sendErr != nil {
+				return false
 			}
+			sendErr = t.stream.Send(ev)
+			return true
 		}
 		// Output is taken even after a failed send, so readers never stall.
 		flush := func(o *output, isErr bool) {
@@ -119,10 +127,12 @@ func (t *task) run() (*agentv1.Exit, error) {
 			if isErr {
 				ev = &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stderr{Stderr: data}}
 			}
-			send(ev)
-			// Send has marshalled data into its own buffer (no stats
-			// handlers here hold on to messages), so it can be reused.
-			o.recycle(data)
+			// Send either marshalled data into its own buffer (no stats
+			// handlers here hold on to messages), so it can be reused, or
+			// handed data itself to gRPC (see codec), which frees it.
+			if !send(ev) || !ownedByCodec(data) {
+				o.recycle(data)
+			}
 		}
 		send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Started{Started: &agentv1.Started{Pid: int32(t.p.pgid)}}})
 		for {
@@ -142,10 +152,10 @@ func (t *task) run() (*agentv1.Exit, error) {
 
 	var readers sync.WaitGroup
 	readers.Add(1)
-	go stdout.read(&readers, t.p.stdout)
+	go stdout.read(&readers, t.p.stdout, t.p.pty == nil)
 	if t.p.stderr != nil {
 		readers.Add(1)
-		go stderr.read(&readers, t.p.stderr)
+		go stderr.read(&readers, t.p.stderr, true)
 	}
 	readersDone := make(chan struct{})
 	go func() { readers.Wait(); close(readersDone) }()
@@ -230,10 +240,13 @@ func (t *task) run() (*agentv1.Exit, error) {
 	}
 	exitEv <- &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: exit}}
 	<-sent
-	// The tree is dead; removing its cgroup is cleanup the host need not
-	// wait for.
+	stdout.release()
+	stderr.release()
+	// The tree is dead. An empty cgroup goes back to the pool at once;
+	// one whose leftovers were killed is removed once they are gone,
+	// before the RPC ends.
 	if t.p.cg != nil {
-		if err := t.p.cg.remove(); err != nil {
+		if err := t.cgroups.release(t.p.cg); err != nil {
 			t.log.Warn("task cgroup", "task", t.sp.id, "err", err)
 		}
 	}

@@ -9,25 +9,57 @@ import (
 
 const (
 	// readSize is one read from a task's output pipe. Pipes are enlarged to
-	// pipeSize, so a task writing big blocks is read in few syscalls.
+	// pipeSize once a read shows a task writing much (growAt), so a task
+	// writing big blocks is read in few syscalls.
 	readSize = 256 << 10
 	pipeSize = 1 << 20
+	growAt   = 32 << 10
 	// maxPending bounds output read but not yet sent, per pipe; beyond it
 	// the reader, and so the task, waits for the host. A message is at
 	// most maxPending+readSize bytes.
 	maxPending = 256 << 10
+	// bufSize holds the most a message can be, so appending never
+	// reallocates.
+	bufSize = maxPending + readSize
+	// maxFreeBufs bounds the buffers kept between tasks (and in flight
+	// through gRPC: see codec).
+	maxFreeBufs = 8
 )
 
-var readBufs = sync.Pool{New: func() any { b := make([]byte, readSize); return &b }}
+// freeBufs keeps output buffers between tasks. Unlike a sync.Pool it is not
+// emptied by every garbage collection: a fresh buffer costs clearing half a
+// megabyte, slow under emulation, and more garbage to collect.
+var freeBufs = make(chan []byte, maxFreeBufs)
 
-// output carries what one of a task's pipes yields to the sender. While the
-// sender is busy, reads pile up and leave as one message: a task writing
-// small blocks costs one message per send, not one per write, and nothing
-// waits when the sender is idle.
+func getBuf() []byte {
+	select {
+	case b := <-freeBufs:
+		return b
+	default:
+		return make([]byte, bufSize)
+	}
+}
+
+func putBuf(b []byte) {
+	if cap(b) != bufSize {
+		return
+	}
+	select {
+	case freeBufs <- b[:bufSize]:
+	default:
+	}
+}
+
+// output carries what one of a task's pipes yields to the sender. A read
+// into an idle output hands the read buffer itself over (no copy: large
+// writes cost one copy out of the pipe); while the sender is busy, reads
+// pile up and leave as one message: a task writing small blocks costs one
+// message per send, not one per write, and nothing waits when the sender is
+// idle.
 type output struct {
 	mu    sync.Mutex
 	buf   []byte // read, not yet taken
-	spare []byte // a taken buffer given back, reused by the next push
+	spare []byte // a taken buffer given back, used for the next read
 	eof   bool
 	ready chan struct{} // cap 1: data or EOF waits
 	space chan struct{} // cap 1: the sender took data
@@ -44,20 +76,29 @@ func signal(c chan struct{}) {
 	}
 }
 
-// push appends p, waiting while maxPending bytes are already waiting.
-func (o *output) push(p []byte) {
+// push queues p, the buffer the last read filled, waiting while maxPending
+// bytes are already waiting. It returns the buffer for the next read.
+func (o *output) push(p []byte) []byte {
 	o.mu.Lock()
 	for len(o.buf) >= maxPending {
 		o.mu.Unlock()
 		<-o.space
 		o.mu.Lock()
 	}
+	var next []byte
 	if o.buf == nil {
-		o.buf, o.spare = o.spare[:0], nil
+		o.buf = p // hand over: the sender gives it back through recycle
+		next, o.spare = o.spare, nil
+	} else {
+		o.buf = append(o.buf, p...) // fits: len(o.buf) < maxPending
+		next = p
 	}
-	o.buf = append(o.buf, p...)
 	o.mu.Unlock()
 	signal(o.ready)
+	if next == nil {
+		next = getBuf()
+	}
+	return next[:cap(next)]
 }
 
 // close marks the end of the output.
@@ -83,28 +124,46 @@ func (o *output) take() (data []byte, eof bool) {
 
 // recycle hands a sent buffer back for reuse.
 func (o *output) recycle(b []byte) {
-	if cap(b) > 2*maxPending {
+	if cap(b) != bufSize {
 		return
 	}
 	o.mu.Lock()
 	if o.spare == nil {
-		o.spare = b[:0]
+		o.spare, b = b[:0], nil
 	}
 	o.mu.Unlock()
+	if b != nil {
+		putBuf(b)
+	}
+}
+
+// release returns o's buffers for other tasks, once reader and sender are
+// done with it.
+func (o *output) release() {
+	o.mu.Lock()
+	spare, buf := o.spare, o.buf
+	o.spare, o.buf = nil, nil
+	o.mu.Unlock()
+	putBuf(spare)
+	putBuf(buf)
 }
 
 // read feeds o from f until EOF or error, then closes o. A PTY master
 // reports EIO once the last terminal user is gone: that is its EOF.
-func (o *output) read(wg *sync.WaitGroup, f *os.File) {
+func (o *output) read(wg *sync.WaitGroup, f *os.File, pipe bool) {
 	defer wg.Done()
 	defer o.close()
-	bp := readBufs.Get().(*[]byte)
-	defer readBufs.Put(bp)
-	buf := *bp
+	buf := getBuf()
+	defer func() { putBuf(buf) }()
+	grown := !pipe
 	for {
-		n, err := f.Read(buf)
+		n, err := f.Read(buf[:readSize])
 		if n > 0 {
-			o.push(buf[:n])
+			if !grown && n >= growAt {
+				growPipe(f)
+				grown = true
+			}
+			buf = o.push(buf[:n])
 		}
 		if err != nil {
 			return

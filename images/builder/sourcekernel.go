@@ -198,7 +198,7 @@ func buildSourceKernel(ctx context.Context, cache, arch string, src debPackage, 
 	log.Info("building the kernel (several minutes)", "jobs", jobs)
 	bstart := time.Now()
 	if _, err := run(ctx, tree, env, "make", fmt.Sprintf("-j%d", jobs), "vmlinux"); err != nil {
-		return nil, fmt.Errorf("images: kernel build: %w", err)
+		return nil, fmt.Errorf("images: kernel build (the tree stays in %s and the next run resumes it; remove it to start over): %w", work, err)
 	}
 	rel, err := os.ReadFile(filepath.Join(tree, "include", "config", "kernel.release"))
 	if err != nil {

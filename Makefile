@@ -11,7 +11,7 @@ E2E_TIMEOUT ?= 40m
 
 APT_PACKAGES := qemu-system-x86 qemu-system-arm busybox-static kmod cpio xz-utils protobuf-compiler debootstrap e2fsprogs qemu-utils qemu-user-static binfmt-support
 
-.PHONY: all build airlock image image-all image-standard image-standard-all deps run test test-unit test-e2e bench vet proto check-proto clean
+.PHONY: all build airlock image image-all image-kernel-source image-standard image-standard-all deps run test test-unit test-e2e bench vet proto check-proto clean
 
 all: build
 
@@ -26,6 +26,14 @@ image:
 
 image-all:
 	$(GO) run ./images/cmd/airlock-image -arch all -out $(IMAGE_DIR)
+
+## image-kernel-source: the amd64 minimal image with a kernel built from Debian's linux-source
+## (same version as the packaged kernel; every driver built in, no modules, QEMU only) in
+## $(IMAGE_DIR)/kernel-source/amd64; the kernel is cached in $(IMAGE_DIR)/cache/kernels (cold
+## build: see images/README.md; needs gcc make bc flex bison libelf-dev libssl-dev). Niced: it
+## shares the machine.
+image-kernel-source:
+	nice -n 19 $(GO) run ./images/cmd/airlock-image -arch amd64 -kernel source -out $(IMAGE_DIR)
 
 ## image-standard: the standard image (Debian root disk, needs debootstrap and e2fsprogs) for
 ## this machine's architecture in $(IMAGE_DIR)/standard/$(ARCH), beside the minimal one

@@ -17,6 +17,8 @@ func TestParseModules(t *testing.T) {
 		err      bool
 	}{
 		{"empty", "", nil, 0, false},
+		// The list of a kernel with every driver built in (-kernel source).
+		{"built-in kernel", "# 6.1.192-airlock: every driver is built in; nothing to load\n", nil, 0, false},
 		{"ordered", "/lib/modules/6.1/a.ko\n\n# comment\n  /lib/modules/6.1/b.ko.xz  \n", []string{"/lib/modules/6.1/a.ko", "/lib/modules/6.1/b.ko.xz"}, 0, false},
 		{"relative and unclean skipped", "a.ko\n/lib/../x.ko\n/ok.ko\n/with space.ko\n", []string{"/ok.ko"}, 3, false},
 		{"no trailing newline", "/a.ko", []string{"/a.ko"}, 0, false},

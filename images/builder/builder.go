@@ -35,6 +35,13 @@ type Options struct {
 	// Standard also builds the standard image (a Debian root disk) of
 	// each architecture, into <OutDir>/standard/<arch>/.
 	Standard bool
+	// Kernel is KernelDebian (also when empty) or KernelSource: a kernel
+	// built from Debian's linux-source with the drivers built in (amd64
+	// only), cached in <CacheDir>/kernels/; the image then goes to
+	// <OutDir>/kernel-source/<arch>/.
+	Kernel string
+	// KernelJobs is make's -j for a kernel build; 0 means one per CPU.
+	KernelJobs int
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
 }
@@ -82,6 +89,20 @@ func Build(ctx context.Context, opts Options) ([]Result, error) {
 			return nil, fmt.Errorf("images: unknown architecture %q (want amd64 or arm64)", arch)
 		}
 	}
+	switch opts.Kernel {
+	case "", KernelDebian:
+	case KernelSource:
+		for _, arch := range opts.Arches {
+			if arch != "amd64" {
+				return nil, fmt.Errorf("images: -kernel %s is only for amd64, not %s", KernelSource, arch)
+			}
+		}
+		if opts.Standard {
+			return nil, fmt.Errorf("images: -kernel %s builds the minimal image only", KernelSource)
+		}
+	default:
+		return nil, fmt.Errorf("images: unknown kernel %q (want %s or %s)", opts.Kernel, KernelDebian, KernelSource)
+	}
 	start := time.Now()
 	pkgs, err := resolvePackages(ctx, opts.Arches)
 	if err != nil {
@@ -110,7 +131,32 @@ func buildArch(ctx context.Context, opts Options, arch string, pkgs imagePackage
 	start := time.Now()
 	res := Result{Arch: arch, Image: manifest.ImageMinimal, Dir: filepath.Join(opts.OutDir, arch)}
 	kernel, busybox, cacerts := pkgs.Kernel, pkgs.Busybox, pkgs.CACerts
-	for _, p := range []*debPackage{&kernel, &busybox, &cacerts} {
+	var built *builtKernel
+	if opts.Kernel == KernelSource {
+		res.Dir = filepath.Join(opts.OutDir, KernelSourceDir, arch)
+		src, err := resolveSource(ctx, kernel)
+		if err != nil {
+			return res, err
+		}
+		jobs := opts.KernelJobs
+		if jobs <= 0 {
+			jobs = defaultJobs()
+		}
+		if built, err = buildSourceKernel(ctx, opts.CacheDir, arch, src, jobs, log); err != nil {
+			return res, err
+		}
+		if !built.Cached {
+			res.Downloaded = append(res.Downloaded, "(kernel built from "+src.Name+")")
+		}
+		// The source package stands in for the kernel package: the
+		// manifest names what the kernel was built from.
+		kernel = src
+	}
+	pkgsToFetch := []*debPackage{&kernel, &busybox, &cacerts}
+	if built != nil {
+		pkgsToFetch = pkgsToFetch[1:]
+	}
+	for _, p := range pkgsToFetch {
 		fetched, err := download(ctx, opts.CacheDir, p)
 		if err != nil {
 			return res, err
@@ -138,7 +184,11 @@ func buildArch(ctx context.Context, opts Options, arch string, pkgs imagePackage
 	log.Info("guest agent built", "sha256", agentSHA[:12])
 
 	packages := []manifest.Package{kernel.manifestEntry(), busybox.manifestEntry(), cacerts.manifestEntry()}
-	key := inputKey(keyInputs{Arch: arch, Packages: packages, GuestSHA: agentSHA, Modules: GuestModules, BaseFiles: baseEntries()})
+	in := keyInputs{Arch: arch, Packages: packages, GuestSHA: agentSHA, Modules: GuestModules, BaseFiles: baseEntries()}
+	if built != nil {
+		in.Modules, in.SourceKernel = nil, built.Key
+	}
+	key := inputKey(in)
 	if old, err := manifest.Load(res.Dir); err == nil && old.InputKey == key {
 		err := old.Verify(res.Dir)
 		if err == nil {
@@ -158,11 +208,14 @@ func buildArch(ctx context.Context, opts Options, arch string, pkgs imagePackage
 		return res, fmt.Errorf("images: %w", err)
 	}
 
-	m, err := assemble(ctx, arch, res.Dir, tmp, agent, kernel, busybox, cacerts, log)
+	m, err := assemble(ctx, arch, res.Dir, tmp, agent, kernel, busybox, cacerts, built, log)
 	if err != nil {
 		return res, err
 	}
 	m.Packages, m.InputKey = packages, key
+	if built != nil {
+		m.KernelConfig = built.ConfigSHA
+	}
 	if err := m.Write(res.Dir); err != nil {
 		return res, fmt.Errorf("images: %w", err)
 	}
@@ -173,13 +226,20 @@ func buildArch(ctx context.Context, opts Options, arch string, pkgs imagePackage
 // assemble extracts the packages, writes the kernel and initramfs into dir
 // under their final names (through temporary files), and returns the
 // manifest describing them, without Packages and InputKey.
-func assemble(ctx context.Context, arch, dir, tmp, agent string, kernel, busybox, cacerts debPackage, log *slog.Logger) (*manifest.Manifest, error) {
+//
+// built is a source-built kernel to use instead of kernel's: it has every
+// driver built in, so the image gets no modules and an empty load list.
+func assemble(ctx context.Context, arch, dir, tmp, agent string, kernel, busybox, cacerts debPackage, built *builtKernel, log *slog.Logger) (*manifest.Manifest, error) {
 	root := filepath.Join(tmp, "root")
 	caRoot := filepath.Join(tmp, "ca-root")
-	for _, x := range []struct {
+	extract := []struct {
 		p    debPackage
 		root string
-	}{{kernel, root}, {busybox, root}, {cacerts, caRoot}} {
+	}{{kernel, root}, {busybox, root}, {cacerts, caRoot}}
+	if built != nil {
+		extract = extract[1:]
+	}
+	for _, x := range extract {
 		if _, err := run(ctx, "", nil, "dpkg-deb", "-x", x.p.File, x.root); err != nil {
 			return nil, fmt.Errorf("images: extract %s: %w", x.p.Name, err)
 		}
@@ -188,37 +248,28 @@ func assemble(ctx context.Context, arch, dir, tmp, agent string, kernel, busybox
 	if err != nil {
 		return nil, err
 	}
-	kver, err := kernelRelease(root)
-	if err != nil {
-		return nil, err
-	}
-	log.Info("extracted", "kernel", kver, "ca_certificates", ncerts)
-
 	kname := kernelFile[arch]
 	ktmp := filepath.Join(dir, "."+kname+".tmp")
 	defer os.Remove(ktmp)
-	if err := writeKernel(ctx, arch, filepath.Join(root, "boot", "vmlinuz-"+kver), ktmp); err != nil {
-		return nil, err
-	}
-
-	modDir := filepath.Join(root, "lib", "modules", kver)
-	if _, err := run(ctx, "", nil, "depmod", "-b", root, kver); err != nil {
-		return nil, fmt.Errorf("images: depmod %s: %w", kver, err)
-	}
-	idx, builtin, err := readModuleIndex(modDir)
-	if err != nil {
-		return nil, err
-	}
-	order, skipped, err := loadOrder(idx, builtin, GuestModules)
-	if err != nil {
-		return nil, fmt.Errorf("images: kernel %s: %w", kver, err)
-	}
-	if len(skipped) > 0 {
-		log.Info("optional modules not in this kernel", "skipped", skipped)
-	}
-	mods, err := moduleEntries(ctx, modDir, kver, tmp, idx, order)
-	if err != nil {
-		return nil, err
+	var kver string
+	var order []string
+	var mods []cpioEntry
+	if built != nil {
+		kver = built.Release
+		if err := copyFile(built.Vmlinux, ktmp); err != nil {
+			return nil, fmt.Errorf("images: kernel: %w", err)
+		}
+		if err := manifest.CheckKernelFile(arch, ktmp); err != nil {
+			return nil, fmt.Errorf("images: kernel %s: %w", built.Vmlinux, err)
+		}
+		order = []string{}
+		mods = []cpioEntry{fileEntry(loadListPath, 0o644, []byte("# "+kver+": every driver is built in; nothing to load\n"))}
+		log.Info("extracted", "kernel", kver+" (built from source)", "ca_certificates", ncerts)
+	} else {
+		if kver, order, mods, err = packagedKernel(ctx, arch, root, tmp, ktmp, log); err != nil {
+			return nil, err
+		}
+		log.Info("extracted", "kernel", kver, "ca_certificates", ncerts)
 	}
 
 	entries := append(baseEntries(), mods...)
@@ -254,6 +305,40 @@ func assemble(ctx context.Context, arch, dir, tmp, agent string, kernel, busybox
 		log.Info("wrote", "file", filepath.Join(dir, a.name), "bytes", art.Size)
 	}
 	return m, nil
+}
+
+// packagedKernel writes the kernel of Debian's package, extracted under
+// root, to ktmp and picks the modules the guest loads: it returns the
+// kernel release, the module load order and the initramfs members for the
+// modules and their load list.
+func packagedKernel(ctx context.Context, arch, root, tmp, ktmp string, log *slog.Logger) (string, []string, []cpioEntry, error) {
+	kver, err := kernelRelease(root)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if err := writeKernel(ctx, arch, filepath.Join(root, "boot", "vmlinuz-"+kver), ktmp); err != nil {
+		return "", nil, nil, err
+	}
+	modDir := filepath.Join(root, "lib", "modules", kver)
+	if _, err := run(ctx, "", nil, "depmod", "-b", root, kver); err != nil {
+		return "", nil, nil, fmt.Errorf("images: depmod %s: %w", kver, err)
+	}
+	idx, builtin, err := readModuleIndex(modDir)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	order, skipped, err := loadOrder(idx, builtin, GuestModules)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("images: kernel %s: %w", kver, err)
+	}
+	if len(skipped) > 0 {
+		log.Info("optional modules not in this kernel", "skipped", skipped)
+	}
+	mods, err := moduleEntries(ctx, modDir, kver, tmp, idx, order)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return kver, order, mods, nil
 }
 
 // kernelRelease finds the one kernel release under root/lib/modules.

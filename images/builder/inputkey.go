@@ -20,6 +20,9 @@ type keyInputs struct {
 	GuestSHA  string
 	Modules   []Module
 	BaseFiles []cpioEntry
+	// SourceKernel is the key of a source-built kernel (builtKernel.Key);
+	// empty for Debian's packaged kernel, whose keys stay as they were.
+	SourceKernel string
 }
 
 // inputKey hashes the inputs into a key. Two builds with equal keys produce
@@ -37,6 +40,9 @@ func inputKey(in keyInputs) string {
 	for _, e := range in.BaseFiles {
 		sum := sha256.Sum256(e.Data)
 		fmt.Fprintf(h, "file %s %o %d %d %d,%d %s\n", e.Name, e.Mode, e.UID, e.GID, e.RMajor, e.RMinor, hex.EncodeToString(sum[:]))
+	}
+	if in.SourceKernel != "" {
+		fmt.Fprintf(h, "source-kernel %s\n", in.SourceKernel)
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -50,6 +50,7 @@ func TestInputKeyChanges(t *testing.T) {
 		{"file content", func(in *keyInputs) { in.BaseFiles[1].Data = []byte("other\n") }},
 		{"file mode", func(in *keyInputs) { in.BaseFiles[0].Mode = modeDir | 0o755 }},
 		{"file owner", func(in *keyInputs) { in.BaseFiles[0].UID = 1000 }},
+		{"source kernel", func(in *keyInputs) { in.SourceKernel = "dd" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

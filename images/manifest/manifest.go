@@ -67,6 +67,11 @@ type Manifest struct {
 	Artifacts []Artifact `json:"artifacts"`
 	// Modules are the kernel module names in the order the guest loads them.
 	Modules []string `json:"modules"`
+	// KernelConfig is set when the kernel was built from Debian's
+	// linux-source (airlock-image -kernel source; Packages then names
+	// linux-source-* instead of linux-image-*): the sha256 of the config
+	// fragment it was built with. Empty for Debian's packaged kernel.
+	KernelConfig string `json:"kernel_config,omitempty"`
 	// InputKey identifies every input of the build; equal keys mean a
 	// rebuild would produce the same artifacts.
 	InputKey string `json:"input_key"`

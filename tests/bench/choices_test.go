@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/workspace"
 	"github.com/airlock-sandbox/airlock/vm/qemu"
 )
 
@@ -67,6 +68,18 @@ func (h *harness) choices() {
 	} else {
 		alts = append(alts, bootChoice{"machine-microvm", "machine microvm (virtio-mmio)", vmlinux, plain, wrapper})
 	}
+	// The kernel built from linux-source (make image-kernel-source), when
+	// its image is there: its own initramfs (no modules) with the floor init.
+	src := sourceKernelImage(h.imageDir)
+	if src != "" {
+		srcFloor := filepath.Join(dir, "floor-kernel-source.cpio")
+		if err := floorInitramfs(filepath.Join(src, "initramfs.cpio"), floorBin, srcFloor); err != nil {
+			h.b.Fatal(err)
+		}
+		alts = append(alts, bootChoice{"kernel-source", "kernel from linux-source, drivers built in", filepath.Join(src, "vmlinux"), srcFloor, ""})
+	} else {
+		h.logf("skip the linux-source kernel: no image in %s (make image-kernel-source)", filepath.Join(h.imageDir, "..", "kernel-source"))
+	}
 
 	samples := map[string][]float64{}
 	bootOne := func(c bootChoice, i int, key string) {
@@ -95,6 +108,59 @@ func (h *harness) choices() {
 		}
 		h.t.add("choice-"+c.key, "boot choice: "+c.name, "ms", samples[c.key], "default, booted alternately", samples["default-"+c.key], nil)
 	}
+	if src != "" {
+		h.sourceKernelAgent(src)
+	}
+}
+
+// sourceKernelImage is the folder of the image with the kernel built from
+// linux-source (images/out/kernel-source/<arch>, beside images/out/<arch>),
+// or "" when it was not built.
+func sourceKernelImage(imageDir string) string {
+	dir := filepath.Join(imageDir, "..", "kernel-source", filepath.Base(imageDir))
+	for _, f := range []string{"vmlinux", "initramfs.cpio", "manifest.json"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return ""
+		}
+	}
+	return dir
+}
+
+// sourceKernelAgent boots the full agent image (9p workspace, as the boot
+// phase does) with each kernel, alternating: the Debian kernel loading its
+// modules, and the kernel from linux-source with everything built in.
+func (h *harness) sourceKernelAgent(src string) {
+	ctx := context.Background()
+	ws := filepath.Join(h.work, "choices-ws")
+	os.Mkdir(ws, 0o755)
+	ws = ownedByTaskUser(ws)
+	uid, gid := workspace.Owner(ws)
+	type img struct{ key, kernel, initrd string }
+	imgs := []img{
+		{"debian", filepath.Join(h.imageDir, "vmlinux"), filepath.Join(h.imageDir, "initramfs.cpio")},
+		{"source", filepath.Join(src, "vmlinux"), filepath.Join(src, "initramfs.cpio")},
+	}
+	readyMS, uptime := map[string][]float64{}, map[string][]float64{}
+	for i := range h.rounds {
+		for _, im := range imgs {
+			cfg := h.machineConfig(fmt.Sprintf("agent-%s-%d", im.key, i), im.initrd, ws, uid, gid)
+			cfg.Kernel = im.kernel
+			bt, err := boot(ctx, cfg, qemu.Options{})
+			if err != nil {
+				h.logf("boot the agent image, %s kernel: %v", im.key, err)
+				continue
+			}
+			bt.m.Stop(ctx)
+			readyMS[im.key] = append(readyMS[im.key], ms(bt.elapsed))
+			uptime[im.key] = append(uptime[im.key], float64(bt.ready.BootMillis))
+			h.logf("agent image, %s kernel, round %d: %v (guest %d ms)", im.key, i, bt.elapsed.Round(time.Millisecond), bt.ready.BootMillis)
+		}
+	}
+	if len(readyMS["source"]) == 0 || len(readyMS["debian"]) == 0 {
+		return
+	}
+	h.t.add("choice-kernel-source-agent", "boot to ready: agent image, kernel from linux-source", "ms", readyMS["source"], "Debian kernel + modules, alternately", readyMS["debian"], nil)
+	h.t.add("choice-kernel-source-agent-uptime", "  guest uptime at ready: agent, kernel from linux-source", "ms", uptime["source"], "Debian kernel + modules, alternately", uptime["debian"], nil)
 }
 
 func shellOut(dst, tool string, args ...string) error {

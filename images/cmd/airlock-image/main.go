@@ -26,19 +26,21 @@ func main() {
 	src := flag.String("guest-src", ".", "module root the guest agent is built from")
 	quiet := flag.Bool("q", false, "print only the summary")
 	image := flag.String("image", "minimal", "minimal, or standard (minimal plus a Debian root disk; needs debootstrap and e2fsprogs)")
+	kernel := flag.String("kernel", builder.KernelDebian, "debian: Debian's packaged kernel, drivers as modules; source: amd64 only, a kernel built from Debian's linux-source of the same version with every driver built in (cached in the cache folder; the first build takes minutes and needs gcc make bc flex bison libelf-dev libssl-dev), written to <out>/"+builder.KernelSourceDir+"/<arch>/")
+	jobs := flag.Int("kernel-jobs", 0, "make -j for a -kernel source build (default: one per CPU)")
 	flag.Parse()
 
 	if *image != "minimal" && *image != "standard" {
 		fmt.Fprintf(os.Stderr, "airlock-image: -image %q: want minimal or standard\n", *image)
 		os.Exit(2)
 	}
-	if err := run(*arch, *out, *cache, *src, *quiet, *image == "standard"); err != nil {
+	if err := run(*arch, *out, *cache, *src, *quiet, *image == "standard", *kernel, *jobs); err != nil {
 		fmt.Fprintln(os.Stderr, "airlock-image:", err)
 		os.Exit(1)
 	}
 }
 
-func run(arch, out, cache, src string, quiet, standard bool) error {
+func run(arch, out, cache, src string, quiet, standard bool, kernel string, jobs int) error {
 	arches := []string{arch}
 	if arch == "all" {
 		arches = []string{"amd64", "arm64"}
@@ -75,6 +77,7 @@ func run(arch, out, cache, src string, quiet, standard bool) error {
 	start := time.Now()
 	results, err := builder.Build(ctx, builder.Options{
 		Arches: arches, OutDir: out, CacheDir: cache, GuestSrc: src, Standard: standard, Logger: log,
+		Kernel: kernel, KernelJobs: jobs,
 	})
 	for _, r := range results {
 		m := r.Manifest

@@ -406,7 +406,7 @@ func sum(b []byte) []byte {
 	return h[:]
 }
 
-// rawFrame encodes a yamux frame header.
+// rawFrame encodes a frame header (see frame.go).
 func rawFrame(typ uint8, flags uint16, id, length uint32) []byte {
 	h := []byte{0, typ, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 	binary.BigEndian.PutUint16(h[2:], flags)
@@ -418,6 +418,7 @@ func rawFrame(typ uint8, flags uint16, id, length uint32) []byte {
 func TestPeerGarbage(t *testing.T) {
 	helloV := func(v byte) []byte { return append(append([]byte(helloMagic), v, 0), make([]byte, nonceSize)...) }
 	cat := func(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
+	open2 := rawFrame(1, flagSYN, 2, 1) // the guest opens stream 2 to port 1, where the host listens
 	tests := []struct {
 		name string
 		in   []byte
@@ -431,15 +432,24 @@ func TestPeerGarbage(t *testing.T) {
 		{"bad frame version", cat(hello(nonce{}), []byte{1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0}), ErrProtocol},
 		{"unknown type", cat(hello(nonce{}), rawFrame(9, 0, 2, 0)), ErrProtocol},
 		{"unknown flags", cat(hello(nonce{}), rawFrame(1, 0x10, 2, 0)), ErrProtocol},
-		{"ping", cat(hello(nonce{}), rawFrame(2, 1, 0, 7)), ErrProtocol},
+		{"two flags", cat(hello(nonce{}), rawFrame(1, flagSYN|flagFIN, 2, 1)), ErrProtocol},
+		{"data flags", cat(hello(nonce{}), open2, rawFrame(0, flagSYN, 2, 1), []byte{0}), ErrProtocol},
+		{"ping (yamux)", cat(hello(nonce{}), rawFrame(2, 1, 0, 7)), ErrProtocol},
 		{"stream id 0", cat(hello(nonce{}), rawFrame(1, 1, 0, 0)), ErrProtocol},
 		{"our id space", cat(hello(nonce{}), rawFrame(1, 1, 3, 0)), ErrProtocol},
-		{"oversized data frame", cat(hello(nonce{}), rawFrame(0, 1, 2, 1<<30)), ErrProtocol},
-		{"window exceeded", cat(hello(nonce{}), rawFrame(0, 1, 2, minWindow), make([]byte, minWindow), rawFrame(0, 0, 2, 1), []byte{0}), ErrProtocol},
+		{"oversized data frame", cat(hello(nonce{}), open2, rawFrame(0, 0, 2, 1<<30)), ErrProtocol},
+		{"window exceeded", cat(hello(nonce{}), open2, rawFrame(0, 0, 2, minWindow), make([]byte, minWindow), rawFrame(0, 0, 2, 1), []byte{0}), ErrProtocol},
 		{"duplicate stream", cat(hello(nonce{}), rawFrame(1, 1, 2, 0), rawFrame(1, 1, 2, 0)), ErrProtocol},
-		{"bad go-away", cat(hello(nonce{}), rawFrame(3, 0, 0, 77)), ErrProtocol},
+		{"ids out of order", cat(hello(nonce{}), rawFrame(1, 1, 4, 0), rawFrame(1, 1, 2, 0)), ErrProtocol},
+		{"data for a stream never opened", cat(hello(nonce{}), rawFrame(0, 0, 2, 1), []byte{0}), ErrProtocol},
+		{"credit for a stream never opened", cat(hello(nonce{}), rawFrame(1, 0, 4, 1)), ErrProtocol},
+		{"data after FIN", cat(hello(nonce{}), open2, rawFrame(0, flagFIN, 2, 1), []byte{0}, rawFrame(0, 0, 2, 1), []byte{0}), ErrProtocol},
+		{"ACK for the peer's own stream", cat(hello(nonce{}), open2, rawFrame(1, flagACK, 2, 0)), ErrProtocol},
+		{"credit overflow", cat(hello(nonce{}), open2, rawFrame(1, 0, 2, 1<<31)), ErrProtocol},
+		{"empty data frame", cat(hello(nonce{}), open2, rawFrame(0, 0, 2, 0)), ErrProtocol},
+		{"bad go-away (yamux)", cat(hello(nonce{}), rawFrame(3, 0, 0, 77)), ErrProtocol},
 		{"truncated header", cat(hello(nonce{}), rawFrame(1, 1, 2, 0)[:5]), ErrProtocol},
-		{"truncated data", cat(hello(nonce{}), rawFrame(0, 1, 2, 100), []byte("abc")), ErrProtocol},
+		{"truncated data", cat(hello(nonce{}), open2, rawFrame(0, 0, 2, 100), []byte("abc")), ErrProtocol},
 		{"random", cat(hello(nonce{}), pattern(1, 4096)), ErrProtocol},
 	}
 	for _, tt := range tests {

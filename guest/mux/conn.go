@@ -52,15 +52,20 @@ type conn struct {
 	rlen      int
 	waitBuf   []byte // a waiting reader's buffer, for the receive loop to fill
 	filling   bool   // the receive loop is filling waitBuf
-	directN   int    // bytes the receive loop put into the reader's buffer
+	directN   int    // bytes the receive loop put into a reader's buffer
+	rseq      uint64 // numbers Read calls, so concurrent ones keep apart
+	waitOwner uint64 // the Read whose buffer waitBuf is
+	directFor uint64 // the Read whose buffer holds directN bytes
 	recvAvail uint32 // credit the peer has
 	unacked   uint32 // bytes read, their credit not yet returned
 	recvFin   bool
 
 	// Sending.
-	credit  uint32
-	sentFin bool
-	ctimer  *time.Timer // resets the stream streamCloseTimeout after sentFin
+	credit     uint32
+	sentFin    bool
+	inflight   int         // Writes sending a frame outside c.mu
+	finPending bool        // FIN waits for inflight to reach 0
+	ctimer     *time.Timer // resets the stream streamCloseTimeout after sentFin
 
 	rgen, wgen       int // deadline generations
 	rexpired, wexpir bool
@@ -160,9 +165,11 @@ func (c *conn) Read(p []byte) (int, error) {
 		return 0, net.ErrClosed
 	}
 	c.mu.Lock()
+	c.rseq++
+	me := c.rseq
 	for {
-		if c.filling {
-			c.rcond.Wait()
+		if c.filling || (c.directN > 0 && c.directFor != me) {
+			c.rcond.Wait() // for the fill, or for its owner to take it
 			continue
 		}
 		n := 0
@@ -195,9 +202,11 @@ func (c *conn) Read(p []byte) (int, error) {
 		case c.rexpired:
 			err = fmt.Errorf("mux: %w", errDeadline)
 		default:
-			c.waitBuf = p
+			if c.waitBuf == nil {
+				c.waitBuf, c.waitOwner = p, me
+			}
 			c.rcond.Wait()
-			if !c.filling {
+			if c.waitOwner == me && !c.filling {
 				c.waitBuf = nil
 			}
 			continue
@@ -234,8 +243,23 @@ func (c *conn) Write(p []byte) (int, error) {
 		}
 		n := min(len(p), int(c.credit), maxFrame)
 		c.credit -= uint32(n)
+		c.inflight++
 		c.mu.Unlock()
-		if err := c.s.writeData(c.ep, c.id, p[:n]); err != nil {
+		err = c.s.writeData(c.ep, c.id, p[:n])
+		c.mu.Lock()
+		c.inflight--
+		fin := c.inflight == 0 && c.finPending
+		c.finPending = false
+		complete := fin && c.recvFin
+		c.mu.Unlock()
+		if fin {
+			// Close or CloseWrite came while this frame was on its way.
+			c.s.enqueue(c.ep, flagFIN, c.id, 0, ctrlQueue)
+		}
+		if complete {
+			c.remove()
+		}
+		if err != nil {
 			if err != ErrPeerRestarted {
 				c.s.fail(fmt.Errorf("%w: write: %w", ErrClosed, err))
 			}
@@ -264,8 +288,9 @@ func (c *conn) writeErr() error {
 	return nil
 }
 
-// finish sends our FIN unless sent (or the stream is gone) and says whether
-// the stream is complete. c.mu is held.
+// finish ends our direction unless ended (or the stream is gone) and says
+// whether to send the FIN now, which waits for frames Writes are sending,
+// and whether the stream is complete. c.mu is held.
 func (c *conn) finish() (send, complete bool) {
 	if c.sentFin || c.reset || c.dead || c.gone {
 		return false, false
@@ -273,6 +298,10 @@ func (c *conn) finish() (send, complete bool) {
 	c.sentFin = true
 	c.ctimer = time.AfterFunc(streamCloseTimeout, c.abandon)
 	c.wake()
+	if c.inflight > 0 {
+		c.finPending = true
+		return false, false
+	}
 	return true, c.recvFin
 }
 
@@ -310,7 +339,7 @@ func (c *conn) Close() error {
 		credit := c.consumed(c.rlen - c.roff + c.directN)
 		c.rbuf, c.roff, c.rlen, c.directN = nil, 0, 0, 0
 		send, complete := c.finish()
-		complete = complete || (c.sentFin && c.recvFin)
+		complete = complete || (c.sentFin && c.recvFin && !c.finPending)
 		c.wake()
 		c.mu.Unlock()
 		if credit > 0 {

@@ -198,6 +198,7 @@ func (s *Session) recvPayload(c *conn, n int) (uint32, error) {
 		p := c.waitBuf[:n]
 		c.waitBuf = nil
 		c.filling = true
+		c.directFor = c.waitOwner
 		c.mu.Unlock()
 		// One read: the reader waits for it, so it must not wait for a
 		// peer that stops halfway.

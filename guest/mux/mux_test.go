@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -671,5 +672,103 @@ func TestGoroutinesEnd(t *testing.T) {
 	guest.Close()
 	if !strings.Contains(fmt.Sprint(host.Err()), "closed") {
 		t.Errorf("Err = %v", host.Err())
+	}
+}
+
+// TestCloseWriteDuringWrite checks that a FIN never overtakes a frame a
+// concurrent Write is still sending: the peer reads what was written, then
+// EOF, and neither session sees a protocol violation.
+func TestCloseWriteDuringWrite(t *testing.T) {
+	checkGoroutines(t)
+	host, guest := pair(t, "socketpair", Config{})
+	ln, _ := guest.Listen(1)
+	got := make(chan error, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				_, err := io.Copy(io.Discard, c)
+				c.Close()
+				got <- err
+			}()
+		}
+	}()
+	for i := range 50 {
+		c, err := host.Dial(ctxT(t, 5*time.Second), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrote := make(chan struct{})
+		go func() {
+			defer close(wrote)
+			buf := make([]byte, 256<<10)
+			for {
+				if _, err := c.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+		time.Sleep(time.Duration(i%5) * time.Millisecond)
+		if i%2 == 0 {
+			c.(interface{ CloseWrite() error }).CloseWrite()
+		} else {
+			c.Close()
+		}
+		<-wrote
+		if err := <-got; err != nil {
+			t.Fatalf("round %d: peer read %v", i, err)
+		}
+		c.Close()
+	}
+	if host.Err() != nil || guest.Err() != nil {
+		t.Fatalf("sessions ended: %v, %v", host.Err(), guest.Err())
+	}
+}
+
+// TestConcurrentReads checks that Reads racing on one stream each get
+// bytes the peer sent, none another's buffer holds.
+func TestConcurrentReads(t *testing.T) {
+	checkGoroutines(t)
+	host, guest := pair(t, "socketpair", Config{})
+	ln, _ := guest.Listen(1)
+	const size = 16 << 20
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.Write(bytes.Repeat([]byte{0xab}, size))
+	}()
+	c, err := host.Dial(ctxT(t, 5*time.Second), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			buf := make([]byte, 4<<10<<(2*i)) // 4 KiB to 256 KiB
+			for {
+				clear(buf)
+				n, err := c.Read(buf)
+				if bytes.Count(buf[:n], []byte{0xab}) != n {
+					t.Errorf("read %d bytes that are not the peer's", n)
+					return
+				}
+				total.Add(int64(n))
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if total.Load() != size {
+		t.Fatalf("read %d bytes in all, want %d", total.Load(), size)
 	}
 }

@@ -493,10 +493,12 @@ func (l *listener) Accept() (net.Conn, error) {
 }
 
 func (l *listener) closedErr() error {
-	select {
-	case <-l.s.done:
-		return fmt.Errorf("mux: accept on port %d: %w (%w)", l.port, net.ErrClosed, l.s.Err())
-	default:
+	// The session's error is set before it shuts its listeners.
+	l.s.mu.Lock()
+	err := l.s.err
+	l.s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("mux: accept on port %d: %w (%w)", l.port, net.ErrClosed, err)
 	}
 	return fmt.Errorf("mux: accept on port %d: %w", l.port, net.ErrClosed)
 }

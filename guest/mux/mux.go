@@ -415,10 +415,11 @@ func (s *Session) finish(why error) {
 	ls := s.listeners
 	s.listeners = nil
 	s.mu.Unlock()
-	close(s.done)
+	// Listeners first: once Done, Accept hands out nothing more.
 	for _, l := range ls {
 		l.shut()
 	}
+	close(s.done)
 }
 
 // setErr records the first reason the session ends.

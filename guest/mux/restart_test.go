@@ -39,7 +39,12 @@ func (p *guestPort) open() (*Session, net.Conn) {
 	s := Server(c, Config{})
 	ln, err := s.Listen(7)
 	if err != nil {
-		p.t.Fatal(err)
+		select {
+		case <-s.Done(): // the host hung up at once (TestPeerRestartStorm's last agent)
+			return s, c
+		default:
+			p.t.Fatal(err)
+		}
 	}
 	go func() {
 		for {

@@ -175,6 +175,7 @@ func (c *conn) Read(p []byte) (int, error) {
 		n := 0
 		if c.directN > 0 {
 			n, c.directN = c.directN, 0
+			c.rcond.Broadcast() // other Reads wait for this one to take it
 		} else if c.roff < c.rlen {
 			n = copy(p, c.rbuf[c.roff:c.rlen])
 			c.roff += n

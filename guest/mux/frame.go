@@ -75,7 +75,7 @@ func (s *Session) recvLoop(ep *epoch) error {
 				}
 			}
 		}
-		if _, err := io.ReadFull(s.br, h[:]); err != nil {
+		if err := s.br.ReadFull(h[:]); err != nil {
 			return readErr(err, err == io.ErrUnexpectedEOF)
 		}
 		typ := h[1]
@@ -137,7 +137,7 @@ func (s *Session) recvData(ep *epoch, h *[frameHeaderSize]byte, flags uint16, id
 		return err
 	}
 	if c == nil {
-		if _, err := s.br.Discard(int(length)); err != nil {
+		if err := s.br.Discard(int(length)); err != nil {
 			return readErr(err, true)
 		}
 		return nil
@@ -187,7 +187,7 @@ func (s *Session) recvData(ep *epoch, h *[frameHeaderSize]byte, flags uint16, id
 func (s *Session) recvPayload(c *conn, n int) (uint32, error) {
 	if c.closed || c.gone {
 		c.mu.Unlock()
-		_, err := s.br.Discard(n)
+		err := s.br.Discard(n)
 		c.mu.Lock()
 		if err != nil {
 			return 0, readErr(err, true)
@@ -216,7 +216,7 @@ func (s *Session) recvPayload(c *conn, n int) (uint32, error) {
 	}
 	tail := c.reserve(n)
 	c.mu.Unlock()
-	_, err := io.ReadFull(s.br, tail)
+	err := s.br.ReadFull(tail)
 	c.mu.Lock()
 	if err != nil {
 		return 0, readErr(err, true)

@@ -1,7 +1,6 @@
 package mux
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"fmt"
@@ -53,7 +52,7 @@ func ack(n nonce) []byte {
 }
 
 // readHello reads and checks the Server's hello and returns its nonce.
-func readHello(r *bufio.Reader) (nonce, error) {
+func readHello(r io.Reader) (nonce, error) {
 	var b [helloSize]byte
 	var n nonce
 	if _, err := io.ReadFull(r, b[:]); err != nil {
@@ -80,7 +79,7 @@ func readHello(r *bufio.Reader) (nonce, error) {
 
 // awaitAck discards what the Client sends until the ack for n, at most
 // maxStale bytes.
-func awaitAck(r *bufio.Reader, n nonce) error {
+func awaitAck(r io.ByteReader, n nonce) error {
 	want := ack(n)
 	var win [ackSize]byte
 	for seen := 0; seen < maxStale+ackSize; seen++ {

@@ -25,7 +25,6 @@
 package mux
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -124,7 +123,7 @@ func (c Config) withDefaults() Config {
 type Session struct {
 	conn   io.ReadWriteCloser
 	nc     net.Conn // conn, if it is a net.Conn (writev); nil otherwise
-	br     *bufio.Reader
+	br     *frameReader
 	cfg    Config
 	client bool
 
@@ -310,7 +309,7 @@ func Server(conn io.ReadWriteCloser, cfg Config) *Session {
 func newSession(conn io.ReadWriteCloser, cfg Config, client bool) *Session {
 	s := &Session{
 		conn:      conn,
-		br:        bufio.NewReaderSize(conn, 64<<10),
+		br:        newFrameReader(conn),
 		cfg:       cfg.withDefaults(),
 		client:    client,
 		epReady:   make(chan struct{}),

@@ -748,6 +748,9 @@ func TestConcurrentReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// A Read left waiting (once, for the 5 minutes until the peer's close
+	// timer reset the stream) fails the test instead.
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	for i := range 4 {
@@ -762,6 +765,9 @@ func TestConcurrentReads(t *testing.T) {
 				}
 				total.Add(int64(n))
 				if err != nil {
+					if err != io.EOF {
+						t.Errorf("read: %v", err)
+					}
 					return
 				}
 			}

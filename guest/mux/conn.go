@@ -66,6 +66,7 @@ type conn struct {
 	inflight   int         // Writes sending a frame outside c.mu
 	finPending bool        // FIN waits for inflight to reach 0
 	ctimer     *time.Timer // resets the stream streamCloseTimeout after sentFin
+	htimer     *time.Timer // refuses the open if it is held unanswered too long
 
 	rgen, wgen       int // deadline generations
 	rexpired, wexpir bool
@@ -419,6 +420,7 @@ type listener struct {
 	mu       sync.Mutex
 	queue    []*conn
 	reserved int
+	waiting  []*conn // opens held unanswered while the backlog is full
 	closed   bool
 	ready    chan struct{} // signalled when queue grows or the listener closes
 	done     chan struct{}
@@ -440,10 +442,74 @@ func (l *listener) reserve() bool {
 	return true
 }
 
-func (l *listener) unreserve() {
+// offer takes a stream the peer opens: a backlog slot (true), else a place
+// among the opens held unanswered until Accept makes room (false, nil), else
+// nothing: refused.
+func (l *listener) offer(c *conn) (slot bool, err error) {
 	l.mu.Lock()
-	l.reserved--
+	defer l.mu.Unlock()
+	switch {
+	case l.closed:
+		return false, ErrRefused
+	case len(l.queue)+l.reserved < l.backlog:
+		l.reserved++
+		return true, nil
+	case l.s.held.Add(1) > openBacklog:
+		l.s.held.Add(-1)
+		return false, ErrRefused
+	}
+	l.waiting = append(l.waiting, c)
+	c.htimer = time.AfterFunc(holdTimeout, func() { l.expire(c) })
+	return false, nil
+}
+
+// unhold takes c from the held opens; false if it was not there. l.mu is held.
+func (l *listener) unhold(c *conn) bool {
+	for i, w := range l.waiting {
+		if w == c {
+			l.waiting = append(l.waiting[:i], l.waiting[i+1:]...)
+			l.s.held.Add(-1)
+			c.htimer.Stop()
+			return true
+		}
+	}
+	return false
+}
+
+// expire refuses a held open the backlog had no room for in time.
+func (l *listener) expire(c *conn) {
+	l.mu.Lock()
+	held := l.unhold(c)
 	l.mu.Unlock()
+	if held {
+		c.abandon()
+	}
+}
+
+// admit answers held opens while the backlog has room.
+func (l *listener) admit() {
+	var in []*conn
+	l.mu.Lock()
+	for len(l.waiting) > 0 && !l.closed && len(l.queue)+l.reserved < l.backlog {
+		c := l.waiting[0]
+		l.unhold(c)
+		l.reserved++
+		in = append(in, c)
+	}
+	l.mu.Unlock()
+	for _, c := range in {
+		c.mu.Lock()
+		live := !c.dead && !c.gone && !c.reset
+		c.mu.Unlock()
+		if !live {
+			l.mu.Lock()
+			l.reserved--
+			l.mu.Unlock()
+			continue
+		}
+		c.s.enqueue(c.ep, flagACK, c.id, uint32(c.s.cfg.Window-minWindow), ctrlQueue)
+		l.deliver(c)
+	}
 }
 
 // deliver queues c in its reserved slot.
@@ -476,7 +542,12 @@ func (l *listener) Accept() (net.Conn, error) {
 			l.queue[0] = nil
 			l.queue = l.queue[1:]
 			more := len(l.queue) > 0
+			held := len(l.waiting) > 0
 			l.mu.Unlock()
+			if held {
+				l.admit()
+				more = true
+			}
 			if more {
 				select {
 				case l.ready <- struct{}{}:
@@ -523,10 +594,17 @@ func (l *listener) shut() bool {
 	l.closed = true
 	q := l.queue
 	l.queue = nil
+	w := append([]*conn(nil), l.waiting...)
+	for _, c := range w {
+		l.unhold(c)
+	}
 	l.mu.Unlock()
 	close(l.done)
 	for _, c := range q {
 		c.Close()
+	}
+	for _, c := range w {
+		c.abandon() // refused
 	}
 	return true
 }

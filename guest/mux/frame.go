@@ -299,7 +299,7 @@ func (s *Session) accept(ep *epoch, h *[frameHeaderSize]byte, id, port uint32) e
 	if !full {
 		l = s.listener(port)
 	}
-	if l == nil || !l.reserve() {
+	if l == nil {
 		s.enqueue(ep, flagRST, id, 0, ctrlWait)
 		return nil
 	}
@@ -307,8 +307,22 @@ func (s *Session) accept(ep *epoch, h *[frameHeaderSize]byte, id, port uint32) e
 	ep.mu.Lock()
 	ep.streams[id] = c
 	ep.mu.Unlock()
-	s.enqueue(ep, flagACK, id, uint32(s.cfg.Window-minWindow), ctrlWait)
-	l.deliver(c)
+	// A burst of opens beyond the backlog waits (bounded, see offer) for
+	// Accept to make room rather than being refused at once.
+	slot, err := l.offer(c)
+	switch {
+	case err != nil:
+		c.mu.Lock()
+		c.reset, c.gone = true, true
+		c.mu.Unlock()
+		ep.mu.Lock()
+		delete(ep.streams, id)
+		ep.mu.Unlock()
+		s.enqueue(ep, flagRST, id, 0, ctrlWait)
+	case slot:
+		s.enqueue(ep, flagACK, id, uint32(s.cfg.Window-minWindow), ctrlWait)
+		l.deliver(c)
+	}
 	return nil
 }
 

@@ -31,6 +31,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -96,6 +97,13 @@ const (
 	// maxCtrl bounds control frames queued for the peer; the receive loop,
 	// which queues answers to what the peer sends, waits beyond it.
 	maxCtrl = 1 << 20
+	// openBacklog bounds the peer's opens held unanswered while their
+	// listener's backlog is full (what yamux's accept queue was).
+	openBacklog = 256
+	// holdTimeout bounds how long such an open waits: enough for an accept
+	// loop to catch up with a burst, short enough that a listener that has
+	// stopped accepting refuses soon (and well before the opener gives up).
+	holdTimeout = time.Second
 	// maxFrame bounds one data frame, so one stream's big write does not
 	// hold the connection for long.
 	maxFrame = 1 << 20
@@ -157,6 +165,8 @@ type Session struct {
 	listeners map[uint32]*listener
 	restarts  []time.Time // the peer's restarts within Config.RestartWindow
 	restarted int         // the peer's restarts in all
+
+	held atomic.Int32 // opens held unanswered (listener.offer)
 }
 
 // epoch is one session with one peer over the connection: the first, or

@@ -778,3 +778,37 @@ func TestConcurrentReads(t *testing.T) {
 		t.Fatalf("read %d bytes in all, want %d", total.Load(), size)
 	}
 }
+
+// TestOpenBurst checks that a burst of opens larger than the accept backlog
+// is held until Accept makes room, not refused.
+func TestOpenBurst(t *testing.T) {
+	checkGoroutines(t)
+	host, guest := pair(t, "socketpair", Config{AcceptBacklog: 4})
+	ln, _ := host.Listen(1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			time.Sleep(time.Millisecond) // a slow accept loop
+			c.Close()
+		}
+	}()
+	var wg sync.WaitGroup
+	var refused atomic.Int32
+	for range 100 {
+		wg.Go(func() {
+			c, err := guest.Dial(ctxT(t, 5*time.Second), 1)
+			if err != nil {
+				refused.Add(1)
+				return
+			}
+			c.Close()
+		})
+	}
+	wg.Wait()
+	if n := refused.Load(); n > 0 {
+		t.Errorf("%d of 100 opens refused", n)
+	}
+}

@@ -251,7 +251,9 @@ func (c *conn) Write(p []byte) (int, error) {
 		c.mu.Lock()
 		c.inflight--
 		fin := c.inflight == 0 && c.finPending
-		c.finPending = false
+		if fin {
+			c.finPending = false
+		}
 		complete := fin && c.recvFin
 		c.mu.Unlock()
 		if fin {

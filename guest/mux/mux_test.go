@@ -690,6 +690,9 @@ func TestCloseWriteDuringWrite(t *testing.T) {
 				return
 			}
 			go func() {
+				// A lost FIN fails the test instead of waiting for the
+				// close timer (5 minutes).
+				c.SetReadDeadline(time.Now().Add(20 * time.Second))
 				_, err := io.Copy(io.Discard, c)
 				c.Close()
 				got <- err
@@ -701,15 +704,23 @@ func TestCloseWriteDuringWrite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Two writers, so that one can finish its frame while the other's
+		// is still on its way.
+		var writers sync.WaitGroup
+		for range 2 {
+			writers.Go(func() {
+				buf := make([]byte, 96<<10)
+				for {
+					if _, err := c.Write(buf); err != nil {
+						return
+					}
+				}
+			})
+		}
 		wrote := make(chan struct{})
 		go func() {
-			defer close(wrote)
-			buf := make([]byte, 256<<10)
-			for {
-				if _, err := c.Write(buf); err != nil {
-					return
-				}
-			}
+			writers.Wait()
+			close(wrote)
 		}()
 		time.Sleep(time.Duration(i%5) * time.Millisecond)
 		if i%2 == 0 {

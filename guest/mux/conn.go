@@ -1,7 +1,6 @@
 package mux
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -9,8 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/hashicorp/yamux"
 )
 
 // errDeadline is what reads and writes return when a deadline passes, as for
@@ -29,78 +26,335 @@ func (a Addr) String() string { return fmt.Sprintf("mux:%d", a.Port) }
 
 // conn is one stream, a net.Conn with CloseWrite.
 type conn struct {
-	st            *yamux.Stream
 	s             *Session
 	ep            *epoch
+	id            uint32
 	local, remote Addr
-	closed        atomic.Bool
+	closedFlag    atomic.Bool
 	closeOnce     sync.Once
+	openc         chan struct{} // closed when the peer answers our open
+
+	mu    sync.Mutex
+	rcond sync.Cond // readers wait here
+	wcond sync.Cond // writers wait here
+
+	opening bool // our open is not answered yet
+	refused bool
+	reset   bool // by either side
+	dead    bool // the epoch ended
+	gone    bool // removed from the epoch
+	closed  bool // Close was called: what arrives is dropped
+
+	// Receiving. Unread bytes are rbuf[roff:rlen]; rbuf never exceeds the
+	// window, since the peer may not send more than that unread.
+	rbuf      []byte
+	roff      int
+	rlen      int
+	waitBuf   []byte // a waiting reader's buffer, for the receive loop to fill
+	filling   bool   // the receive loop is filling waitBuf
+	directN   int    // bytes the receive loop put into a reader's buffer
+	rseq      uint64 // numbers Read calls, so concurrent ones keep apart
+	waitOwner uint64 // the Read whose buffer waitBuf is
+	directFor uint64 // the Read whose buffer holds directN bytes
+	recvAvail uint32 // credit the peer has
+	unacked   uint32 // bytes read, their credit not yet returned
+	recvFin   bool
+
+	// Sending.
+	credit     uint32
+	sentFin    bool
+	inflight   int         // Writes sending a frame outside c.mu
+	finPending bool        // FIN waits for inflight to reach 0
+	ctimer     *time.Timer // resets the stream streamCloseTimeout after sentFin
+	htimer     *time.Timer // refuses the open if it is held unanswered too long
+
+	rgen, wgen       int // deadline generations
+	rexpired, wexpir bool
+	rtimer, wtimer   *time.Timer
 }
 
-func newConn(s *Session, ep *epoch, st *yamux.Stream, local, remote Addr) *conn {
-	return &conn{st: st, s: s, ep: ep, local: local, remote: remote}
+func newConn(s *Session, ep *epoch, id uint32, local, remote Addr) *conn {
+	c := &conn{s: s, ep: ep, id: id, local: local, remote: remote, credit: minWindow, recvAvail: uint32(s.cfg.Window)}
+	c.rcond.L = &c.mu
+	c.wcond.L = &c.mu
+	return c
+}
+
+// wake wakes every reader and writer to look again. c.mu is held.
+func (c *conn) wake() {
+	c.rcond.Broadcast()
+	c.wcond.Broadcast()
+}
+
+// answer marks our open answered. c.mu is held.
+func (c *conn) answer() {
+	if c.opening {
+		c.opening = false
+		close(c.openc)
+	}
+}
+
+// reserve makes room for n more unread bytes and returns it. c.mu is held.
+func (c *conn) reserve(n int) []byte {
+	if c.roff == c.rlen {
+		c.roff, c.rlen = 0, 0
+	}
+	if len(c.rbuf)-c.rlen < n {
+		if c.roff > 0 {
+			c.rlen = copy(c.rbuf, c.rbuf[c.roff:c.rlen])
+			c.roff = 0
+		}
+		if len(c.rbuf)-c.rlen < n {
+			size := min(max(2*len(c.rbuf), c.rlen+n, 64<<10), max(c.s.cfg.Window, c.rlen+n))
+			nb := make([]byte, size)
+			copy(nb, c.rbuf[:c.rlen])
+			c.rbuf = nb
+		}
+	}
+	return c.rbuf[c.rlen : c.rlen+n]
+}
+
+// consumed counts n bytes as read and returns the credit to give back, if
+// it is time to: once half the window has been read. c.mu is held.
+func (c *conn) consumed(n int) uint32 {
+	c.unacked += uint32(n)
+	if c.unacked < uint32(c.s.cfg.Window/2) || c.recvFin || c.reset || c.dead {
+		return 0
+	}
+	d := c.unacked
+	c.unacked = 0
+	c.recvAvail += d
+	return d
+}
+
+// remove takes c out of its epoch: the peer is done with it too, or it was reset.
+func (c *conn) remove() {
+	c.mu.Lock()
+	c.gone = true
+	if c.ctimer != nil {
+		c.ctimer.Stop()
+	}
+	c.wake()
+	c.mu.Unlock()
+	c.ep.mu.Lock()
+	if c.ep.streams[c.id] == c {
+		delete(c.ep.streams, c.id)
+	}
+	c.ep.mu.Unlock()
+}
+
+// abandon resets c and takes it out of its epoch.
+func (c *conn) abandon() {
+	c.mu.Lock()
+	send := !c.reset && !c.gone && !c.dead
+	c.reset = true
+	c.mu.Unlock()
+	if send {
+		c.s.enqueue(c.ep, flagRST, c.id, 0, ctrlQueue)
+	}
+	c.remove()
+}
+
+// deadErr is why reads and writes fail once the epoch has ended.
+func (c *conn) deadErr() error {
+	<-c.ep.done
+	return c.ep.err
 }
 
 func (c *conn) Read(p []byte) (int, error) {
-	if c.closed.Load() {
+	if c.closedFlag.Load() {
 		return 0, net.ErrClosed
 	}
-	n, err := c.st.Read(p)
-	if err == io.EOF && c.st.Session().IsClosed() {
-		// After the session ended yamux reports EOF on every stream; say why.
-		<-c.ep.done
-		return n, c.ep.err
+	c.mu.Lock()
+	c.rseq++
+	me := c.rseq
+	for {
+		if c.filling || (c.directN > 0 && c.directFor != me) {
+			c.rcond.Wait() // for the fill, or for its owner to take it
+			continue
+		}
+		n := 0
+		if c.directN > 0 {
+			n, c.directN = c.directN, 0
+			c.rcond.Broadcast() // other Reads wait for this one to take it
+		} else if c.roff < c.rlen {
+			n = copy(p, c.rbuf[c.roff:c.rlen])
+			c.roff += n
+		}
+		if n > 0 {
+			credit := c.consumed(n)
+			c.mu.Unlock()
+			if credit > 0 {
+				c.s.enqueue(c.ep, 0, c.id, credit, ctrlSend)
+			}
+			return n, nil
+		}
+		var err error
+		switch {
+		case c.closed:
+			err = net.ErrClosed
+		case c.dead:
+			c.mu.Unlock()
+			return 0, c.deadErr()
+		case c.recvFin:
+			err = io.EOF
+		case c.reset:
+			err = ErrReset
+		case len(p) == 0:
+		case c.rexpired:
+			err = fmt.Errorf("mux: %w", errDeadline)
+		default:
+			if c.waitBuf == nil {
+				c.waitBuf, c.waitOwner = p, me
+			}
+			c.rcond.Wait()
+			if c.waitOwner == me && !c.filling {
+				c.waitBuf = nil
+			}
+			continue
+		}
+		c.mu.Unlock()
+		return 0, err
 	}
-	if err == io.EOF {
-		return n, io.EOF
-	}
-	return n, c.err(err)
 }
 
 func (c *conn) Write(p []byte) (int, error) {
-	if c.closed.Load() {
+	if c.closedFlag.Load() {
 		return 0, net.ErrClosed
 	}
-	n, err := c.st.Write(p)
-	return n, c.err(err)
+	total := 0
+	for len(p) > 0 {
+		c.mu.Lock()
+		var err error
+		for err == nil && c.credit == 0 {
+			err = c.writeErr()
+			if err == nil {
+				c.wcond.Wait()
+			}
+		}
+		if err == nil {
+			err = c.writeErr()
+		}
+		if err != nil {
+			dead := c.dead
+			c.mu.Unlock()
+			if dead {
+				err = c.deadErr()
+			}
+			return total, err
+		}
+		n := min(len(p), int(c.credit), maxFrame)
+		c.credit -= uint32(n)
+		c.inflight++
+		c.mu.Unlock()
+		err = c.s.writeData(c.ep, c.id, p[:n])
+		c.mu.Lock()
+		c.inflight--
+		fin := c.inflight == 0 && c.finPending
+		if fin {
+			c.finPending = false
+		}
+		complete := fin && c.recvFin
+		c.mu.Unlock()
+		if fin {
+			// Close or CloseWrite came while this frame was on its way.
+			c.s.enqueue(c.ep, flagFIN, c.id, 0, ctrlQueue)
+		}
+		if complete {
+			c.remove()
+		}
+		if err != nil {
+			if err != ErrPeerRestarted {
+				c.s.fail(fmt.Errorf("%w: write: %w", ErrClosed, err))
+			}
+			return total, c.deadErr()
+		}
+		total += n
+		p = p[n:]
+	}
+	return total, nil
 }
 
-func (c *conn) err(err error) error {
-	if err == nil {
-		return nil
-	}
-	if c.closed.Load() {
+// writeErr says why c cannot send. c.mu is held.
+func (c *conn) writeErr() error {
+	switch {
+	case c.closed:
 		return net.ErrClosed
-	}
-	if c.st.Session().IsClosed() {
-		<-c.ep.done
-		return c.ep.err
-	}
-	if errors.Is(err, yamux.ErrStreamClosed) {
+	case c.dead:
+		return ErrClosed // the caller asks the epoch
+	case c.reset:
+		return ErrReset
+	case c.sentFin:
 		return fmt.Errorf("mux: write after CloseWrite: %w", io.ErrClosedPipe)
+	case c.wexpir:
+		return fmt.Errorf("mux: %w", errDeadline)
 	}
-	return c.ep.streamErr(err)
+	return nil
+}
+
+// finish ends our direction unless ended (or the stream is gone) and says
+// whether to send the FIN now, which waits for frames Writes are sending,
+// and whether the stream is complete. c.mu is held.
+func (c *conn) finish() (send, complete bool) {
+	if c.sentFin || c.reset || c.dead || c.gone {
+		return false, false
+	}
+	c.sentFin = true
+	c.ctimer = time.AfterFunc(streamCloseTimeout, c.abandon)
+	c.wake()
+	if c.inflight > 0 {
+		c.finPending = true
+		return false, false
+	}
+	return true, c.recvFin
 }
 
 // CloseWrite half-closes the stream: the peer reads EOF, this side can
 // still read.
 func (c *conn) CloseWrite() error {
-	if c.closed.Load() {
+	if c.closedFlag.Load() {
 		return net.ErrClosed
 	}
-	return c.err(c.st.Close())
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return c.deadErr()
+	}
+	send, complete := c.finish()
+	c.mu.Unlock()
+	if send {
+		c.s.enqueue(c.ep, flagFIN, c.id, 0, ctrlQueue)
+	}
+	if complete {
+		c.remove()
+	}
+	return nil
 }
 
-// Close closes both directions. What the peer still sends is read and
-// dropped, so its writes do not stall on a full window.
+// Close closes both directions. What the peer still sends is dropped (its
+// credit returned), so its writes do not stall on a full window.
 func (c *conn) Close() error {
 	first := false
 	c.closeOnce.Do(func() {
 		first = true
-		c.closed.Store(true)
-		c.st.Close()
-		c.st.SetReadDeadline(time.Time{})
-		go drain(c.st)
+		c.closedFlag.Store(true)
+		c.mu.Lock()
+		c.closed = true
+		credit := c.consumed(c.rlen - c.roff + c.directN)
+		c.rbuf, c.roff, c.rlen, c.directN = nil, 0, 0, 0
+		send, complete := c.finish()
+		complete = complete || (c.sentFin && c.recvFin && !c.finPending)
+		c.wake()
+		c.mu.Unlock()
+		if credit > 0 {
+			c.s.enqueue(c.ep, 0, c.id, credit, ctrlQueue)
+		}
+		if send {
+			c.s.enqueue(c.ep, flagFIN, c.id, 0, ctrlQueue)
+		}
+		if complete {
+			c.remove()
+		}
 	})
 	if !first {
 		return net.ErrClosed
@@ -108,39 +362,55 @@ func (c *conn) Close() error {
 	return nil
 }
 
-// drain reads a closed stream until the peer closes its side, the stream is
-// reset (yamux does so StreamCloseTimeout after Close), or the session ends.
-func drain(st *yamux.Stream) {
-	buf := make([]byte, 4096)
-	for {
-		if _, err := st.Read(buf); err != nil {
-			return
-		}
-	}
-}
-
 func (c *conn) LocalAddr() net.Addr  { return c.local }
 func (c *conn) RemoteAddr() net.Addr { return c.remote }
 
 func (c *conn) SetDeadline(t time.Time) error {
-	if c.closed.Load() {
-		return net.ErrClosed
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
 	}
-	return c.st.SetDeadline(t)
+	return c.SetWriteDeadline(t)
 }
 
 func (c *conn) SetReadDeadline(t time.Time) error {
-	if c.closed.Load() {
-		return net.ErrClosed
-	}
-	return c.st.SetReadDeadline(t)
+	return c.setDeadline(t, &c.rgen, &c.rexpired, &c.rtimer)
 }
 
 func (c *conn) SetWriteDeadline(t time.Time) error {
-	if c.closed.Load() {
+	return c.setDeadline(t, &c.wgen, &c.wexpir, &c.wtimer)
+}
+
+func (c *conn) setDeadline(t time.Time, gen *int, expired *bool, timer **time.Timer) error {
+	if c.closedFlag.Load() {
 		return net.ErrClosed
 	}
-	return c.st.SetWriteDeadline(t)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	*gen++
+	*expired = false
+	if *timer != nil {
+		(*timer).Stop()
+		*timer = nil
+	}
+	if t.IsZero() {
+		return nil
+	}
+	d := time.Until(t)
+	if d <= 0 {
+		*expired = true
+		c.wake()
+		return nil
+	}
+	g := *gen
+	*timer = time.AfterFunc(d, func() {
+		c.mu.Lock()
+		if *gen == g {
+			*expired = true
+			c.wake()
+		}
+		c.mu.Unlock()
+	})
+	return nil
 }
 
 // listener queues accepted streams for one port.
@@ -152,6 +422,7 @@ type listener struct {
 	mu       sync.Mutex
 	queue    []*conn
 	reserved int
+	waiting  []*conn // opens held unanswered while the backlog is full
 	closed   bool
 	ready    chan struct{} // signalled when queue grows or the listener closes
 	done     chan struct{}
@@ -173,10 +444,74 @@ func (l *listener) reserve() bool {
 	return true
 }
 
-func (l *listener) unreserve() {
+// offer takes a stream the peer opens: a backlog slot (true), else a place
+// among the opens held unanswered until Accept makes room (false, nil), else
+// nothing: refused.
+func (l *listener) offer(c *conn) (slot bool, err error) {
 	l.mu.Lock()
-	l.reserved--
+	defer l.mu.Unlock()
+	switch {
+	case l.closed:
+		return false, ErrRefused
+	case len(l.queue)+l.reserved < l.backlog:
+		l.reserved++
+		return true, nil
+	case l.s.held.Add(1) > openBacklog:
+		l.s.held.Add(-1)
+		return false, ErrRefused
+	}
+	l.waiting = append(l.waiting, c)
+	c.htimer = time.AfterFunc(holdTimeout, func() { l.expire(c) })
+	return false, nil
+}
+
+// unhold takes c from the held opens; false if it was not there. l.mu is held.
+func (l *listener) unhold(c *conn) bool {
+	for i, w := range l.waiting {
+		if w == c {
+			l.waiting = append(l.waiting[:i], l.waiting[i+1:]...)
+			l.s.held.Add(-1)
+			c.htimer.Stop()
+			return true
+		}
+	}
+	return false
+}
+
+// expire refuses a held open the backlog had no room for in time.
+func (l *listener) expire(c *conn) {
+	l.mu.Lock()
+	held := l.unhold(c)
 	l.mu.Unlock()
+	if held {
+		c.abandon()
+	}
+}
+
+// admit answers held opens while the backlog has room.
+func (l *listener) admit() {
+	var in []*conn
+	l.mu.Lock()
+	for len(l.waiting) > 0 && !l.closed && len(l.queue)+l.reserved < l.backlog {
+		c := l.waiting[0]
+		l.unhold(c)
+		l.reserved++
+		in = append(in, c)
+	}
+	l.mu.Unlock()
+	for _, c := range in {
+		c.mu.Lock()
+		live := !c.dead && !c.gone && !c.reset
+		c.mu.Unlock()
+		if !live {
+			l.mu.Lock()
+			l.reserved--
+			l.mu.Unlock()
+			continue
+		}
+		c.s.enqueue(c.ep, flagACK, c.id, uint32(c.s.cfg.Window-minWindow), ctrlQueue)
+		l.deliver(c)
+	}
 }
 
 // deliver queues c in its reserved slot.
@@ -209,7 +544,12 @@ func (l *listener) Accept() (net.Conn, error) {
 			l.queue[0] = nil
 			l.queue = l.queue[1:]
 			more := len(l.queue) > 0
+			held := len(l.waiting) > 0
 			l.mu.Unlock()
+			if held {
+				l.admit()
+				more = true
+			}
 			if more {
 				select {
 				case l.ready <- struct{}{}:
@@ -227,10 +567,12 @@ func (l *listener) Accept() (net.Conn, error) {
 }
 
 func (l *listener) closedErr() error {
-	select {
-	case <-l.s.done:
-		return fmt.Errorf("mux: accept on port %d: %w (%w)", l.port, net.ErrClosed, l.s.Err())
-	default:
+	// The session's error is set before it shuts its listeners.
+	l.s.mu.Lock()
+	err := l.s.err
+	l.s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("mux: accept on port %d: %w (%w)", l.port, net.ErrClosed, err)
 	}
 	return fmt.Errorf("mux: accept on port %d: %w", l.port, net.ErrClosed)
 }
@@ -254,10 +596,17 @@ func (l *listener) shut() bool {
 	l.closed = true
 	q := l.queue
 	l.queue = nil
+	w := append([]*conn(nil), l.waiting...)
+	for _, c := range w {
+		l.unhold(c)
+	}
 	l.mu.Unlock()
 	close(l.done)
 	for _, c := range q {
 		c.Close()
+	}
+	for _, c := range w {
+		c.abandon() // refused
 	}
 	return true
 }

@@ -1,10 +1,8 @@
 package mux
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"io"
 )
@@ -12,7 +10,7 @@ import (
 // The hello the Server sends before anything else: 8 bytes of magic, one
 // version byte, one reserved byte (zero) and an 8-byte nonce the Server
 // draws afresh each time it starts. The Client answers with the ack: 8
-// bytes of its own magic and the same nonce; the Server starts yamux only
+// bytes of its own magic and the same nonce; the Server starts its session only
 // after it, and discards whatever comes before it.
 //
 // Why the ack: on virtio-serial a guest process that dies does not close
@@ -20,11 +18,11 @@ import (
 // the guest has the port closed, so what the host sent to the dead process
 // reaches its successor first. The nonce lets the successor find where the
 // host's new session starts. The Client, for its part, accepts a new hello
-// in place of a frame header (see guard.go) as the peer having restarted.
+// in place of a frame header (see recvLoop in frame.go) as the peer having restarted.
 const (
 	helloMagic   = "AIRLKMUX"
 	ackMagic     = "AIRLKACK"
-	helloVersion = 2
+	helloVersion = 3
 	nonceSize    = 8
 	helloSize    = len(helloMagic) + 2 + nonceSize
 	ackSize      = len(ackMagic) + nonceSize
@@ -35,6 +33,9 @@ const (
 )
 
 type nonce [nonceSize]byte
+
+// nonceFor draws the nonce of a Server's hello (fixed by the fuzz tests).
+var nonceFor = newNonce
 
 func newNonce() nonce {
 	var n nonce
@@ -51,7 +52,7 @@ func ack(n nonce) []byte {
 }
 
 // readHello reads and checks the Server's hello and returns its nonce.
-func readHello(r *bufio.Reader) (nonce, error) {
+func readHello(r io.Reader) (nonce, error) {
 	var b [helloSize]byte
 	var n nonce
 	if _, err := io.ReadFull(r, b[:]); err != nil {
@@ -78,7 +79,7 @@ func readHello(r *bufio.Reader) (nonce, error) {
 
 // awaitAck discards what the Client sends until the ack for n, at most
 // maxStale bytes.
-func awaitAck(r *bufio.Reader, n nonce) error {
+func awaitAck(r io.ByteReader, n nonce) error {
 	want := ack(n)
 	var win [ackSize]byte
 	for seen := 0; seen < maxStale+ackSize; seen++ {
@@ -93,16 +94,4 @@ func awaitAck(r *bufio.Reader, n nonce) error {
 		}
 	}
 	return fmt.Errorf("%w: no ack from the host in %d bytes", ErrProtocol, maxStale)
-}
-
-func putPort(port uint32) []byte {
-	return binary.BigEndian.AppendUint32(nil, port)
-}
-
-func readPort(r io.Reader) (uint32, error) {
-	var b [4]byte
-	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return 0, err
-	}
-	return binary.BigEndian.Uint32(b[:]), nil
 }

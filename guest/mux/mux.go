@@ -8,10 +8,15 @@
 // (credit-based windows), the number of open streams and pending accepts.
 //
 // On the wire: the Server's hello and the Client's ack (see hello.go), then
-// yamux frames (github.com/hashicorp/yamux) in both directions, checked
-// frame by frame before yamux sees them (guard.go). Each stream starts with the opener's
-// 4-byte big-endian port; the other side answers one byte, 1 for accepted
-// and 0 for refused, and then the stream carries the caller's bytes.
+// frames in both directions, each a 12-byte big-endian header (version 0,
+// type, 16-bit flags, 32-bit stream id, 32-bit length) and, for data, the
+// payload (see frame.go). The Client opens odd stream ids, the Server even
+// ones, each side in increasing order. A control frame with SYN opens a
+// stream to the port in its length; the other side answers ACK (accepted;
+// the length is credit beyond the initial 256 KiB window) or RST (refused).
+// Data frames carry at most the credit the receiver granted; the receiver
+// returns credit in control frames once half its window has been read. FIN
+// ends one direction, RST the whole stream.
 //
 // A guest process that dies and is restarted opens the port afresh and
 // sends a new hello; the Client takes one in place of a frame header as
@@ -26,9 +31,8 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/hashicorp/yamux"
 )
 
 // Errors callers can test with errors.Is.
@@ -78,14 +82,31 @@ const (
 	// restarts faster than its health checks.
 	defaultPeerRestarts  = 8
 	defaultRestartWindow = 10 * time.Minute
-	minWindow            = 256 << 10 // yamux's initial window
+	minWindow            = 256 << 10 // every stream's initial credit
 	maxWindow            = 16 << 20
-	// handshakeTimeout bounds how long an opened stream may take to name
-	// its port and how long the acceptor may take to answer.
+	// handshakeTimeout bounds how long the peer may take to answer an open
+	// (and a restarted peer's hello).
 	handshakeTimeout = 10 * time.Second
-	// openBacklog bounds streams the peer opened that our accept loop has
-	// not picked up yet, and our own opens the peer has not acknowledged.
+	// writeTimeout: a peer that stops reading the connection for this long
+	// ends the session.
+	writeTimeout = 30 * time.Second
+	// streamCloseTimeout: a stream closed (or write-closed) locally is reset
+	// if the peer has not closed its side by then, so a peer cannot pin
+	// streams forever.
+	streamCloseTimeout = 5 * time.Minute
+	// maxCtrl bounds control frames queued for the peer; the receive loop,
+	// which queues answers to what the peer sends, waits beyond it.
+	maxCtrl = 1 << 20
+	// openBacklog bounds the peer's opens held unanswered while their
+	// listener's backlog is full (what yamux's accept queue was).
 	openBacklog = 256
+	// holdTimeout bounds how long such an open waits: enough for an accept
+	// loop to catch up with a burst, short enough that a listener that has
+	// stopped accepting refuses soon (and well before the opener gives up).
+	holdTimeout = time.Second
+	// maxFrame bounds one data frame, so one stream's big write does not
+	// hold the connection for long.
+	maxFrame = 1 << 20
 )
 
 func (c Config) withDefaults() Config {
@@ -106,56 +127,61 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func (c Config) yamux() *yamux.Config {
-	return &yamux.Config{
-		AcceptBacklog:   openBacklog,
-		EnableKeepAlive: false, // the peer is a VM on the same host; no NAT to keep open
-		// Required by yamux.VerifyConfig even with keepalives off.
-		KeepAliveInterval: time.Minute,
-		// A peer that stops reading the port for this long fails the write.
-		ConnectionWriteTimeout: 30 * time.Second,
-		MaxStreamWindowSize:    uint32(c.Window),
-		// A stream whose open the peer does not acknowledge in time ends the
-		// session: the peer's accept loop is stuck.
-		StreamOpenTimeout: time.Minute,
-		// A stream closed (or write-closed) locally is reset if the peer has
-		// not closed its side by then, so a peer cannot pin streams forever.
-		StreamCloseTimeout: 5 * time.Minute,
-		LogOutput:          io.Discard,
-	}
-}
-
 // Session is one multiplexed connection. Its methods are safe for concurrent use.
 type Session struct {
 	conn   io.ReadWriteCloser
+	nc     net.Conn // conn, if it is a net.Conn (writev); nil otherwise
+	br     *frameReader
 	cfg    Config
 	client bool
-	guard  *guard
 
 	done chan struct{} // closed once the session has ended
 
 	// wmu serialises writes to conn; wepoch is the epoch allowed to write,
-	// so a dead epoch's yamux cannot write into its successor's stream.
+	// so a dead epoch's streams cannot write into its successor's session.
 	wmu    sync.Mutex
 	wepoch uint64
+	wtimer *time.Timer // ends the session if one write takes writeTimeout
+	hdr    [frameHeaderSize]byte
+	iov    [3][]byte
+	vec    net.Buffers
+	wbuf   []byte
+	cspare []byte // a drained control buffer to reuse
+
+	// Control frames wait in ctrl until the next data frame or ctrlLoop
+	// takes them.
+	cmu    sync.Mutex
+	ccond  sync.Cond // signalled when ctrl drains or the session ends
+	cepoch uint64    // the epoch ctrl belongs to
+	cdead  bool
+	ctrl   []byte
+	ckick  chan struct{}
 
 	mu        sync.Mutex
-	ep        *epoch        // the running yamux session; nil until a hello
+	ep        *epoch        // the running epoch; nil until a hello
 	epReady   chan struct{} // closed when ep is set; replaced when the peer restarts
 	closing   bool
 	err       error
 	listeners map[uint32]*listener
 	restarts  []time.Time // the peer's restarts within Config.RestartWindow
 	restarted int         // the peer's restarts in all
+
+	held atomic.Int32 // opens held unanswered (listener.offer)
 }
 
-// epoch is one yamux session over the connection: the first, or one after
-// the peer restarted. Streams belong to one epoch and end with it.
+// epoch is one session with one peer over the connection: the first, or
+// one after the peer restarted. Streams belong to one epoch and end with it.
 type epoch struct {
-	n    uint64
-	ys   *yamux.Session
-	done chan struct{} // closed once ys has ended; err is then set
-	err  error
+	n         uint64
+	done      chan struct{} // closed once the epoch has ended; err is then set
+	err       error
+	restarted bool // it ended because the peer restarted
+
+	mu       sync.Mutex
+	dead     bool
+	streams  map[uint32]*conn
+	nextID   uint32 // our next stream id
+	lastPeer uint32 // the highest stream id the peer opened
 }
 
 // Client starts the host side over conn. It returns at once; Dial waits for
@@ -171,7 +197,7 @@ func Client(conn io.ReadWriteCloser, cfg Config) *Session {
 }
 
 func (s *Session) runClient() {
-	n, err := readHello(s.guard.r)
+	n, err := readHello(s.br)
 	for {
 		if err == nil {
 			err = s.writeAck(n)
@@ -181,31 +207,34 @@ func (s *Session) runClient() {
 			s.abort()
 			return
 		}
-		ep := s.start(yamux.Client)
+		ep := s.start()
 		if ep == nil {
 			return
 		}
-		if !s.guard.restarted.Load() {
+		if !ep.restarted {
 			s.finish(ep.err)
 			return
 		}
 		if err = s.peerRestarted(); err != nil {
 			s.fail(err)
-			s.conn.Close()
 			s.finish(err)
 			return
 		}
-		s.guard.reset()
 		n, err = s.readHelloBounded()
 	}
 }
 
 // writeAck answers hello n and moves writing to the next epoch; what a dead
-// epoch's yamux still tries to write is dropped from here on.
+// epoch's streams still try to write is dropped from here on.
 func (s *Session) writeAck(n nonce) error {
 	timer := time.AfterFunc(handshakeTimeout, func() { s.conn.Close() })
 	s.wmu.Lock()
 	s.wepoch++
+	s.cmu.Lock()
+	s.cepoch = s.wepoch
+	s.ctrl = s.ctrl[:0]
+	s.ccond.Broadcast()
+	s.cmu.Unlock()
 	_, err := s.conn.Write(ack(n))
 	s.wmu.Unlock()
 	if !timer.Stop() || err != nil {
@@ -218,7 +247,7 @@ func (s *Session) writeAck(n nonce) error {
 // magic within handshakeTimeout.
 func (s *Session) readHelloBounded() (nonce, error) {
 	timer := time.AfterFunc(handshakeTimeout, func() { s.conn.Close() })
-	n, err := readHello(s.guard.r)
+	n, err := readHello(s.br)
 	if !timer.Stop() && err == nil {
 		err = fmt.Errorf("%w: the restarted peer's hello took too long", ErrProtocol)
 	}
@@ -263,19 +292,24 @@ func (s *Session) Restarts() int {
 func Server(conn io.ReadWriteCloser, cfg Config) *Session {
 	s := newSession(conn, cfg, false)
 	go func() {
-		n := newNonce()
+		n := nonceFor()
 		if _, err := conn.Write(hello(n)); err != nil {
 			s.setErr(fmt.Errorf("%w: write hello: %w", ErrClosed, err))
 			s.abort()
 			return
 		}
-		if err := awaitAck(s.guard.r, n); err != nil {
+		if err := awaitAck(s.br, n); err != nil {
 			s.setErr(err)
 			s.abort()
 			return
 		}
+		s.wmu.Lock()
 		s.wepoch = 1
-		if ep := s.start(yamux.Server); ep != nil {
+		s.cmu.Lock()
+		s.cepoch = 1
+		s.cmu.Unlock()
+		s.wmu.Unlock()
+		if ep := s.start(); ep != nil {
 			s.finish(ep.err)
 		}
 	}()
@@ -285,84 +319,101 @@ func Server(conn io.ReadWriteCloser, cfg Config) *Session {
 func newSession(conn io.ReadWriteCloser, cfg Config, client bool) *Session {
 	s := &Session{
 		conn:      conn,
+		br:        newFrameReader(conn),
 		cfg:       cfg.withDefaults(),
 		client:    client,
 		epReady:   make(chan struct{}),
 		done:      make(chan struct{}),
 		listeners: make(map[uint32]*listener),
+		ckick:     make(chan struct{}, 1),
 	}
-	s.guard = newGuard(conn, !client, uint32(s.cfg.Window), s.setErr)
+	s.nc, _ = conn.(net.Conn)
+	s.ccond.L = &s.cmu
+	s.wtimer = time.AfterFunc(time.Hour, func() {
+		s.fail(fmt.Errorf("%w: the peer has not read for %s", ErrProtocol, writeTimeout))
+	})
+	s.wtimer.Stop()
+	go s.ctrlLoop()
 	return s
 }
 
-// start runs one epoch of yamux once a hello has gone through, and returns
-// it when it has ended; nil if the session was closed first.
-func (s *Session) start(newYamux func(io.ReadWriteCloser, *yamux.Config) (*yamux.Session, error)) *epoch {
+// start runs one epoch once a hello has gone through, and returns it when
+// it has ended; nil if the session was closed first.
+func (s *Session) start() *epoch {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		s.abort()
 		return nil
 	}
-	n := s.wepoch
-	w := &epochWriter{s: s, n: n}
-	ys, err := newYamux(guardedConn{s.guard, newFrameWriter(w), s.conn}, s.cfg.yamux())
-	if err != nil { // only a bad yamux.Config, which is ours
-		s.mu.Unlock()
-		s.setErr(fmt.Errorf("mux: %w", err))
-		s.abort()
-		return nil
+	ep := &epoch{n: s.wepoch, done: make(chan struct{}), streams: make(map[uint32]*conn), nextID: 2}
+	if s.client {
+		ep.nextID = 1
 	}
-	ep := &epoch{n: n, ys: ys, done: make(chan struct{})}
 	s.ep = ep
 	close(s.epReady)
 	s.mu.Unlock()
-	ep.err = s.acceptLoop(ep)
+
+	err := s.recvLoop(ep)
+
 	s.mu.Lock()
-	if s.guard.restarted.Load() && !s.closing {
-		ep.err = ErrPeerRestarted
+	if err == errPeerRestarted && !s.closing {
+		ep.restarted = true
+		err = ErrPeerRestarted
 		s.epReady = make(chan struct{})
+	} else {
+		if err == errPeerRestarted {
+			err = ErrClosed
+		}
+		if s.err == nil {
+			s.err = err
+		}
+		err = s.err
 	}
 	s.mu.Unlock()
-	close(ep.done)
+	if !ep.restarted {
+		s.shutdown()
+	}
+	s.endEpoch(ep, err)
 	return ep
 }
 
-// epochWriter writes for one epoch, until the next one starts.
-type epochWriter struct {
-	s *Session
-	n uint64
-}
-
-func (w *epochWriter) Write(p []byte) (int, error) {
-	w.s.wmu.Lock()
-	defer w.s.wmu.Unlock()
-	if w.s.wepoch != w.n {
-		return 0, ErrPeerRestarted
+// endEpoch ends every stream of ep with err.
+func (s *Session) endEpoch(ep *epoch, err error) {
+	ep.mu.Lock()
+	ep.err = err
+	ep.dead = true
+	streams := ep.streams
+	ep.streams = nil
+	ep.mu.Unlock()
+	for _, c := range streams {
+		c.mu.Lock()
+		c.dead = true
+		c.gone = true
+		c.answer()
+		if c.ctimer != nil {
+			c.ctimer.Stop()
+		}
+		c.wake()
+		c.mu.Unlock()
 	}
-	return w.s.conn.Write(p)
+	close(ep.done)
 }
 
-func (w *epochWriter) vectored() bool {
-	_, ok := w.s.conn.(net.Conn)
-	return ok
-}
-
-func (w *epochWriter) writeBuffers(b net.Buffers) error {
-	w.s.wmu.Lock()
-	defer w.s.wmu.Unlock()
-	if w.s.wepoch != w.n {
-		return ErrPeerRestarted
-	}
-	_, err := b.WriteTo(w.s.conn.(net.Conn))
-	return err
-}
-
-// abort ends a session that never got to run yamux (or whose peer failed
+// abort ends a session that never got to run an epoch (or whose peer failed
 // between two epochs).
 func (s *Session) abort() {
-	s.conn.Close()
+	s.shutdown()
 	s.finish(ErrClosed)
+}
+
+// shutdown closes the connection and stops control writes.
+func (s *Session) shutdown() {
+	s.cmu.Lock()
+	s.cdead = true
+	s.ccond.Broadcast()
+	s.cmu.Unlock()
+	s.conn.Close()
 }
 
 // finish records why the session ended (unless a reason is known already),
@@ -373,10 +424,11 @@ func (s *Session) finish(why error) {
 	ls := s.listeners
 	s.listeners = nil
 	s.mu.Unlock()
-	close(s.done)
+	// Listeners first: once Done, Accept hands out nothing more.
 	for _, l := range ls {
 		l.shut()
 	}
+	close(s.done)
 }
 
 // setErr records the first reason the session ends.
@@ -393,103 +445,8 @@ func (s *Session) fail(err error) {
 	s.setErr(err)
 	s.mu.Lock()
 	s.closing = true
-	var ys *yamux.Session
-	if s.ep != nil {
-		ys = s.ep.ys
-	}
 	s.mu.Unlock()
-	if ys != nil && !ys.IsClosed() {
-		ys.Close()
-	} else {
-		s.conn.Close()
-	}
-}
-
-// acceptLoop hands every stream the peer opens to a handshake, and notices
-// when yamux ends.
-func (s *Session) acceptLoop(ep *epoch) error {
-	ys := ep.ys
-	for {
-		st, err := ys.AcceptStream()
-		if err != nil {
-			if !ys.IsClosed() {
-				continue // acknowledging one stream failed; yamux goes on
-			}
-			return yamuxErr(shutdownErr(ys, err))
-		}
-		// Refused streams linger until the peer closes its side; a peer that
-		// never does holds at most this many before the session ends.
-		if n := ys.NumStreams(); n > 2*s.cfg.MaxStreams {
-			st.Close()
-			s.fail(fmt.Errorf("%w: peer keeps %d streams open (limit %d)", ErrProtocol, n, s.cfg.MaxStreams))
-			continue
-		}
-		go s.handshake(ep, st, ys.NumStreams() > s.cfg.MaxStreams)
-	}
-}
-
-// shutdownErr digs out why yamux ended. AcceptStream says so only once
-// the streams still queued for acceptance are gone; until then it fails
-// acknowledging them with ErrSessionShutdown.
-func shutdownErr(ys *yamux.Session, err error) error {
-	for range openBacklog + 1 {
-		if !errors.Is(err, yamux.ErrSessionShutdown) {
-			return err
-		}
-		var st *yamux.Stream
-		if st, err = ys.AcceptStream(); st != nil {
-			st.Close()
-			err = yamux.ErrSessionShutdown
-		}
-	}
-	return err
-}
-
-// yamuxErr maps the reason yamux gives for its end to ours.
-func yamuxErr(err error) error {
-	switch {
-	case errors.Is(err, yamux.ErrSessionShutdown):
-		return ErrClosed
-	case errors.Is(err, io.EOF):
-		return fmt.Errorf("%w: peer hung up (%w)", ErrClosed, io.EOF)
-	case errors.Is(err, yamux.ErrInvalidVersion), errors.Is(err, yamux.ErrInvalidMsgType),
-		errors.Is(err, yamux.ErrDuplicateStream), errors.Is(err, yamux.ErrRecvWindowExceeded),
-		errors.Is(err, yamux.ErrUnexpectedFlag), errors.Is(err, yamux.ErrTimeout),
-		errors.Is(err, yamux.ErrConnectionWriteTimeout):
-		return fmt.Errorf("%w: %w", ErrProtocol, err)
-	}
-	if msg := err.Error(); msg == "yamux protocol error" || msg == "remote yamux internal error" || msg == "unexpected go away received" {
-		return fmt.Errorf("%w: peer: %s", ErrProtocol, msg)
-	}
-	return fmt.Errorf("%w: %w", ErrClosed, err)
-}
-
-// handshake reads the port a peer-opened stream asks for and answers it.
-func (s *Session) handshake(ep *epoch, st *yamux.Stream, full bool) {
-	st.SetDeadline(time.Now().Add(handshakeTimeout))
-	port, err := readPort(st)
-	if err != nil {
-		st.Close()
-		return
-	}
-	var l *listener
-	if !full {
-		l = s.listener(port)
-	}
-	accepted := l != nil && l.reserve()
-	reply := []byte{0}
-	if accepted {
-		reply[0] = 1
-	}
-	if _, err := st.Write(reply); err != nil || !accepted {
-		if accepted {
-			l.unreserve()
-		}
-		st.Close()
-		return
-	}
-	st.SetDeadline(time.Time{})
-	l.deliver(newConn(s, ep, st, Addr{Port: port}, Addr{}))
+	s.shutdown()
 }
 
 // Dial opens a stream to port on the peer.
@@ -499,13 +456,16 @@ func (s *Session) Dial(ctx context.Context, port uint32) (net.Conn, error) {
 		if err != nil {
 			return nil, s.dialErr(port, err)
 		}
-		c, err := s.dial(ctx, ep, port)
+		c, err := s.open(ctx, ep, port)
 		// An open cut short by the peer's restart delivered nothing; the
 		// successor gets it. Restarts are bounded, so is this loop.
 		if errors.Is(err, ErrPeerRestarted) && ctx.Err() == nil {
 			continue
 		}
-		return c, err
+		if err != nil {
+			return nil, s.dialErr(port, err)
+		}
+		return c, nil
 	}
 }
 
@@ -536,7 +496,10 @@ func (s *Session) epoch(ctx context.Context) (*epoch, error) {
 		if ep == nil {
 			continue
 		}
-		if !ep.ys.IsClosed() {
+		ep.mu.Lock()
+		dead := ep.dead
+		ep.mu.Unlock()
+		if !dead {
 			return ep, nil
 		}
 		// The peer may have restarted; its successor's epoch follows.
@@ -545,40 +508,9 @@ func (s *Session) epoch(ctx context.Context) (*epoch, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		if !errors.Is(ep.err, ErrPeerRestarted) {
+		if !ep.restarted {
 			return nil, ep.err
 		}
-	}
-}
-
-func (s *Session) dial(ctx context.Context, ep *epoch, port uint32) (net.Conn, error) {
-	if n := ep.ys.NumStreams(); n >= s.cfg.MaxStreams {
-		return nil, s.dialErr(port, ErrTooManyStreams)
-	}
-	type result struct {
-		c   *conn
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		c, err := s.open(ctx, ep, port)
-		ch <- result{c, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			return nil, s.dialErr(port, r.err)
-		}
-		return r.c, nil
-	case <-ctx.Done():
-		// yamux may still be waiting for an open slot; drop whatever it
-		// produces.
-		go func() {
-			if r := <-ch; r.c != nil {
-				r.c.Close()
-			}
-		}()
-		return nil, s.dialErr(port, ctx.Err())
 	}
 }
 
@@ -586,50 +518,62 @@ func (s *Session) dialErr(port uint32, err error) error {
 	return fmt.Errorf("mux: dial port %d: %w", port, err)
 }
 
-// open runs the opener's half of the port handshake.
+// open opens a stream in ep and waits for the peer's answer.
 func (s *Session) open(ctx context.Context, ep *epoch, port uint32) (*conn, error) {
-	st, err := ep.ys.OpenStream()
-	if err != nil {
-		return nil, ep.streamErr(err)
+	ep.mu.Lock()
+	if ep.dead {
+		ep.mu.Unlock()
+		<-ep.done
+		return nil, ep.err
 	}
-	// ctx ends the handshake through stop below; the timeout bounds a peer
-	// that acknowledges streams but never answers.
-	st.SetDeadline(time.Now().Add(handshakeTimeout))
-	stop := context.AfterFunc(ctx, func() { st.SetDeadline(time.Unix(1, 0)) })
-	reply, err := func() (byte, error) {
-		if _, err := st.Write(putPort(port)); err != nil {
-			return 0, err
-		}
-		var b [1]byte
-		_, err := io.ReadFull(st, b[:])
-		return b[0], err
-	}()
-	if !stop() || (err != nil && ctx.Err() != nil) {
-		st.Close()
-		return nil, ctx.Err()
+	if len(ep.streams) >= s.cfg.MaxStreams {
+		ep.mu.Unlock()
+		return nil, ErrTooManyStreams
 	}
+	if ep.nextID > 1<<31 {
+		ep.mu.Unlock()
+		return nil, fmt.Errorf("%w: stream ids used up", ErrTooManyStreams)
+	}
+	c := newConn(s, ep, ep.nextID, Addr{}, Addr{Port: port})
+	c.opening = true
+	c.openc = make(chan struct{})
+	ep.nextID += 2
+	ep.streams[c.id] = c
+	// Under ep.mu, so that opens reach the peer in id order.
+	s.enqueue(ep, flagSYN, c.id, port, ctrlQueue)
+	if extra := uint32(s.cfg.Window - minWindow); extra > 0 {
+		s.enqueue(ep, 0, c.id, extra, ctrlQueue)
+	}
+	ep.mu.Unlock()
+
+	timer := time.NewTimer(handshakeTimeout)
+	defer timer.Stop()
+	var why error
+	select {
+	case <-c.openc:
+	case <-ctx.Done():
+		why = ctx.Err()
+	case <-timer.C:
+		why = fmt.Errorf("mux: the peer did not answer within %s: %w", handshakeTimeout, errDeadline)
+	}
+	c.mu.Lock()
 	switch {
-	case err == nil && reply == 1:
-		st.SetDeadline(time.Time{})
-		return newConn(s, ep, st, Addr{}, Addr{Port: port}), nil
-	case err == nil && reply == 0,
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, yamux.ErrConnectionReset):
-		// A reset is the peer's yamux refusing the open (backlog full).
-		st.Close()
-		if ep.ys.IsClosed() {
-			<-ep.done
-			return nil, ep.err
-		}
+	case c.dead:
+		c.mu.Unlock()
+		<-ep.done
+		return nil, ep.err
+	case why != nil:
+		// Given up: whatever the peer answers is dropped.
+		c.answer()
+		c.mu.Unlock()
+		c.abandon()
+		return nil, why
+	case c.refused:
+		c.mu.Unlock()
 		return nil, ErrRefused
-	case err == nil:
-		st.Close()
-		perr := fmt.Errorf("%w: handshake answer %d", ErrProtocol, reply)
-		s.fail(perr)
-		return nil, perr
-	default:
-		st.Close()
-		return nil, ep.streamErr(err)
 	}
+	c.mu.Unlock()
+	return c, nil
 }
 
 // Listen accepts streams the peer opens to port.
@@ -689,22 +633,4 @@ func (s *Session) errLocked() error {
 		return ErrClosed
 	}
 	return s.err
-}
-
-// streamErr maps a yamux error on a stream of ep to ours.
-func (ep *epoch) streamErr(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, yamux.ErrTimeout):
-		return fmt.Errorf("mux: %w", errDeadline)
-	case errors.Is(err, yamux.ErrConnectionReset):
-		return ErrReset
-	case errors.Is(err, yamux.ErrRemoteGoAway):
-		return fmt.Errorf("%w: the peer accepts no more streams", ErrRefused)
-	case errors.Is(err, yamux.ErrSessionShutdown):
-		<-ep.done // yamux has ended, so the accept loop finishes the epoch
-		return ep.err
-	}
-	return err
 }

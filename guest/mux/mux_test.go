@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -406,7 +407,7 @@ func sum(b []byte) []byte {
 	return h[:]
 }
 
-// rawFrame encodes a yamux frame header.
+// rawFrame encodes a frame header (see frame.go).
 func rawFrame(typ uint8, flags uint16, id, length uint32) []byte {
 	h := []byte{0, typ, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 	binary.BigEndian.PutUint16(h[2:], flags)
@@ -418,6 +419,7 @@ func rawFrame(typ uint8, flags uint16, id, length uint32) []byte {
 func TestPeerGarbage(t *testing.T) {
 	helloV := func(v byte) []byte { return append(append([]byte(helloMagic), v, 0), make([]byte, nonceSize)...) }
 	cat := func(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
+	open2 := rawFrame(1, flagSYN, 2, 1) // the guest opens stream 2 to port 1, where the host listens
 	tests := []struct {
 		name string
 		in   []byte
@@ -431,15 +433,24 @@ func TestPeerGarbage(t *testing.T) {
 		{"bad frame version", cat(hello(nonce{}), []byte{1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0}), ErrProtocol},
 		{"unknown type", cat(hello(nonce{}), rawFrame(9, 0, 2, 0)), ErrProtocol},
 		{"unknown flags", cat(hello(nonce{}), rawFrame(1, 0x10, 2, 0)), ErrProtocol},
-		{"ping", cat(hello(nonce{}), rawFrame(2, 1, 0, 7)), ErrProtocol},
+		{"two flags", cat(hello(nonce{}), rawFrame(1, flagSYN|flagFIN, 2, 1)), ErrProtocol},
+		{"data flags", cat(hello(nonce{}), open2, rawFrame(0, flagSYN, 2, 1), []byte{0}), ErrProtocol},
+		{"ping (yamux)", cat(hello(nonce{}), rawFrame(2, 1, 0, 7)), ErrProtocol},
 		{"stream id 0", cat(hello(nonce{}), rawFrame(1, 1, 0, 0)), ErrProtocol},
 		{"our id space", cat(hello(nonce{}), rawFrame(1, 1, 3, 0)), ErrProtocol},
-		{"oversized data frame", cat(hello(nonce{}), rawFrame(0, 1, 2, 1<<30)), ErrProtocol},
-		{"window exceeded", cat(hello(nonce{}), rawFrame(0, 1, 2, minWindow), make([]byte, minWindow), rawFrame(0, 0, 2, 1), []byte{0}), ErrProtocol},
+		{"oversized data frame", cat(hello(nonce{}), open2, rawFrame(0, 0, 2, 1<<30)), ErrProtocol},
+		{"window exceeded", cat(hello(nonce{}), open2, rawFrame(0, 0, 2, minWindow), make([]byte, minWindow), rawFrame(0, 0, 2, 1), []byte{0}), ErrProtocol},
 		{"duplicate stream", cat(hello(nonce{}), rawFrame(1, 1, 2, 0), rawFrame(1, 1, 2, 0)), ErrProtocol},
-		{"bad go-away", cat(hello(nonce{}), rawFrame(3, 0, 0, 77)), ErrProtocol},
+		{"ids out of order", cat(hello(nonce{}), rawFrame(1, 1, 4, 0), rawFrame(1, 1, 2, 0)), ErrProtocol},
+		{"data for a stream never opened", cat(hello(nonce{}), rawFrame(0, 0, 2, 1), []byte{0}), ErrProtocol},
+		{"credit for a stream never opened", cat(hello(nonce{}), rawFrame(1, 0, 4, 1)), ErrProtocol},
+		{"data after FIN", cat(hello(nonce{}), open2, rawFrame(0, flagFIN, 2, 1), []byte{0}, rawFrame(0, 0, 2, 1), []byte{0}), ErrProtocol},
+		{"ACK for the peer's own stream", cat(hello(nonce{}), open2, rawFrame(1, flagACK, 2, 0)), ErrProtocol},
+		{"credit overflow", cat(hello(nonce{}), open2, rawFrame(1, 0, 2, 1<<31)), ErrProtocol},
+		{"empty data frame", cat(hello(nonce{}), open2, rawFrame(0, 0, 2, 0)), ErrProtocol},
+		{"bad go-away (yamux)", cat(hello(nonce{}), rawFrame(3, 0, 0, 77)), ErrProtocol},
 		{"truncated header", cat(hello(nonce{}), rawFrame(1, 1, 2, 0)[:5]), ErrProtocol},
-		{"truncated data", cat(hello(nonce{}), rawFrame(0, 1, 2, 100), []byte("abc")), ErrProtocol},
+		{"truncated data", cat(hello(nonce{}), open2, rawFrame(0, 0, 2, 100), []byte("abc")), ErrProtocol},
 		{"random", cat(hello(nonce{}), pattern(1, 4096)), ErrProtocol},
 	}
 	for _, tt := range tests {
@@ -661,5 +672,154 @@ func TestGoroutinesEnd(t *testing.T) {
 	guest.Close()
 	if !strings.Contains(fmt.Sprint(host.Err()), "closed") {
 		t.Errorf("Err = %v", host.Err())
+	}
+}
+
+// TestCloseWriteDuringWrite checks that a FIN never overtakes a frame a
+// concurrent Write is still sending: the peer reads what was written, then
+// EOF, and neither session sees a protocol violation.
+func TestCloseWriteDuringWrite(t *testing.T) {
+	checkGoroutines(t)
+	host, guest := pair(t, "socketpair", Config{})
+	ln, _ := guest.Listen(1)
+	got := make(chan error, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				// A lost FIN fails the test instead of waiting for the
+				// close timer (5 minutes).
+				c.SetReadDeadline(time.Now().Add(20 * time.Second))
+				_, err := io.Copy(io.Discard, c)
+				c.Close()
+				got <- err
+			}()
+		}
+	}()
+	for i := range 50 {
+		c, err := host.Dial(ctxT(t, 5*time.Second), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two writers, so that one can finish its frame while the other's
+		// is still on its way.
+		var writers sync.WaitGroup
+		for range 2 {
+			writers.Go(func() {
+				buf := make([]byte, 96<<10)
+				for {
+					if _, err := c.Write(buf); err != nil {
+						return
+					}
+				}
+			})
+		}
+		wrote := make(chan struct{})
+		go func() {
+			writers.Wait()
+			close(wrote)
+		}()
+		time.Sleep(time.Duration(i%5) * time.Millisecond)
+		if i%2 == 0 {
+			c.(interface{ CloseWrite() error }).CloseWrite()
+		} else {
+			c.Close()
+		}
+		<-wrote
+		if err := <-got; err != nil {
+			t.Fatalf("round %d: peer read %v", i, err)
+		}
+		c.Close()
+	}
+	if host.Err() != nil || guest.Err() != nil {
+		t.Fatalf("sessions ended: %v, %v", host.Err(), guest.Err())
+	}
+}
+
+// TestConcurrentReads checks that Reads racing on one stream each get
+// bytes the peer sent, none another's buffer holds.
+func TestConcurrentReads(t *testing.T) {
+	checkGoroutines(t)
+	host, guest := pair(t, "socketpair", Config{})
+	ln, _ := guest.Listen(1)
+	const size = 16 << 20
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.Write(bytes.Repeat([]byte{0xab}, size))
+	}()
+	c, err := host.Dial(ctxT(t, 5*time.Second), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// A Read left waiting (once, for the 5 minutes until the peer's close
+	// timer reset the stream) fails the test instead.
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			buf := make([]byte, 4<<10<<(2*i)) // 4 KiB to 256 KiB
+			for {
+				clear(buf)
+				n, err := c.Read(buf)
+				if bytes.Count(buf[:n], []byte{0xab}) != n {
+					t.Errorf("read %d bytes that are not the peer's", n)
+					return
+				}
+				total.Add(int64(n))
+				if err != nil {
+					if err != io.EOF {
+						t.Errorf("read: %v", err)
+					}
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if total.Load() != size {
+		t.Fatalf("read %d bytes in all, want %d", total.Load(), size)
+	}
+}
+
+// TestOpenBurst checks that a burst of opens larger than the accept backlog
+// is held until Accept makes room, not refused.
+func TestOpenBurst(t *testing.T) {
+	checkGoroutines(t)
+	host, guest := pair(t, "socketpair", Config{AcceptBacklog: 4})
+	ln, _ := host.Listen(1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			time.Sleep(time.Millisecond) // a slow accept loop
+			c.Close()
+		}
+	}()
+	var wg sync.WaitGroup
+	var refused atomic.Int32
+	for range 100 {
+		wg.Go(func() {
+			c, err := guest.Dial(ctxT(t, 5*time.Second), 1)
+			if err != nil {
+				refused.Add(1)
+				return
+			}
+			c.Close()
+		})
+	}
+	wg.Wait()
+	if n := refused.Load(); n > 0 {
+		t.Errorf("%d of 100 opens refused", n)
 	}
 }

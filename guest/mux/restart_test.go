@@ -1,6 +1,7 @@
 package mux
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -38,7 +39,12 @@ func (p *guestPort) open() (*Session, net.Conn) {
 	s := Server(c, Config{})
 	ln, err := s.Listen(7)
 	if err != nil {
-		p.t.Fatal(err)
+		select {
+		case <-s.Done(): // the host hung up at once (TestPeerRestartStorm's last agent)
+			return s, c
+		default:
+			p.t.Fatal(err)
+		}
 	}
 	go func() {
 		for {
@@ -198,14 +204,14 @@ func TestPeerRestartMute(t *testing.T) {
 func TestAwaitAckSkipsStale(t *testing.T) {
 	n := nonce{1, 2, 3, 4, 5, 6, 7, 8}
 	in := bytes.Join([][]byte{[]byte("AIRLKACK"), ack(nonce{}), []byte("AIRLKAC"), ack(n), []byte("after")}, nil)
-	r := newGuard(bytes.NewReader(in), true, minWindow, func(error) {}).r
+	r := bufio.NewReader(bytes.NewReader(in))
 	if err := awaitAck(r, n); err != nil {
 		t.Fatal(err)
 	}
 	if rest, _ := io.ReadAll(r); string(rest) != "after" {
 		t.Fatalf("after the ack: %q", rest)
 	}
-	if err := awaitAck(newGuard(bytes.NewReader(ack(nonce{})), true, minWindow, nil).r, n); err == nil {
+	if err := awaitAck(bufio.NewReader(bytes.NewReader(ack(nonce{}))), n); err == nil {
 		t.Fatal("a wrong nonce was taken for the ack")
 	}
 }

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package mux
+
+import "io"
+
+// vectorReader: readv is used on Linux only.
+func vectorReader(io.Reader) func(a, b []byte) (int, error) { return nil }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"testing"
 	"time"
 )
@@ -43,18 +44,10 @@ func FuzzClientInput(f *testing.F) {
 			if err != nil {
 				continue
 			}
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					go func() {
-						io.Copy(io.Discard, c)
-						c.Close()
-					}()
-				}
-			}()
+			go acceptEach(ln, func(c net.Conn) {
+				io.Copy(io.Discard, c)
+				c.Close()
+			})
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 		if c, err := s.Dial(ctx, 1); err == nil {

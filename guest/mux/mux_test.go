@@ -104,18 +104,10 @@ func TestDialListen(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				go func() {
-					for {
-						c, err := ln.Accept()
-						if err != nil {
-							return
-						}
-						go func() {
-							defer c.Close()
-							io.Copy(c, c)
-						}()
-					}
-				}()
+				go acceptEach(ln, func(c net.Conn) {
+					defer c.Close()
+					io.Copy(c, c)
+				})
 				c, err := dialer.Dial(ctxT(t, 5*time.Second), 1024)
 				if err != nil {
 					t.Fatal(err)
@@ -345,32 +337,24 @@ func TestManyStreams(t *testing.T) {
 			ln, _ := guest.Listen(9)
 			// The guest: read a stream id, then send its pattern while
 			// checking the host's.
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					go func() {
-						defer c.Close()
-						var id [8]byte
-						if _, err := io.ReadFull(c, id[:]); err != nil {
-							return
-						}
-						seed := binary.BigEndian.Uint64(id[:])
-						// Close only after the write is done: closing
-						// while writing would cut the stream short.
-						wrote := make(chan struct{})
-						go func() { c.Write(pattern(seed+1000, size)); close(wrote) }()
-						h := sha256.New()
-						io.CopyN(h, c, size)
-						<-wrote
-						if !bytes.Equal(h.Sum(nil), sum(pattern(seed, size))) {
-							c.Write([]byte("bad"))
-						}
-					}()
+			go acceptEach(ln, func(c net.Conn) {
+				defer c.Close()
+				var id [8]byte
+				if _, err := io.ReadFull(c, id[:]); err != nil {
+					return
 				}
-			}()
+				seed := binary.BigEndian.Uint64(id[:])
+				// Close only after the write is done: closing
+				// while writing would cut the stream short.
+				wrote := make(chan struct{})
+				go func() { c.Write(pattern(seed+1000, size)); close(wrote) }()
+				h := sha256.New()
+				io.CopyN(h, c, size)
+				<-wrote
+				if !bytes.Equal(h.Sum(nil), sum(pattern(seed, size))) {
+					c.Write([]byte("bad"))
+				}
+			})
 			var wg sync.WaitGroup
 			errs := make(chan error, streams)
 			for i := range streams {
@@ -683,22 +667,14 @@ func TestCloseWriteDuringWrite(t *testing.T) {
 	host, guest := pair(t, "socketpair", Config{})
 	ln, _ := guest.Listen(1)
 	got := make(chan error, 1)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				// A lost FIN fails the test instead of waiting for the
-				// close timer (5 minutes).
-				c.SetReadDeadline(time.Now().Add(20 * time.Second))
-				_, err := io.Copy(io.Discard, c)
-				c.Close()
-				got <- err
-			}()
-		}
-	}()
+	go acceptEach(ln, func(c net.Conn) {
+		// A lost FIN fails the test instead of waiting for the
+		// close timer (5 minutes).
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		_, err := io.Copy(io.Discard, c)
+		c.Close()
+		got <- err
+	})
 	for i := range 50 {
 		c, err := host.Dial(ctxT(t, 5*time.Second), 1)
 		if err != nil {
@@ -821,5 +797,17 @@ func TestOpenBurst(t *testing.T) {
 	wg.Wait()
 	if n := refused.Load(); n > 0 {
 		t.Errorf("%d of 100 opens refused", n)
+	}
+}
+
+// acceptEach hands every connection ln accepts to handle on its own
+// goroutine, until ln is closed.
+func acceptEach(ln net.Listener, handle func(c net.Conn)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go handle(c)
 	}
 }

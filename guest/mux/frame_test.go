@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"testing"
-	"time"
 )
 
 // recorder keeps every Write separately.
@@ -91,17 +90,7 @@ func TestPutSocket(t *testing.T) {
 // on either side once a stream runs.
 func TestSteadyStateAllocs(t *testing.T) {
 	host, guest := pair(t, "socketpair", Config{})
-	ln, _ := guest.Listen(1)
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	w, err := host.Dial(ctxT(t, 5*time.Second), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := <-accepted
+	w, r := dialAccepted(t, host, guest)
 	buf, rbuf := make([]byte, 64<<10), make([]byte, 64<<10)
 	step := func() {
 		done := make(chan struct{})

@@ -265,23 +265,13 @@ func TestHalfClose(t *testing.T) {
 func TestDeadlines(t *testing.T) {
 	checkGoroutines(t)
 	host, guest := pair(t, "socketpair", Config{})
-	ln, _ := guest.Listen(1)
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	c, err := host.Dial(ctxT(t, 5*time.Second), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, peer := dialAccepted(t, host, guest)
 	defer c.Close()
-	peer := <-accepted
 	defer peer.Close()
 
 	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 	start := time.Now()
-	_, err = c.Read(make([]byte, 1))
+	_, err := c.Read(make([]byte, 1))
 	var ne net.Error
 	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("Read past deadline = %v", err)
@@ -810,4 +800,24 @@ func acceptEach(ln net.Listener, handle func(c net.Conn)) {
 		}
 		go handle(c)
 	}
+}
+
+// dialAccepted opens one stream from dialer to a listener on port 1 of
+// listener and returns both ends.
+func dialAccepted(t *testing.T, dialer, listener *Session) (dialed, accepted net.Conn) {
+	t.Helper()
+	ln, err := listener.Listen(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		ch <- c
+	}()
+	dialed, err = dialer.Dial(ctxT(t, 5*time.Second), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dialed, <-ch
 }

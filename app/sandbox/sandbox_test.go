@@ -38,26 +38,9 @@ func (a *fakeAgent) Shutdown(context.Context, *agentv1.ShutdownRequest) (*agentv
 // goodGuest serves a fake agent and signals readiness, like airlock-guest.
 func goodGuest(a *fakeAgent) func(context.Context, *vmtest.Guest) error {
 	return func(ctx context.Context, g *vmtest.Guest) error {
-		l, err := g.Listen(api.PortAgent)
-		if err != nil {
-			return err
-		}
 		srv := grpc.NewServer()
 		agentv1.RegisterAgentServer(srv, a)
-		go srv.Serve(l)
-		defer srv.Stop()
-		c, err := g.Dial(ctx, api.PortReady)
-		if err != nil {
-			return err
-		}
-		api.WriteReady(c, api.Ready{AgentVersion: "test", BootMillis: 5})
-		c.Close()
-		select {
-		case <-a.off:
-			return nil
-		case <-ctx.Done():
-			return errors.New("killed")
-		}
+		return g.ServeAgent(ctx, srv, api.Ready{AgentVersion: "test", BootMillis: 5}, a.off)
 	}
 }
 

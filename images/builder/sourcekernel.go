@@ -125,8 +125,7 @@ func sourceKernelKey(src debPackage, arch string, fragment []byte, compiler stri
 	fmt.Fprintf(h, "recipe %s\nlocalversion %s\narch %s\n", sourceKernelRecipe, sourceKernelLocalVersion, arch)
 	fmt.Fprintf(h, "deb %s %s %s %s\n", src.Name, src.Version, src.Arch, src.IndexSHA256)
 	fmt.Fprintf(h, "compiler %s\n", compiler)
-	fs := sha256.Sum256(fragment)
-	fmt.Fprintf(h, "config %s\n", hex.EncodeToString(fs[:]))
+	fmt.Fprintf(h, "config %s\n", sha256Hex(fragment))
 	return hex.EncodeToString(h.Sum(nil))
 }
 

@@ -10,7 +10,9 @@ import (
 	"net"
 	"sync"
 
+	"github.com/airlock-sandbox/airlock/guest/api"
 	"github.com/airlock-sandbox/airlock/vm"
+	"google.golang.org/grpc"
 )
 
 // Machine is a fake vm.Machine.
@@ -209,3 +211,28 @@ type addr uint32
 
 func (a addr) Network() string { return "vmtest" }
 func (a addr) String() string  { return fmt.Sprintf("vmtest:%d", uint32(a)) }
+
+// ServeAgent plays a guest's start-up the way airlock-guest does: it serves
+// srv on the agent port, signals readiness with ready, and runs until off
+// is closed (an orderly power-off, nil) or the machine is stopped (ctx
+// ends: ctx's error).
+func (g *Guest) ServeAgent(ctx context.Context, srv *grpc.Server, ready api.Ready, off <-chan struct{}) error {
+	l, err := g.Listen(api.PortAgent)
+	if err != nil {
+		return err
+	}
+	go srv.Serve(l)
+	defer srv.Stop()
+	c, err := g.Dial(ctx, api.PortReady)
+	if err != nil {
+		return err
+	}
+	api.WriteReady(c, ready)
+	c.Close()
+	select {
+	case <-off:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

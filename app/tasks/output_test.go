@@ -188,7 +188,6 @@ func (f *flakyFile) Close() error { return f.f.Close() }
 
 func withFlakyLogs(s *Store) *flakyFile {
 	ff := &flakyFile{}
-	s.noSpare = true // ff wraps the one log it opened last
 	s.openLog = func(path string) (logFile, error) {
 		f, err := openAppend(path)
 		ff.f = f.(*os.File)

@@ -71,14 +71,6 @@ type Store struct {
 	// need not walk every task after each one ends.
 	logBytes atomic.Int64
 
-	// spare is the next task's files, made ahead of time so that Create
-	// creates no file on the caller's time (see makeSpare). Guarded by mu,
-	// like making, which says a spare is being made.
-	spare   *spare
-	making  bool
-	spareWG sync.WaitGroup
-	noSpare bool // tests whose openLog seam wraps one file
-
 	// Seams for tests that simulate a full disk.
 	openLog   func(path string) (logFile, error)
 	writeMeta func(t *task, data []byte) error
@@ -146,16 +138,9 @@ func (s *Store) Close() error {
 	}
 	close(s.done)
 	s.wg.Wait()
-	s.mu.Lock() // no Create starts making a spare once this is taken
-	s.mu.Unlock()
-	s.spareWG.Wait()
 	s.hub.closeAll()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.spare != nil {
-		s.spare.discard(s)
-		s.spare = nil
-	}
 	var errs []error
 	for _, t := range s.tasks {
 		t.mu.Lock()
@@ -185,31 +170,12 @@ func (s *Store) Create(cmd Command) (Task, error) {
 		return Task{}, fmt.Errorf("tasks: create: %w", ErrClosed)
 	}
 	s.mu.Lock()
-	sp := s.spare
-	s.spare = nil
-	if !s.making && !s.noSpare && !s.closed.Load() {
-		s.making = true
-		s.spareWG.Add(1)
-		go s.makeSpare()
-	}
-	var (
-		id  string
-		f   logFile
-		err error
-	)
-	if sp != nil {
-		id, f = sp.id, sp.log
-	} else {
+	id := newID()
+	for s.tasks[id] != nil {
 		id = newID()
-		for s.tasks[id] != nil {
-			id = newID()
-		}
-		f, err = s.openLog(s.logPath(id))
 	}
 	t := &task{t: Task{ID: id, Command: cmd.withoutValues(), State: Queued, Created: s.opt.Now()}, ended: make(chan struct{})}
-	if sp != nil {
-		t.meta = sp.meta
-	}
+	f, err := s.openLog(s.logPath(id))
 	if err == nil {
 		err = s.persist(t)
 		if err != nil {
@@ -232,55 +198,6 @@ func (s *Store) Create(cmd Command) (Task, error) {
 	defer t.mu.Unlock()
 	s.hub.publish(func() Event { return Event{Kind: EventCreated, Task: t.t} })
 	return t.t, nil
-}
-
-// spare is a task's two files, made before the task: an empty metadata
-// file (which Open deletes, with its log, after a crash) and the log.
-type spare struct {
-	id   string
-	log  logFile
-	meta *os.File
-}
-
-// makeSpare makes the files of the next task, so that the next Create only
-// writes its metadata: creating files waits for the file system's journal,
-// which on a busy disk took milliseconds of a task's round trip.
-func (s *Store) makeSpare() {
-	defer s.spareWG.Done()
-	s.mu.Lock()
-	id := newID()
-	for s.tasks[id] != nil {
-		id = newID()
-	}
-	s.mu.Unlock()
-	sp := &spare{id: id}
-	// The metadata file first, and only a new one: an id whose metadata
-	// exists (a damaged task Open skipped) is never touched.
-	meta, err := os.OpenFile(s.metaPath(id), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err == nil {
-		sp.meta = meta
-		sp.log, err = s.openLog(s.logPath(id))
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.making = false
-	if err != nil || s.closed.Load() || s.spare != nil || s.tasks[id] != nil {
-		sp.discard(s) // Create makes its files itself
-		return
-	}
-	s.spare = sp
-}
-
-// discard closes and removes a spare's files.
-func (sp *spare) discard(s *Store) {
-	if sp.meta != nil {
-		_ = sp.meta.Close()
-		_ = os.Remove(s.metaPath(sp.id))
-	}
-	if sp.log != nil {
-		_ = sp.log.Close()
-		_ = os.Remove(s.logPath(sp.id))
-	}
 }
 
 // Start moves a Queued task to Running and starts its deadline.

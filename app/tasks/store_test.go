@@ -2,7 +2,6 @@ package tasks
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -307,68 +306,5 @@ func TestClosedStore(t *testing.T) {
 	}
 	if sub := s.Subscribe(t.Context(), 1); !errors.Is(sub.Err(), ErrClosed) {
 		t.Errorf("Subscribe after Close: %v", sub.Err())
-	}
-}
-
-// A crash can leave a task's files made but its metadata unwritten (a spare
-// made ahead of time, or a Create cut short): Open deletes both.
-func TestOpenDeletesFilesOfUnwrittenTasks(t *testing.T) {
-	dir := t.TempDir()
-	s := openIn(t, dir, Options{})
-	task := create(t, s)
-	s.Finish(task.ID, Killed, Exit{}, "cancelled")
-	create(t, s) // makes a spare for the next task; a crash leaves it behind
-	for ready := false; !ready; time.Sleep(time.Millisecond) {
-		s.mu.Lock()
-		ready = s.spare != nil
-		s.mu.Unlock()
-	}
-	os.WriteFile(filepath.Join(dir, "defghijk.json"), nil, 0o600)
-	os.WriteFile(filepath.Join(dir, "defghijk.log"), nil, 0o600)
-	s2 := openIn(t, dir, Options{})
-	if n := len(s2.List()); n != 2 {
-		t.Fatalf("%d tasks loaded, want 2", n)
-	}
-	for _, name := range dirNamesList(t, dir) {
-		id := strings.TrimSuffix(strings.TrimSuffix(name, ".json"), ".log")
-		if _, err := s2.Get(id); err != nil {
-			t.Errorf("%s left in the folder", name)
-		}
-	}
-}
-
-func TestWait(t *testing.T) {
-	s := newStore(t, Options{})
-	task := create(t, s)
-	s.Start(task.ID)
-	got := make(chan Task, 1)
-	go func() {
-		tk, err := s.Wait(context.Background(), task.ID)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- tk
-	}()
-	s.Stdout(task.ID).Write([]byte("not the end"))
-	select {
-	case tk := <-got:
-		t.Fatalf("Wait returned before the end: %+v", tk)
-	case <-time.After(20 * time.Millisecond):
-	}
-	s.Finish(task.ID, Exited, Exit{Code: 4}, "")
-	if tk := <-got; tk.State != Exited || tk.Exit.Code != 4 {
-		t.Fatalf("Wait = %+v", tk)
-	}
-	if tk, err := s.Wait(context.Background(), task.ID); err != nil || tk.State != Exited {
-		t.Fatalf("Wait of a final task = %+v, %v", tk, err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	live := create(t, s)
-	if _, err := s.Wait(ctx, live.ID); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Wait with a cancelled context = %v", err)
-	}
-	if _, err := s.Wait(context.Background(), "zzzzzzzz"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Wait of an unknown task = %v", err)
 	}
 }

@@ -179,7 +179,7 @@ func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		return nil, err
 	}
 	s.bootTime = time.Since(began)
-	s.agent, err = client.New(func(ctx context.Context) (net.Conn, error) { return s.m.Dial(ctx, api.PortAgent) })
+	s.agent, err = client.New(s.m.Dial)
 	if err != nil {
 		s.stopMachine()
 		return nil, fmt.Errorf("sandbox: %w", err)

@@ -40,7 +40,7 @@ func goodGuest(a *fakeAgent) func(context.Context, *vmtest.Guest) error {
 	return func(ctx context.Context, g *vmtest.Guest) error {
 		srv := grpc.NewServer()
 		agentv1.RegisterAgentServer(srv, a)
-		return g.ServeAgent(ctx, srv, api.Ready{AgentVersion: "test", BootMillis: 5}, a.off)
+		return g.ServeAgent(ctx, srv, nil, api.Ready{AgentVersion: "test", BootMillis: 5}, a.off)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/tasks"
 	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 	"github.com/airlock-sandbox/airlock/vm"
 	"github.com/airlock-sandbox/airlock/vm/vmtest"
 	"google.golang.org/grpc"
@@ -47,7 +48,7 @@ func (a *benchAgent) Shutdown(context.Context, *agentv1.ShutdownRequest) (*agent
 	return &agentv1.ShutdownResponse{}, nil
 }
 
-func (a *benchAgent) Exec(stream agentv1.Agent_ExecServer) error {
+func (a *benchAgent) exec(stream *execwire.Stream) error {
 	first, err := stream.Recv()
 	if err != nil {
 		return err
@@ -58,13 +59,13 @@ func (a *benchAgent) Exec(stream agentv1.Agent_ExecServer) error {
 	}
 	if n, ok := strings.CutPrefix(start.GetShell(), "out "); ok {
 		left, _ := strconv.Atoi(n)
-		data := make([]byte, benchChunk)
+		data := make([]byte, execwire.HeaderSize+benchChunk)
 		for i := range data {
 			data[i] = 'a' + byte(i%26)
 		}
 		for left > 0 {
-			k := min(left, len(data))
-			if err := stream.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stdout{Stdout: data[:k]}}); err != nil {
+			k := min(left, benchChunk)
+			if err := stream.SendOutput(execwire.KindStdout, data[:execwire.HeaderSize+k]); err != nil {
 				return err
 			}
 			left -= k
@@ -77,7 +78,7 @@ func benchBoot(ctx context.Context, g *vmtest.Guest) error {
 	a := &benchAgent{off: make(chan struct{})}
 	srv := grpc.NewServer()
 	agentv1.RegisterAgentServer(srv, a)
-	g.ServeAgent(ctx, srv, api.Ready{AgentVersion: "bench"}, a.off)
+	g.ServeAgent(ctx, srv, a.exec, api.Ready{AgentVersion: "bench"}, a.off)
 	return nil // a stopped machine is the benchmark's end, not a failure
 }
 

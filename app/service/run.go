@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/session"
 	"github.com/airlock-sandbox/airlock/app/tasks"
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 	"github.com/airlock-sandbox/airlock/guest/client"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -171,11 +172,7 @@ func (s *Service) agentAfter(ctx context.Context, after int) (*client.Client, in
 // isTransport reports whether an Exec error means the connection to the
 // agent broke, rather than the agent refusing the task.
 func isTransport(err error) bool {
-	switch status.Code(errors.Unwrap(err)) {
-	case codes.Unavailable, codes.Canceled, codes.Unknown, codes.Internal:
-		return true
-	}
-	return errors.Is(err, client.ErrNoExit)
+	return status.Code(errors.Unwrap(err)) == codes.Unavailable || errors.Is(err, client.ErrNoExit)
 }
 
 // record turns how Exec ended into the task's final state.
@@ -232,7 +229,7 @@ func outcome(exit client.Exit, err error, cancelled bool, timeout time.Duration)
 	}
 	// How the task ended is not known: it is lost. Say whose fault that is.
 	switch st := status.Convert(errors.Unwrap(err)); {
-	case errors.Is(err, client.ErrNoExit), errors.Is(err, client.ErrBadExit):
+	case errors.Is(err, client.ErrNoExit), errors.Is(err, client.ErrBadExit), errors.Is(err, execwire.ErrFrame):
 		return tasks.Lost, tasks.Exit{}, "the guest agent broke the protocol: " + err.Error()
 	case st.Code() == codes.Unavailable, st.Code() == codes.Canceled, st.Code() == codes.DeadlineExceeded:
 		return tasks.Lost, tasks.Exit{}, "the VM or its agent stopped: " + err.Error()

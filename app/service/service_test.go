@@ -89,6 +89,12 @@ func (w *world) boot(ctx context.Context, g *vmtest.Guest) error {
 	gs := agent.NewGRPCServer(srv)
 	go gs.Serve(l)
 	defer gs.Stop()
+	el, err := g.Listen(api.PortExec)
+	if err != nil {
+		return err
+	}
+	defer el.Close()
+	go srv.ServeExec(el)
 	c, err := g.Dial(ctx, api.PortReady)
 	if err != nil {
 		return err

@@ -127,7 +127,6 @@ func NewGRPCServer(s *Server) *grpc.Server {
 	g := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMsgSize),
 		grpc.MaxSendMsgSize(maxMsgSize),
-		grpc.ForceServerCodecV2(newCodec()),
 		// See agentv1.StreamWindow: no window waits, no BDP pings.
 		grpc.InitialWindowSize(agentv1.StreamWindow),
 		grpc.InitialConnWindowSize(agentv1.ConnWindow),

@@ -24,11 +24,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 )
 
 // env is an agent served on loopback TCP with a test configuration.
 type env struct {
 	client    agentv1.AgentClient
+	execAddr  string // ServeExec's listener
 	srv       *Server
 	workspace string
 	home      string
@@ -144,17 +146,81 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	el, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	execServed := make(chan error, 1)
+	go func() { execServed <- e.srv.ServeExec(el) }()
 	t.Cleanup(func() {
 		cc.Close()
 		cancel()
 		if err := <-served; err != nil {
 			t.Errorf("serve: %v", err)
 		}
+		el.Close()
+		if err := <-execServed; err != nil {
+			t.Errorf("serve exec: %v", err)
+		}
 		e.srv.Wait()
 	})
 	e.client = agentv1.NewAgentClient(cc)
+	e.execAddr = el.Addr().String()
 	return e
 }
+
+// stream is the host's end of one task's stream, at the protocol level.
+type stream struct {
+	c    *net.TCPConn
+	r    *execwire.Reader
+	stop func() bool
+}
+
+// exec opens a task stream; cancelling ctx closes it (abandons the task).
+func (e *env) exec(ctx context.Context) (*stream, error) {
+	c, err := net.Dial("tcp", e.execAddr)
+	if err != nil {
+		return nil, err
+	}
+	return &stream{c: c.(*net.TCPConn), r: execwire.NewReader(c), stop: context.AfterFunc(ctx, func() { c.Close() })}, nil
+}
+
+func (s *stream) Send(req *agentv1.ExecRequest) error {
+	b, err := execwire.AppendMessage(nil, execwire.KindRequest, req)
+	if err == nil {
+		_, err = s.c.Write(b)
+	}
+	return err
+}
+
+// event is one frame from the guest: an event, or output of a kind.
+type event struct {
+	*agentv1.ExecEvent
+	kind execwire.Kind
+	data []byte
+}
+
+// Recv returns the next frame; an Error event is returned as its status.
+func (s *stream) Recv() (event, error) {
+	k, n, err := s.r.Next()
+	if err != nil {
+		return event{}, err
+	}
+	if k != execwire.KindEvent {
+		b, err := s.r.Payload(n)
+		return event{kind: k, data: bytes.Clone(b)}, err
+	}
+	ev := &agentv1.ExecEvent{}
+	if err := s.r.Message(n, ev); err != nil {
+		return event{}, err
+	}
+	if e := ev.GetError(); e != nil {
+		return event{}, status.Error(codes.Code(e.GetCode()), e.GetMessage())
+	}
+	return event{ExecEvent: ev, kind: k}, nil
+}
+
+func (s *stream) Close() { s.stop(); s.c.Close() }
 
 // result is everything one Exec produced.
 type result struct {
@@ -175,17 +241,18 @@ func testCtx(t *testing.T) context.Context {
 // run starts start, sends msgs after Started, and collects events until Exit.
 func (e *env) run(t *testing.T, start *agentv1.ExecStart, msgs ...*agentv1.ExecRequest) (*result, error) {
 	t.Helper()
-	stream, err := e.client.Exec(testCtx(t))
+	stream, err := e.exec(testCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer stream.Close()
 	if err := stream.Send(&agentv1.ExecRequest{Msg: &agentv1.ExecRequest_Start{Start: start}}); err != nil {
 		t.Fatal(err)
 	}
 	return collect(t, stream, msgs...)
 }
 
-func collect(t *testing.T, stream agentv1.Agent_ExecClient, msgs ...*agentv1.ExecRequest) (*result, error) {
+func collect(t *testing.T, stream *stream, msgs ...*agentv1.ExecRequest) (*result, error) {
 	t.Helper()
 	r := &result{}
 	for {
@@ -200,7 +267,15 @@ func collect(t *testing.T, stream agentv1.Agent_ExecClient, msgs ...*agentv1.Exe
 			return r, err
 		}
 		if r.exit != nil {
-			t.Fatalf("event after exit: %v", ev)
+			t.Fatalf("frame after exit: %v %s", ev.ExecEvent, ev.kind)
+		}
+		switch ev.kind {
+		case execwire.KindStdout:
+			r.stdout.Write(ev.data)
+			continue
+		case execwire.KindStderr:
+			r.stderr.Write(ev.data)
+			continue
 		}
 		switch ev := ev.GetEvent().(type) {
 		case *agentv1.ExecEvent_Started:
@@ -213,10 +288,6 @@ func collect(t *testing.T, stream agentv1.Agent_ExecClient, msgs ...*agentv1.Exe
 					t.Fatalf("send: %v", err)
 				}
 			}
-		case *agentv1.ExecEvent_Stdout:
-			r.stdout.Write(ev.Stdout)
-		case *agentv1.ExecEvent_Stderr:
-			r.stderr.Write(ev.Stderr)
 		case *agentv1.ExecEvent_Exit:
 			r.exit = ev.Exit
 		}

@@ -1,6 +1,8 @@
-// Package agent is the guest agent: a gRPC server (agent/v1) that runs
-// tasks, reports the guest's state, sets its clock and asks init to power
-// off.
+// Package agent is the guest agent: it runs tasks, one stream each on
+// api.PortExec in guest/api/execwire's frames (output leaves as raw bytes
+// read straight into the frame, no protobuf or HTTP/2 around it), and
+// serves the Agent gRPC service (agent/v1) on api.PortAgent, which reports
+// the guest's state, sets its clock and asks init to power off.
 //
 // A task's lifetime is its process tree's. Every task runs in its own
 // process group (or session, with a terminal) and its own cgroup v2, so

@@ -3,9 +3,9 @@
 package agent
 
 import (
-	"errors"
-	"io"
+	"context"
 	"log/slog"
+	"net"
 	"os"
 	"sync"
 	"syscall"
@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 )
 
 const (
@@ -36,8 +37,36 @@ const (
 // it instead of closing the PTY, which would hang up the task.
 var ctrlD = []byte{4}
 
-// Exec runs one task. See agentv1.AgentServer.
-func (s *Server) Exec(stream agentv1.Agent_ExecServer) error {
+// ExecStream is one task's stream from the host (execwire.Stream; tests and
+// the hostile agent wrap it). Its context ends when the host abandons the
+// task.
+type ExecStream interface {
+	Context() context.Context
+	Recv() (*agentv1.ExecRequest, error)
+	Send(*agentv1.ExecEvent) error
+	// SendOutput sends framed[execwire.HeaderSize:] as one output frame of
+	// kind k, writing the header into framed's first bytes.
+	SendOutput(k execwire.Kind, framed []byte) error
+}
+
+// ServeExec runs the tasks whose streams arrive on l (api.PortExec) until l
+// is closed. A task that cannot start is answered with an Error event; a
+// panic in one ends that task with an Internal error, not the agent.
+func (s *Server) ServeExec(l net.Listener) error {
+	return execwire.Serve(l, func(st *execwire.Stream) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = s.recovered("Exec", r)
+			}
+		}()
+		return s.Exec(st)
+	})
+}
+
+// Exec runs one task: the first request must be its start; then it streams
+// stdin, signals and resizes in, started, output and the exit status out.
+// An error returned means the task did not run (the caller reports it).
+func (s *Server) Exec(stream ExecStream) error {
 	first, err := stream.Recv()
 	if err != nil {
 		return err
@@ -81,7 +110,7 @@ type task struct {
 	*Server
 	sp      *spec
 	p       *process
-	stream  agentv1.Agent_ExecServer
+	stream  ExecStream
 	started time.Time
 
 	mu     sync.Mutex
@@ -118,32 +147,26 @@ func (t *task) run() (*agentv1.Exit, error) {
 			return true
 		}
 		// Output is taken even after a failed send, so readers never stall.
-		flush := func(o *output, isErr bool) {
+		flush := func(o *output, k execwire.Kind) {
 			data, _ := o.take()
-			if len(data) == 0 {
+			if len(data) <= room {
 				return
 			}
-			ev := &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stdout{Stdout: data}}
-			if isErr {
-				ev = &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stderr{Stderr: data}}
+			if sendErr == nil {
+				sendErr = t.stream.SendOutput(k, data)
 			}
-			// Send either marshalled data into its own buffer (no stats
-			// handlers here hold on to messages), so it can be reused, or
-			// handed data itself to gRPC (see codec), which frees it.
-			if !send(ev) || !ownedByCodec(data) {
-				o.recycle(data)
-			}
+			o.recycle(data) // written: the buffer is free again
 		}
 		send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Started{Started: &agentv1.Started{Pid: int32(t.p.pgid)}}})
 		for {
 			select {
 			case <-stdout.ready:
-				flush(stdout, false)
+				flush(stdout, execwire.KindStdout)
 			case <-stderr.ready:
-				flush(stderr, true)
+				flush(stderr, execwire.KindStderr)
 			case ev := <-exitEv: // the readers are done: send what is left
-				flush(stdout, false)
-				flush(stderr, true)
+				flush(stdout, execwire.KindStdout)
+				flush(stderr, execwire.KindStderr)
 				send(ev)
 				return
 			}
@@ -280,8 +303,9 @@ func (t *task) writeStdin(wg *sync.WaitGroup, q <-chan stdinItem, done <-chan st
 	}
 }
 
-// receive handles the host's messages after start until the RPC ends. The
-// host half-closing the stream means no more stdin can come: stdin is closed.
+// receive handles the host's messages after start until the stream ends.
+// The host never half-closes a task's stream: its end means the task is
+// abandoned, and the stream's context, which ends with it, kills the task.
 func (t *task) receive(q chan<- stdinItem, done <-chan struct{}) {
 	push := func(it stdinItem) bool {
 		if q == nil {
@@ -297,9 +321,6 @@ func (t *task) receive(q chan<- stdinItem, done <-chan struct{}) {
 	for {
 		req, err := t.stream.Recv()
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				push(stdinItem{close: true})
-			}
 			return
 		}
 		switch m := req.GetMsg().(type) {

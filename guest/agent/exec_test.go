@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 )
 
 func TestExitStatus(t *testing.T) {
@@ -68,23 +69,24 @@ func TestStdin(t *testing.T) {
 			t.Errorf("stdout = %q, exit %v", r.stdout.String(), r.exit)
 		}
 	})
-	t.Run("half-close ends stdin", func(t *testing.T) {
-		stream, err := e.client.Exec(testCtx(t))
+	t.Run("the host's end of the stream ends the task", func(t *testing.T) {
+		// The host never half-closes a task's stream: its end, even of
+		// writing only, abandons the task, which is killed.
+		stream, err := e.exec(testCtx(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		start := &agentv1.ExecStart{Argv: []string{"wc", "-c"}, Stdin: true}
-		for _, m := range []*agentv1.ExecRequest{{Msg: &agentv1.ExecRequest_Start{Start: start}}, stdin("12345")} {
-			if err := stream.Send(m); err != nil {
-				t.Fatal(err)
-			}
+		defer stream.Close()
+		start := &agentv1.ExecStart{Argv: []string{"sleep", "1000"}, Stdin: true}
+		if err := stream.Send(&agentv1.ExecRequest{Msg: &agentv1.ExecRequest_Start{Start: start}}); err != nil {
+			t.Fatal(err)
 		}
-		if err := stream.CloseSend(); err != nil {
+		if err := stream.c.CloseWrite(); err != nil {
 			t.Fatal(err)
 		}
 		r, err := collect(t, stream)
-		if err != nil || strings.TrimSpace(r.stdout.String()) != "5" {
-			t.Errorf("stdout %q, err %v", r.stdout.String(), err)
+		if err != nil || r.exit.GetSignal() != int32(syscall.SIGKILL) {
+			t.Errorf("exit %v, err %v", r.exit, err)
 		}
 	})
 	t.Run("task ignoring stdin", func(t *testing.T) {
@@ -198,10 +200,11 @@ func TestStartErrors(t *testing.T) {
 		})
 	}
 	t.Run("first message not start", func(t *testing.T) {
-		stream, err := e.client.Exec(testCtx(t))
+		stream, err := e.exec(testCtx(t))
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer stream.Close()
 		if err := stream.Send(stdin("x")); err != nil {
 			t.Fatal(err)
 		}
@@ -307,10 +310,11 @@ func TestLeftoversAreKilled(t *testing.T) {
 		pidfile := filepath.Join(e.workspace, "daemon2")
 		ctx, cancel := context.WithCancel(testCtx(t))
 		defer cancel()
-		stream, err := e.client.Exec(ctx)
+		stream, err := e.exec(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer stream.Close()
 		start := shell(daemonScript(pidfile) + "; sleep 1000")
 		if err := stream.Send(&agentv1.ExecRequest{Msg: &agentv1.ExecRequest_Start{Start: start}}); err != nil {
 			t.Fatal(err)
@@ -321,7 +325,9 @@ func TestLeftoversAreKilled(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out += string(ev.GetStdout())
+			if ev.kind == execwire.KindStdout {
+				out += string(ev.data)
+			}
 		}
 		pid := readPid(t, pidfile)
 		cancel()

@@ -5,6 +5,8 @@ package agent
 import (
 	"os"
 	"sync"
+
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 )
 
 const (
@@ -18,11 +20,13 @@ const (
 	// the reader, and so the task, waits for the host. A message is at
 	// most maxPending+readSize bytes.
 	maxPending = 256 << 10
+	// room is the space kept in front of a buffer's data for the frame
+	// header, so a message leaves with one write and no copy.
+	room = execwire.HeaderSize
 	// bufSize holds the most a message can be, so appending never
 	// reallocates.
-	bufSize = maxPending + readSize
-	// maxFreeBufs bounds the buffers kept between tasks (and in flight
-	// through gRPC: see codec).
+	bufSize = room + maxPending + readSize
+	// maxFreeBufs bounds the buffers kept between tasks.
 	maxFreeBufs = 8
 )
 
@@ -58,7 +62,7 @@ func putBuf(b []byte) {
 // idle.
 type output struct {
 	mu    sync.Mutex
-	buf   []byte // read, not yet taken
+	buf   []byte // room, then what was read and not yet taken
 	spare []byte // a taken buffer given back, used for the next read
 	eof   bool
 	ready chan struct{} // cap 1: data or EOF waits
@@ -76,11 +80,12 @@ func signal(c chan struct{}) {
 	}
 }
 
-// push queues p, the buffer the last read filled, waiting while maxPending
-// bytes are already waiting. It returns the buffer for the next read.
+// push queues p, the buffer the last read filled after room bytes, waiting
+// while maxPending bytes are already waiting. It returns the buffer for the
+// next read.
 func (o *output) push(p []byte) []byte {
 	o.mu.Lock()
-	for len(o.buf) >= maxPending {
+	for len(o.buf)-room >= maxPending {
 		o.mu.Unlock()
 		<-o.space
 		o.mu.Lock()
@@ -90,7 +95,7 @@ func (o *output) push(p []byte) []byte {
 		o.buf = p // hand over: the sender gives it back through recycle
 		next, o.spare = o.spare, nil
 	} else {
-		o.buf = append(o.buf, p...) // fits: len(o.buf) < maxPending
+		o.buf = append(o.buf, p[room:]...) // fits: len(o.buf) < room+maxPending
 		next = p
 	}
 	o.mu.Unlock()
@@ -109,8 +114,9 @@ func (o *output) close() {
 	signal(o.ready)
 }
 
-// take returns what waits (nil if nothing) and whether the output ended
-// with it. The caller gives the slice back with recycle once sent.
+// take returns what waits, after room bytes for the header (nil if
+// nothing), and whether the output ended with it. The caller gives the
+// slice back with recycle once sent.
 func (o *output) take() (data []byte, eof bool) {
 	o.mu.Lock()
 	data, o.buf = o.buf, nil
@@ -157,13 +163,13 @@ func (o *output) read(wg *sync.WaitGroup, f *os.File, pipe bool) {
 	defer func() { putBuf(buf) }()
 	grown := !pipe
 	for {
-		n, err := f.Read(buf[:readSize])
+		n, err := f.Read(buf[room : room+readSize])
 		if n > 0 {
 			if !grown && n >= growAt {
 				growPipe(f)
 				grown = true
 			}
-			buf = o.push(buf[:n])
+			buf = o.push(buf[:room+n])
 		}
 		if err != nil {
 			return

@@ -3,14 +3,9 @@
 package agent
 
 import (
-	"bytes"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"google.golang.org/protobuf/proto"
-
-	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 )
 
 // A task's empty cgroup serves the next task; one whose leftovers were
@@ -55,47 +50,6 @@ func TestCgroupReuse(t *testing.T) {
 		}
 		if cgOf(r) == killed {
 			t.Errorf("killed cgroup %s reused", killed)
-		}
-	}
-}
-
-// The codec's zero-copy encoding of an output chunk is what proto makes.
-func TestCodecOutputChunk(t *testing.T) {
-	c := newCodec()
-	for _, n := range []int{10, zeroCopyMin, 300 << 10} {
-		data := getBuf()[:n]
-		for i := range data {
-			data[i] = byte(i * 7)
-		}
-		want := bytes.Clone(data)
-		for _, ev := range []*agentv1.ExecEvent{
-			{Event: &agentv1.ExecEvent_Stdout{Stdout: data}},
-			{Event: &agentv1.ExecEvent_Stderr{Stderr: data}},
-		} {
-			bs, err := c.Marshal(ev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wire := bs.Materialize()
-			ref, _ := proto.Marshal(ev)
-			if !bytes.Equal(wire, ref) {
-				t.Errorf("%d bytes: encoding differs from proto's", n)
-			}
-			var got agentv1.ExecEvent
-			if err := proto.Unmarshal(wire, &got); err != nil {
-				t.Fatal(err)
-			}
-			out := got.GetStdout()
-			if ev.GetStderr() != nil {
-				out = got.GetStderr()
-			}
-			if !bytes.Equal(out, want) {
-				t.Errorf("%d bytes: round trip differs", n)
-			}
-			if ownedByCodec(data) {
-				bs.Ref() // keep data ours for the next round
-			}
-			bs.Free()
 		}
 	}
 }

@@ -34,7 +34,7 @@ const (
 // sets no_new_privs, opens the transport, starts the egress forwarders
 // (guest/egress: 127.0.0.1:3128 and 127.0.0.1:1080 to the host's
 // api.PortEgressHTTP and api.PortEgressSOCKS), serves the Agent service on
-// api.PortAgent and tells the host it is ready. It returns when ctx is done
+// api.PortAgent and tasks on api.PortExec, and tells the host it is ready. It returns when ctx is done
 // or the transport fails; init then restarts it.
 func Run(ctx context.Context, log *slog.Logger) error {
 	cmdline, err := os.ReadFile("/proc/cmdline")
@@ -63,6 +63,11 @@ func Run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+	el, err := tr.Listen(api.PortExec)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	defer el.Close()
 
 	// Egress before readiness, so the first task finds its proxies. Without
 	// them the guest is merely offline, so a failure is logged, not fatal.
@@ -91,6 +96,7 @@ func Run(ctx context.Context, log *slog.Logger) error {
 	gs := NewGRPCServer(srv)
 	served := make(chan error, 1)
 	go func() { served <- Serve(ctx, gs, l) }()
+	go srv.ServeExec(el)
 
 	up := Uptime()
 	srv.MarkReady(up)

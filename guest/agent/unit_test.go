@@ -82,10 +82,11 @@ func TestNoGoroutineLeak(t *testing.T) {
 		t.Fatal("started a missing command")
 	}
 	ctx, cancel := context.WithCancel(testCtx(t))
-	stream, err := e.client.Exec(ctx)
+	stream, err := e.exec(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer stream.Close()
 	_ = stream.Send(&agentv1.ExecRequest{Msg: &agentv1.ExecRequest_Start{Start: &agentv1.ExecStart{Argv: []string{"sleep", "100"}, Stdin: true}}})
 	if _, err := stream.Recv(); err != nil {
 		t.Fatal(err)

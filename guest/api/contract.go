@@ -5,8 +5,8 @@
 package api
 
 // Ports on the guest/host transport (vsock, Hyper-V sockets, or the stream
-// multiplexer on a virtio-serial port). The guest listens on PortAgent; the
-// host listens on the others.
+// multiplexer on a virtio-serial port). The guest listens on PortAgent and
+// PortExec; the host listens on the others.
 const (
 	// PortReady is dialled by the guest once the agent serves; it writes one
 	// Ready message and closes. The host waits for it instead of polling.
@@ -17,6 +17,8 @@ const (
 	PortEgressHTTP uint32 = 1025
 	// PortEgressSOCKS carries connections accepted by the guest's SOCKS5 proxy.
 	PortEgressSOCKS uint32 = 1026
+	// PortExec takes one stream per task, in the frames of guest/api/execwire.
+	PortExec uint32 = 1027
 )
 
 // Names of devices and mounts both sides agree on.

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -21,24 +22,28 @@ import (
 // MaxMessageSize bounds every message the host accepts from the guest.
 const MaxMessageSize = 4 << 20
 
-// DialFunc opens a new stream to the agent's port.
-type DialFunc func(ctx context.Context) (net.Conn, error)
+// DialFunc opens a new stream to a port of the guest (api.PortAgent,
+// api.PortExec).
+type DialFunc func(ctx context.Context, port uint32) (net.Conn, error)
 
-// Client is a connection to one guest agent. It is safe for concurrent use.
+// Client is a connection to one guest agent: a gRPC connection for the
+// Agent service, and a stream of its own per task. It is safe for
+// concurrent use.
 type Client struct {
 	conn     *grpc.ClientConn
 	rpc      agentv1.AgentClient
+	dial     DialFunc
 	connects atomic.Int64
 }
 
 // New returns a client that reaches the agent through dial. It does not
 // connect until the first call.
 func New(dial DialFunc) (*Client, error) {
-	c := &Client{}
+	c := &Client{dial: dial}
 	conn, err := grpc.NewClient("passthrough:///airlock-guest",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			nc, err := dial(ctx)
+			nc, err := dial(ctx, api.PortAgent)
 			if err == nil {
 				c.connects.Add(1)
 			}

@@ -8,7 +8,12 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 )
 
 // Spec describes one task. Exactly one of Argv and Shell is set.
@@ -72,30 +77,49 @@ var ErrBadExit = errors.New("guest agent reported an impossible exit status")
 
 // Exec runs a task and streams its input and output until it exits. When ctx
 // is cancelled the call is abandoned and the guest kills the task's tree.
+//
+// Errors: a task the guest refused or could not start carries the guest's
+// gRPC status (NotFound: command not found, and so on); a broken transport
+// is codes.Unavailable, an abandoned call codes.Canceled or
+// DeadlineExceeded; a guest breaking the protocol ErrNoExit, ErrBadExit or
+// execwire.ErrFrame. Each is wrapped ("exec: ...").
 func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error) {
 	if (len(spec.Argv) == 0) == (spec.Shell == "") {
 		return Exit{}, errors.New("exec: exactly one of argv and shell is needed")
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.rpc.Exec(ctx)
+	conn, err := c.dial(ctx, api.PortExec)
 	if err != nil {
-		return Exit{}, fmt.Errorf("exec: %w", err)
+		return Exit{}, c.streamErr(ctx, err)
 	}
+	defer conn.Close()
+	// Closing the stream is how a task is abandoned, and what ends a read
+	// or write waiting on a guest that stopped answering.
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+
 	start := &agentv1.ExecStart{
 		Id: spec.ID, Argv: spec.Argv, Shell: spec.Shell, Env: spec.Env, Cwd: spec.Cwd,
 		Root: spec.Root, Tty: spec.TTY, Rows: uint32(spec.Rows), Cols: uint32(spec.Cols),
 		TimeoutMs: spec.Timeout.Milliseconds(), Stdin: stdio.Stdin != nil,
 	}
-	// Sends are serialised: grpc streams allow one sender at a time.
+	// Requests come from up to three goroutines; each is one write.
 	var sendMu sync.Mutex
+	var wbuf []byte
 	send := func(r *agentv1.ExecRequest) error {
 		sendMu.Lock()
 		defer sendMu.Unlock()
-		return stream.Send(r)
+		b, err := execwire.AppendMessage(wbuf[:0], execwire.KindRequest, r)
+		if err != nil {
+			return err
+		}
+		wbuf = b
+		_, err = conn.Write(b)
+		return err
 	}
 	if err := send(&agentv1.ExecRequest{Msg: &agentv1.ExecRequest_Start{Start: start}}); err != nil {
-		return Exit{}, fmt.Errorf("exec: start: %w", err)
+		return Exit{}, c.streamErr(ctx, fmt.Errorf("start: %w", err))
 	}
 	if stdio.Stdin != nil {
 		go pumpStdin(stdio.Stdin, send)
@@ -104,18 +128,56 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error)
 		go pumpControl(ctx, stdio.Resize, stdio.Signal, send)
 	}
 	h := events{stdio: stdio, out: orDiscard(stdio.Stdout), errOut: orDiscard(stdio.Stderr)}
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	r := execwire.NewReader(conn)
 	for {
-		ev, err := stream.Recv()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return Exit{}, ErrNoExit
-			}
-			return Exit{}, fmt.Errorf("exec: %w", err)
+		k, n, err := r.Next()
+		if errors.Is(err, io.EOF) && ctx.Err() == nil {
+			return Exit{}, ErrNoExit
 		}
-		if exit, done, err := h.handle(ev); done || err != nil {
-			return exit, err
+		if err != nil {
+			return Exit{}, c.streamErr(ctx, err)
+		}
+		switch k {
+		case execwire.KindStdout, execwire.KindStderr:
+			w, name := h.out, "stdout"
+			if k == execwire.KindStderr {
+				w, name = h.errOut, "stderr"
+			}
+			if err := r.Copy(w, n, *bp); err != nil {
+				if we := (*execwire.WriteError)(nil); errors.As(err, &we) {
+					return Exit{}, fmt.Errorf("exec: write %s: %w", name, we.Err)
+				}
+				return Exit{}, c.streamErr(ctx, err)
+			}
+		case execwire.KindEvent:
+			var ev agentv1.ExecEvent
+			if err := r.Message(n, &ev); err != nil {
+				return Exit{}, c.streamErr(ctx, err)
+			}
+			if exit, done, err := h.handle(&ev); done || err != nil {
+				return exit, err
+			}
+		default:
+			return Exit{}, c.streamErr(ctx, fmt.Errorf("%w: a %s frame from the guest", execwire.ErrFrame, k))
 		}
 	}
+}
+
+// copyBufs carry task output from the stream to the caller's writers.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+
+// streamErr says why a task's stream failed: the call was abandoned, the
+// guest broke the protocol, or the transport broke.
+func (c *Client) streamErr(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("exec: %w", status.FromContextError(ctx.Err()).Err())
+	case errors.Is(err, execwire.ErrFrame):
+		return fmt.Errorf("exec: %w", err)
+	}
+	return fmt.Errorf("exec: %w", status.Error(codes.Unavailable, err.Error()))
 }
 
 // events hands what the guest sends about one task to the caller.
@@ -125,21 +187,20 @@ type events struct {
 }
 
 // handle takes one event from the guest; done is set by the exit status,
-// which is checked: the guest is not trusted to report a possible one.
+// which is checked (the guest is not trusted to report a possible one), or
+// by an error the guest reports instead.
 func (h *events) handle(ev *agentv1.ExecEvent) (exit Exit, done bool, err error) {
 	switch e := ev.GetEvent().(type) {
 	case *agentv1.ExecEvent_Started:
 		if h.stdio.Started != nil {
 			h.stdio.Started(int(e.Started.GetPid()))
 		}
-	case *agentv1.ExecEvent_Stdout:
-		if _, err := h.out.Write(e.Stdout); err != nil {
-			return Exit{}, true, fmt.Errorf("exec: write stdout: %w", err)
+	case *agentv1.ExecEvent_Error:
+		code := codes.Code(e.Error.GetCode())
+		if code == codes.OK {
+			code = codes.Unknown
 		}
-	case *agentv1.ExecEvent_Stderr:
-		if _, err := h.errOut.Write(e.Stderr); err != nil {
-			return Exit{}, true, fmt.Errorf("exec: write stderr: %w", err)
-		}
+		return Exit{}, true, fmt.Errorf("exec: %w", status.Error(code, e.Error.GetMessage()))
 	case *agentv1.ExecEvent_Exit:
 		x := e.Exit
 		if c, sig := x.GetCode(), x.GetSignal(); c < 0 || c > 255 || sig < 0 || sig > maxSignal || x.GetDurationMs() < 0 {

@@ -2,67 +2,114 @@ package client
 
 import (
 	"bytes"
-	"errors"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
 	"testing"
+	"time"
 
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
-	"google.golang.org/protobuf/encoding/protowire"
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 	"google.golang.org/protobuf/proto"
 )
 
-// eventStream encodes events as the fuzz input: each one length-prefixed.
-func eventStream(evs ...*agentv1.ExecEvent) []byte {
+// frames encodes what a guest sends on a task's stream.
+func frames(parts ...any) []byte {
 	var b []byte
-	for _, ev := range evs {
-		m, _ := proto.Marshal(ev)
-		b = protowire.AppendBytes(b, m)
+	for _, p := range parts {
+		switch p := p.(type) {
+		case *agentv1.ExecEvent:
+			b, _ = execwire.AppendMessage(b, execwire.KindEvent, p)
+		case output:
+			b = append(b, make([]byte, execwire.HeaderSize)...)
+			execwire.PutHeader(b[len(b)-execwire.HeaderSize:], p.kind, len(p.data))
+			b = append(b, p.data...)
+		case []byte:
+			b = append(b, p...)
+		}
 	}
 	return b
 }
 
-// FuzzExecEvents decodes what a guest agent sends about a task (protobuf
-// ExecEvents, as gRPC hands them over) and runs them through the host's
-// handling: no panic, output reaches the right writer, and an exit status
-// is only ever one a process can have.
-func FuzzExecEvents(f *testing.F) {
-	f.Add(eventStream(
-		(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Started{Started: &agentv1.Started{Pid: 7}}}),
-		(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stdout{Stdout: []byte("out")}}),
-		(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stderr{Stderr: []byte("err")}}),
-		(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Code: 3, DurationMs: 5}}}),
-	))
-	f.Add(eventStream((&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Code: -1, Signal: 99}}})))
-	f.Add(eventStream((&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Signal: 9, TimedOut: true}}})))
-	f.Add([]byte{0x05, 0xff, 0xff, 0xff, 0xff, 0x0f})
-	f.Fuzz(func(t *testing.T, in []byte) {
-		var out, errOut bytes.Buffer
-		var wantOut, wantErr []byte
-		h := events{stdio: Stdio{Started: func(int) {}}, out: &out, errOut: &errOut}
-		for len(in) > 0 {
-			m, n := protowire.ConsumeBytes(in)
-			if n < 0 {
+type output struct {
+	kind execwire.Kind
+	data []byte
+}
+
+// guestSaid is what the host must make of in: the output it must pass on
+// before it stops reading (a cut frame's bytes included).
+func guestSaid(in []byte) (out, errOut []byte) {
+	for len(in) >= execwire.HeaderSize {
+		k, n := execwire.Kind(in[0]), int(binary.BigEndian.Uint32(in[1:execwire.HeaderSize]))
+		in = in[execwire.HeaderSize:]
+		if n > execwire.MaxPayload {
+			return
+		}
+		payload := in[:min(n, len(in))]
+		in = in[len(payload):]
+		switch k {
+		case execwire.KindStdout:
+			out = append(out, payload...)
+		case execwire.KindStderr:
+			errOut = append(errOut, payload...)
+		case execwire.KindEvent:
+			var ev agentv1.ExecEvent
+			if len(payload) < n || proto.Unmarshal(payload, &ev) != nil || ev.GetExit() != nil || ev.GetError() != nil {
 				return
 			}
-			in = in[n:]
-			var ev agentv1.ExecEvent
-			if proto.Unmarshal(m, &ev) != nil {
-				continue
-			}
-			wantOut = append(wantOut, ev.GetStdout()...)
-			wantErr = append(wantErr, ev.GetStderr()...)
-			exit, done, err := h.handle(&ev)
-			if err != nil && !errors.Is(err, ErrBadExit) {
-				t.Fatalf("unexpected error %v", err)
-			}
-			if done && err == nil && (exit.Code < 0 || exit.Code > 255 || exit.Signal < 0 || exit.Signal > maxSignal || exit.Duration < 0) {
-				t.Fatalf("impossible exit accepted: %+v", exit)
-			}
-			if done {
-				break
-			}
+		default:
+			return
 		}
+	}
+	return
+}
+
+// FuzzExecStream plays a guest that sends in on a task's stream and runs
+// the host's Exec against it: no panic, output reaches the right writer
+// exactly as framed, and an exit status is only ever one a process can
+// have.
+func FuzzExecStream(f *testing.F) {
+	started := &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Started{Started: &agentv1.Started{Pid: 7}}}
+	f.Add(frames(started, output{execwire.KindStdout, []byte("out")}, output{execwire.KindStderr, []byte("err")},
+		&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Code: 3, DurationMs: 5}}}))
+	f.Add(frames(started, &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Code: -1, Signal: 99}}}))
+	f.Add(frames(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Signal: 9, TimedOut: true}}}))
+	f.Add(frames(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Error{Error: &agentv1.Error{Code: 5, Message: "command not found: x"}}}))
+	f.Add(frames(output{execwire.KindStdout, []byte("cut")})[:7])
+	f.Add([]byte{0x09, 0, 0, 0, 1, 0})
+	f.Add([]byte{0x03, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{0x02, 0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff})
+
+	var in []byte
+	c, err := New(func(context.Context, uint32) (net.Conn, error) {
+		host, guest := net.Pipe()
+		go io.Copy(io.Discard, guest) // the host's requests
+		go func() {
+			guest.Write(in)
+			guest.Close()
+		}()
+		return host, nil
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer c.Close()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		in = data
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var out, errOut bytes.Buffer
+		exit, err := c.Exec(ctx, Spec{Argv: []string{"x"}}, Stdio{Stdout: &out, Stderr: &errOut, Started: func(int) {}})
+		if ctx.Err() != nil {
+			t.Fatalf("Exec hung on %q", data)
+		}
+		if err == nil && (exit.Code < 0 || exit.Code > 255 || exit.Signal < 0 || exit.Signal > maxSignal || exit.Duration < 0) {
+			t.Fatalf("impossible exit accepted: %+v", exit)
+		}
+		wantOut, wantErr := guestSaid(data)
 		if !bytes.Equal(out.Bytes(), wantOut) || !bytes.Equal(errOut.Bytes(), wantErr) {
-			t.Fatalf("output mixed up")
+			t.Fatalf("output: got %q %q, want %q %q", out.Bytes(), errOut.Bytes(), wantOut, wantErr)
 		}
 	})
 }

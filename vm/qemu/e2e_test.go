@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -190,7 +189,7 @@ func TestE2EBoot(t *testing.T) {
 				t.Fatalf("machine ended: %v; console:\n%s", m.Wait(context.Background()), tail3k(con))
 			}
 
-			cl, err := client.New(func(ctx context.Context) (net.Conn, error) { return m.Dial(ctx, api.PortAgent) })
+			cl, err := client.New(m.Dial)
 			if err != nil {
 				t.Fatal(err)
 			}

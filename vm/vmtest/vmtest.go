@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 	"github.com/airlock-sandbox/airlock/vm"
 	"google.golang.org/grpc"
 )
@@ -213,16 +214,25 @@ func (a addr) Network() string { return "vmtest" }
 func (a addr) String() string  { return fmt.Sprintf("vmtest:%d", uint32(a)) }
 
 // ServeAgent plays a guest's start-up the way airlock-guest does: it serves
-// srv on the agent port, signals readiness with ready, and runs until off
-// is closed (an orderly power-off, nil) or the machine is stopped (ctx
-// ends: ctx's error).
-func (g *Guest) ServeAgent(ctx context.Context, srv *grpc.Server, ready api.Ready, off <-chan struct{}) error {
+// srv on the agent port and exec, when not nil, for each task stream on
+// the exec port, signals readiness with ready, and runs until off is closed
+// (an orderly power-off, nil) or the machine is stopped (ctx ends: ctx's
+// error).
+func (g *Guest) ServeAgent(ctx context.Context, srv *grpc.Server, exec func(*execwire.Stream) error, ready api.Ready, off <-chan struct{}) error {
 	l, err := g.Listen(api.PortAgent)
 	if err != nil {
 		return err
 	}
 	go srv.Serve(l)
 	defer srv.Stop()
+	if exec != nil {
+		el, err := g.Listen(api.PortExec)
+		if err != nil {
+			return err
+		}
+		defer el.Close()
+		go execwire.Serve(el, exec)
+	}
 	c, err := g.Dial(ctx, api.PortReady)
 	if err != nil {
 		return err

@@ -120,7 +120,7 @@ func TestE2EBoot(t *testing.T) {
 			if _, err := m.Dial(ctx, 4000); !errors.Is(err, vm.ErrConnRefused) {
 				t.Errorf("dial a port nobody listens on: %v, want vm.ErrConnRefused", err)
 			}
-			cl, err := client.New(func(ctx context.Context) (net.Conn, error) { return m.Dial(ctx, api.PortAgent) })
+			cl, err := client.New(m.Dial)
 			if err != nil {
 				t.Fatal(err)
 			}

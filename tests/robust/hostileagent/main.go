@@ -11,7 +11,7 @@
 //	bogus-ready    sends malformed, oversized and dribbled readiness
 //	               messages before a valid one
 //	mute           announces readiness but never answers an RPC
-//	(anything else) a working agent whose Exec misbehaves on request:
+//	(anything else) a working agent whose tasks misbehave on request:
 //	               argv[0] "hostile:<what>" (see misbehave), any other
 //	               command runs as in the real agent
 package main
@@ -32,13 +32,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/airlock-sandbox/airlock/guest/agent"
 	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 	"github.com/airlock-sandbox/airlock/guest/boot"
 	"github.com/airlock-sandbox/airlock/guest/console"
 	"github.com/airlock-sandbox/airlock/guest/egress"
@@ -101,15 +101,23 @@ func run() error {
 		return err
 	}
 	if m == "mute" {
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
+		for _, port := range []uint32{api.PortAgent, api.PortExec} {
+			ml := l
+			if port != api.PortAgent {
+				if ml, err = sess.Listen(port); err != nil {
+					return err
 				}
-				go io.Copy(io.Discard, c) // read everything, answer nothing
 			}
-		}()
+			go func() {
+				for {
+					c, err := ml.Accept()
+					if err != nil {
+						return
+					}
+					go io.Copy(io.Discard, c) // read everything, answer nothing
+				}
+			}()
+		}
 		if err := agent.AnnounceReady(context.Background(), sess.Dial, ready()); err != nil {
 			return err
 		}
@@ -131,9 +139,13 @@ func run() error {
 		cfg.CgroupRoot = agent.CgroupTasks
 	}
 	h := &hostile{Server: agent.New(cfg), sess: sess, port: f, log: log}
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(4 << 20)) // sends are unbounded on purpose
-	agentv1.RegisterAgentServer(gs, h)
+	gs := agent.NewGRPCServer(h.Server)
 	go gs.Serve(l)
+	el, err := sess.Listen(api.PortExec)
+	if err != nil {
+		return err
+	}
+	go h.serveExec(el)
 	if m == "bogus-ready" {
 		bogusReady(sess.Dial, log)
 	}
@@ -183,8 +195,8 @@ func bogusReady(dial dialer, log *slog.Logger) {
 	})
 }
 
-// hostile serves the real agent, except for Exec calls whose argv[0] starts
-// with "hostile:".
+// hostile serves the real agent, except for tasks whose argv[0] starts with
+// "hostile:".
 type hostile struct {
 	*agent.Server
 	sess *mux.Session
@@ -194,7 +206,7 @@ type hostile struct {
 
 // replay hands the first message, already read, to the real Exec.
 type replay struct {
-	agentv1.Agent_ExecServer
+	agent.ExecStream
 	first *agentv1.ExecRequest
 }
 
@@ -203,17 +215,40 @@ func (r *replay) Recv() (*agentv1.ExecRequest, error) {
 		r.first = nil
 		return f, nil
 	}
-	return r.Agent_ExecServer.Recv()
+	return r.ExecStream.Recv()
 }
 
-func (h *hostile) Exec(stream agentv1.Agent_ExecServer) error {
-	first, err := stream.Recv()
+// task is one task's stream, with its connection for writes outside the
+// protocol.
+type task struct {
+	*execwire.Stream
+	conn net.Conn
+}
+
+func (h *hostile) serveExec(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			t := task{execwire.NewStream(c), c}
+			defer t.Close()
+			if err := h.exec(t); err != nil {
+				t.SendError(err)
+			}
+		}()
+	}
+}
+
+func (h *hostile) exec(t task) error {
+	first, err := t.Recv()
 	if err != nil {
 		return err
 	}
 	argv := first.GetStart().GetArgv()
 	if len(argv) == 0 || !strings.HasPrefix(argv[0], "hostile:") {
-		return h.Server.Exec(&replay{stream, first})
+		return h.Server.Exec(&replay{t.Stream, first})
 	}
 	what := strings.TrimPrefix(argv[0], "hostile:")
 	n := 0
@@ -221,58 +256,93 @@ func (h *hostile) Exec(stream agentv1.Agent_ExecServer) error {
 		n, _ = strconv.Atoi(argv[1])
 	}
 	h.log.Info("misbehaving", "what", what, "n", n)
-	return h.misbehave(stream, what, n)
+	return h.misbehave(t, what, n)
 }
 
-func stdout(b []byte) *agentv1.ExecEvent {
-	return &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Stdout{Stdout: b}}
+// stdout sends b as task output.
+func (t task) stdout(b []byte) error {
+	return t.SendOutput(execwire.KindStdout, append(make([]byte, execwire.HeaderSize), b...))
 }
 
 func exit(code int) *agentv1.ExecEvent {
 	return &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Code: int32(code)}}}
 }
 
+// waitHost reads until the host closes the task's stream.
+func (t task) waitHost() {
+	for {
+		if _, err := t.Recv(); err != nil {
+			return
+		}
+	}
+}
+
 // misbehave runs one attack. n is its size where it has one.
-func (h *hostile) misbehave(stream agentv1.Agent_ExecServer, what string, n int) error {
-	stream.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Started{Started: &agentv1.Started{Pid: 4242}}})
+func (h *hostile) misbehave(t task, what string, n int) error {
+	t.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Started{Started: &agentv1.Started{Pid: 4242}}})
 	switch what {
 	case "oversize":
-		// One message of n MiB, over the host's 4 MiB limit.
-		return stream.Send(stdout(bytes.Repeat([]byte("o"), n<<20)))
+		// One frame of n MiB, over the host's 4 MiB limit, written past
+		// the sender's own check.
+		b := make([]byte, execwire.HeaderSize+n<<20)
+		execwire.PutHeader(b, execwire.KindStdout, n<<20)
+		_, err := t.conn.Write(b)
+		return err
 	case "flood":
 		// Output as fast as the transport takes it, until the host hangs up.
-		chunk := bytes.Repeat([]byte("flood "), 64<<10/6)
+		chunk := append(make([]byte, execwire.HeaderSize), bytes.Repeat([]byte("flood "), 64<<10/6)...)
 		for {
-			if err := stream.Send(stdout(chunk)); err != nil {
+			if err := t.SendOutput(execwire.KindStdout, chunk); err != nil {
 				return err
 			}
 		}
 	case "hang":
 		// Started, then nothing ever again.
-		<-stream.Context().Done()
-		return stream.Context().Err()
+		t.waitHost()
+		return nil
 	case "noexit":
-		stream.Send(stdout([]byte("half a task\n")))
+		t.stdout([]byte("half a task\n"))
 		return nil
 	case "bogus-exit":
 		// An exit status no process can have.
-		return stream.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Code: -5, Signal: 1 << 30, DurationMs: -1}}})
+		return t.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Code: -5, Signal: 1 << 30, DurationMs: -1}}})
 	case "panic-code":
-		return status.Error(codes.Code(9999), strings.Repeat("e", 1<<20))
+		// A status code gRPC does not have, with a 1 MiB message.
+		return t.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Error{Error: &agentv1.Error{Code: 9999, Message: strings.Repeat("e", 1<<20)}}})
+	case "bad-kind":
+		// A frame of a kind the protocol does not have.
+		b := make([]byte, execwire.HeaderSize+3)
+		execwire.PutHeader(b, 9, 3)
+		t.conn.Write(b)
+		t.waitHost()
+		return nil
+	case "bad-event":
+		// An event frame that is not protobuf.
+		b := append(make([]byte, execwire.HeaderSize), 0xff, 0xff, 0xff, 0xff)
+		execwire.PutHeader(b, execwire.KindEvent, 4)
+		t.conn.Write(b)
+		t.waitHost()
+		return nil
+	case "cut-frame":
+		// Half a frame, then the stream ends.
+		b := make([]byte, execwire.HeaderSize+10)
+		execwire.PutHeader(b, execwire.KindStdout, 1000)
+		t.conn.Write(b)
+		return nil
 	case "streams":
-		stream.Send(h.streams(n))
-		return stream.Send(exit(0))
+		t.stdout(h.streams(n))
+		return t.Send(exit(0))
 	case "slowloris":
-		stream.Send(h.slowloris(n, func(opened, refused int64) {
-			stream.Send(stdout(fmt.Appendf(nil, "dialled: %d opened, %d refused\n", opened, refused)))
+		t.stdout(h.slowloris(n, func(opened, refused int64) {
+			t.stdout(fmt.Appendf(nil, "dialled: %d opened, %d refused\n", opened, refused))
 		}))
-		return stream.Send(exit(0))
+		return t.Send(exit(0))
 	case "garbage":
 		// Random bytes on the transport, in the middle of the host's frames.
 		junk := make([]byte, 64<<10)
 		rand.Read(junk)
 		h.port.Write(junk)
-		<-stream.Context().Done()
+		t.waitHost()
 		return nil
 	}
 	return status.Errorf(codes.InvalidArgument, "unknown misbehaviour %q", what)
@@ -281,7 +351,7 @@ func (h *hostile) misbehave(stream agentv1.Agent_ExecServer, what string, n int)
 // streams opens n streams to the host's HTTP egress port at once and holds
 // them, sending nothing, for 15 s or until the host closes them. It reports
 // how many opened, how many were refused and how many the host closed.
-func (h *hostile) streams(n int) *agentv1.ExecEvent {
+func (h *hostile) streams(n int) []byte {
 	var opened, closedByHost, refused atomic.Int64
 	var wg sync.WaitGroup
 	for range n {
@@ -304,14 +374,14 @@ func (h *hostile) streams(n int) *agentv1.ExecEvent {
 		}()
 	}
 	wg.Wait()
-	return stdout(fmt.Appendf(nil, "opened=%d refused=%d closed_by_host=%d\n", opened.Load(), refused.Load(), closedByHost.Load()))
+	return fmt.Appendf(nil, "opened=%d refused=%d closed_by_host=%d\n", opened.Load(), refused.Load(), closedByHost.Load())
 }
 
 // slowloris opens n egress connections and sends each a request head one
 // byte a second, forever. Once every dial has been answered it calls dialled
 // with how many opened and how many the host refused; at the end it reports
 // how many of the opened ones the host cut off within 60 s.
-func (h *hostile) slowloris(n int, dialled func(opened, refused int64)) *agentv1.ExecEvent {
+func (h *hostile) slowloris(n int, dialled func(opened, refused int64)) []byte {
 	var cut, opened, refused atomic.Int64
 	var dials, conns sync.WaitGroup
 	head := []byte("GET http://files.test/ HTTP/1.1\r\nHost: files.test\r\nX-Slow: ")
@@ -357,5 +427,5 @@ func (h *hostile) slowloris(n int, dialled func(opened, refused int64)) *agentv1
 	dials.Wait()
 	dialled(opened.Load(), refused.Load())
 	conns.Wait()
-	return stdout(fmt.Appendf(nil, "opened=%d refused=%d cut=%d\n", opened.Load(), refused.Load(), cut.Load()))
+	return fmt.Appendf(nil, "opened=%d refused=%d cut=%d\n", opened.Load(), refused.Load(), cut.Load())
 }

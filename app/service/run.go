@@ -153,12 +153,19 @@ func (s *Service) execute(ctx context.Context, id string, req RunRequest, secret
 // guest to report the task ended before it gives up on the guest.
 const HostTimeoutGrace = 15 * time.Second
 
+// retryWait bounds how long a task that could not reach its VM's agent
+// waits for the session to replace the VM; a VM the session still finds
+// healthy by then (its agent merely restarted, say) gets the task again.
+const retryWait = 30 * time.Second
+
 // agentAfter returns the agent of a VM newer than generation after (0: any),
-// waiting while the session notices a dead VM and boots the next.
+// waiting while the session notices a dead VM and boots the next, at most
+// retryWait.
 func (s *Service) agentAfter(ctx context.Context, after int) (*client.Client, int, error) {
+	giveUp := time.Now().Add(retryWait)
 	for {
 		agent, gen, err := s.sess.Agent(ctx)
-		if err != nil || gen != after {
+		if err != nil || gen != after || time.Now().After(giveUp) {
 			return agent, gen, err
 		}
 		select {

@@ -139,6 +139,9 @@ func (c *conn) remove() {
 	c.ep.mu.Lock()
 	if c.ep.streams[c.id] == c {
 		delete(c.ep.streams, c.id)
+		if !c.s.ours(c.id) {
+			c.ep.peers--
+		}
 	}
 	c.ep.mu.Unlock()
 }

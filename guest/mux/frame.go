@@ -293,7 +293,7 @@ func (s *Session) accept(ep *epoch, h *[frameHeaderSize]byte, id, port uint32) e
 		return badFrame(h, "peer opened stream %d after %d", id, last)
 	}
 	ep.lastPeer = id
-	full := len(ep.streams) >= s.cfg.MaxStreams
+	full := ep.peers >= s.cfg.MaxStreams
 	ep.mu.Unlock()
 	var l *listener
 	if !full {
@@ -306,6 +306,7 @@ func (s *Session) accept(ep *epoch, h *[frameHeaderSize]byte, id, port uint32) e
 	c := newConn(s, ep, id, Addr{Port: port}, Addr{})
 	ep.mu.Lock()
 	ep.streams[id] = c
+	ep.peers++
 	ep.mu.Unlock()
 	// A burst of opens beyond the backlog waits (bounded, see offer) for
 	// Accept to make room rather than being refused at once.
@@ -316,7 +317,10 @@ func (s *Session) accept(ep *epoch, h *[frameHeaderSize]byte, id, port uint32) e
 		c.reset, c.gone = true, true
 		c.mu.Unlock()
 		ep.mu.Lock()
-		delete(ep.streams, id)
+		if ep.streams[id] == c {
+			delete(ep.streams, id)
+			ep.peers--
+		}
 		ep.mu.Unlock()
 		s.enqueue(ep, flagRST, id, 0, ctrlWait)
 	case slot:

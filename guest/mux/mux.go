@@ -46,7 +46,7 @@ var (
 	// ErrProtocol wraps every violation of the wire protocol by the peer.
 	ErrProtocol = errors.New("mux: protocol violation")
 	// ErrTooManyStreams is returned by Dial when Config.MaxStreams streams
-	// are already open.
+	// this side opened are still open.
 	ErrTooManyStreams = errors.New("mux: too many open streams")
 	// ErrReset is returned by stream reads and writes after the peer reset
 	// the stream.
@@ -58,7 +58,10 @@ var (
 
 // Config bounds a session. Zero fields take defaults.
 type Config struct {
-	// MaxStreams bounds concurrently open streams (default 1024).
+	// MaxStreams bounds concurrently open streams (default 1024), counted
+	// apart for each side's opens: streams the peer opens can never use up
+	// those this side needs (the host's tasks under a guest's stream
+	// flood), nor the reverse.
 	MaxStreams int
 	// AcceptBacklog bounds streams waiting in a listener's Accept (default 64).
 	AcceptBacklog int
@@ -180,6 +183,7 @@ type epoch struct {
 	mu       sync.Mutex
 	dead     bool
 	streams  map[uint32]*conn
+	peers    int    // how many of streams the peer opened
 	nextID   uint32 // our next stream id
 	lastPeer uint32 // the highest stream id the peer opened
 }
@@ -526,7 +530,7 @@ func (s *Session) open(ctx context.Context, ep *epoch, port uint32) (*conn, erro
 		<-ep.done
 		return nil, ep.err
 	}
-	if len(ep.streams) >= s.cfg.MaxStreams {
+	if len(ep.streams)-ep.peers >= s.cfg.MaxStreams {
 		ep.mu.Unlock()
 		return nil, ErrTooManyStreams
 	}

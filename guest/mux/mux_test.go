@@ -821,3 +821,58 @@ func dialAccepted(t *testing.T, dialer, listener *Session) (dialed, accepted net
 	}
 	return dialed, <-ch
 }
+
+// Streams the peer opens count apart from ours: a guest holding all the
+// streams it may open cannot stop the host from opening its own (a task's
+// stream), and the host's own opens stay bounded too.
+func TestPeerStreamsDoNotStarveOurs(t *testing.T) {
+	const max = 8
+	host, guest := pair(t, "socketpair", Config{MaxStreams: max})
+	hl, err := host.Listen(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go acceptEach(hl, func(c net.Conn) { io.Copy(io.Discard, c); c.Close() })
+	gl, err := guest.Listen(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go acceptEach(gl, func(c net.Conn) { io.Copy(io.Discard, c); c.Close() })
+	var flood []net.Conn
+	for range max {
+		c, err := guest.Dial(ctxT(t, 5*time.Second), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flood = append(flood, c)
+	}
+	if _, err := guest.Dial(ctxT(t, 5*time.Second), 2); !errors.Is(err, ErrTooManyStreams) && !errors.Is(err, ErrRefused) {
+		t.Fatalf("stream %d from the guest: %v, want it refused", max+1, err)
+	}
+	var ours []net.Conn
+	for i := range max {
+		c, err := host.Dial(ctxT(t, 5*time.Second), 1)
+		if err != nil {
+			t.Fatalf("host stream %d while the guest holds %d: %v", i+1, len(flood), err)
+		}
+		ours = append(ours, c)
+	}
+	if _, err := host.Dial(ctxT(t, 5*time.Second), 1); !errors.Is(err, ErrTooManyStreams) {
+		t.Fatalf("host stream %d: %v, want ErrTooManyStreams", max+1, err)
+	}
+	// Closing one of the guest's frees a slot for the guest, not the host.
+	flood[0].Close()
+	var c net.Conn
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c, err = guest.Dial(ctxT(t, 5*time.Second), 2); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("the guest's freed slot: %v", err)
+	}
+	c.Close()
+	for _, c := range append(flood, ours...) {
+		c.Close()
+	}
+}

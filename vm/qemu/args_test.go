@@ -122,11 +122,11 @@ func TestKernelCmdline(t *testing.T) {
 		want string
 	}{
 		{"amd64 serial 9p ro", plan{Arch: "amd64", Transport: api.TransportSerial, Share: api.Share9P, ShareReadOnly: true, Cmdline: []string{"x=1"}},
-			"console=ttyS0 quiet panic=-1 airlock.transport=serial airlock.share=9p airlock.share_ro=1 x=1"},
+			"console=ttyS0 quiet panic=-1 no_timer_check airlock.transport=serial airlock.share=9p airlock.share_ro=1 x=1"},
 		{"arm64 vsock virtiofs", plan{Arch: "arm64", Transport: api.TransportVsock, Share: api.ShareVirtiofs},
 			"console=ttyAMA0 quiet panic=-1 airlock.transport=vsock airlock.share=virtiofs"},
 		{"no share", plan{Arch: "amd64", Transport: api.TransportSerial, ShareReadOnly: true},
-			"console=ttyS0 quiet panic=-1 airlock.transport=serial"},
+			"console=ttyS0 quiet panic=-1 no_timer_check airlock.transport=serial"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 )
@@ -132,11 +133,14 @@ func bareRelay(b *testing.B, origin string, splice bool) net.Listener {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { l.Close() })
+	bufs := sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 	pipe := func(dst, src *net.TCPConn) {
 		if splice {
 			io.Copy(dst, src)
 		} else {
-			io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, make([]byte, 256<<10))
+			bp := bufs.Get().(*[]byte)
+			io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *bp)
+			bufs.Put(bp)
 		}
 		dst.CloseWrite()
 	}
@@ -161,4 +165,67 @@ func bareRelay(b *testing.B, origin string, splice bool) net.Listener {
 		}
 	}()
 	return l
+}
+
+// BenchmarkPlainHTTP measures, in the same run and in alternating rounds, a
+// loopback GET of a body with a length and a chunked one, direct from a
+// net/http server and through the gate's plain-HTTP proxy, and reports the
+// gate's throughput as a ratio of the direct one.
+func BenchmarkPlainHTTP(b *testing.B) {
+	const size = 32 << 20
+	chunk := make([]byte, 1<<20)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/length" {
+			w.Header().Set("Content-Length", fmt.Sprint(size))
+		}
+		for sent := 0; sent < size; sent += len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})}
+	go srv.Serve(l)
+	defer srv.Close()
+	g, err := New(Config{MapHosts: []string{"origin.test=127.0.0.1"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	hl, _ := net.Listen("tcp", "127.0.0.1:0")
+	go g.ServeHTTPProxy(hl)
+	port := l.Addr().(*net.TCPAddr).Port
+	fetch := func(addr, target string) time.Duration {
+		start := time.Now()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: origin.test:%d\r\n\r\n", target, port)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		if err != nil || n != size {
+			b.Fatalf("read %d bytes: %v", n, err)
+		}
+		return time.Since(start)
+	}
+	var tDirect, tGate [2]time.Duration
+	b.SetBytes(2 * size)
+	for b.Loop() {
+		for i, path := range []string{"/length", "/chunked"} {
+			tDirect[i] += fetch(l.Addr().String(), path)
+			tGate[i] += fetch(hl.Addr().String(), fmt.Sprintf("http://origin.test:%d%s", port, path))
+		}
+	}
+	for i, name := range []string{"length", "chunked"} {
+		b.ReportMetric(float64(b.N)*size/tGate[i].Seconds()/1e6, name+"-MB/s")
+		b.ReportMetric(tDirect[i].Seconds()/tGate[i].Seconds(), name+"/direct")
+	}
 }

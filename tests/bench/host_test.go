@@ -161,10 +161,12 @@ func (h *harness) hostOnly() {
 		return mibps(size, time.Since(start))
 	}
 	// The same client code and size for all four, alternating, each
-	// round starting with the next one so none is always first.
+	// round starting with the next one so none is always first; four times
+	// the rounds of the other rows, since a relay's rate swings with the
+	// machine's load more than a direct connection's.
 	kinds := []func() (net.Conn, io.Reader, error){dial(o.l.Addr().String()), dial(rl.Addr().String()), connect, socks}
 	rates := make([][]float64, len(kinds))
-	for i := range h.rounds * 2 {
+	for i := range h.rounds * 4 {
 		for j := range kinds {
 			k := (i + j) % len(kinds)
 			rates[k] = append(rates[k], fetch(kinds[k]))

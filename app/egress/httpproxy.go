@@ -191,13 +191,8 @@ func (g *Gate) forward(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decisio
 		req.Header["User-Agent"] = []string{""} // keep net/http from adding its own
 	}
 	req.Close = false
-	upw := &countingWriter{w: u.conn}
-	bw := bufio.NewWriter(upw)
-	err := req.Write(bw)
-	if err == nil {
-		err = bw.Flush()
-	}
-	d.BytesUp = upw.n
+	var err error
+	d.BytesUp, err = writeRequest(u.conn, req)
 	if scan != nil && scan.found != nil {
 		g.dropUpstream(up)
 		d.Reason = ReasonPlaceholder
@@ -221,13 +216,7 @@ func (g *Gate) forward(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decisio
 	untilEOF := resp.ContentLength < 0 && !isChunked(resp.TransferEncoding) && resp.Body != http.NoBody
 	keep = keep && !untilEOF
 	resp.Close = !keep
-	cw := &countingWriter{w: c}
-	bw = bufio.NewWriter(cw)
-	err = resp.Write(bw)
-	if err == nil {
-		err = bw.Flush()
-	}
-	d.BytesDown = cw.n
+	d.BytesDown, err = writeResponse(c, resp)
 	if err != nil {
 		return g.upstreamFailed(c, d, up, fmt.Errorf("relay response: %w", err), true)
 	}

@@ -178,13 +178,8 @@ func (x *exchange) next() bool {
 		req.Header["User-Agent"] = []string{""}
 	}
 	req.Close = false
-	upw := &countingWriter{w: x.up}
-	bw := bufio.NewWriter(upw)
-	err = req.Write(bw)
-	if err == nil {
-		err = bw.Flush()
-	}
-	x.d.BytesUp += upw.n
+	nUp, err := writeRequest(x.up, req)
+	x.d.BytesUp += nUp
 	if scan != nil && scan.found != nil {
 		x.refuse(ReasonPlaceholder, http.StatusForbidden, (&secretRefusal{name: scan.found.Name, where: "body", hosts: hostStrings(scan.found)}).Error())
 		return false
@@ -212,13 +207,8 @@ func (x *exchange) next() bool {
 	untilEOF := resp.ContentLength < 0 && !isChunked(resp.TransferEncoding) && resp.Body != http.NoBody
 	keep = keep && !untilEOF && !upstreamClose
 	resp.Close = !keep
-	cw := &countingWriter{w: c}
-	bw = bufio.NewWriter(cw)
-	err = resp.Write(bw)
-	if err == nil {
-		err = bw.Flush()
-	}
-	x.d.BytesDown += cw.n
+	nDown, err := writeResponse(c, resp)
+	x.d.BytesDown += nDown
 	return err == nil && keep
 }
 

@@ -6,9 +6,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/relaytest"
 )
 
 // BenchmarkDownload measures, in the same run and in alternating rounds, a
@@ -52,8 +53,8 @@ func BenchmarkDownload(b *testing.B) {
 	go g.ServeHTTPProxy(hl)
 	go g.ServeSOCKS(sl)
 	port := l.Addr().(*net.TCPAddr).Port
-	copyL := bareRelay(b, l.Addr().String(), false)
-	spliceL := bareRelay(b, l.Addr().String(), true)
+	copyL := relaytest.Bare(b, l.Addr().String(), false)
+	spliceL := relaytest.Bare(b, l.Addr().String(), true)
 
 	dialer := func(addr string) func() (net.Conn, io.Reader) {
 		return func() (net.Conn, io.Reader) {
@@ -122,49 +123,6 @@ func BenchmarkDownload(b *testing.B) {
 	b.ReportMetric(tCopy.Seconds()/tConnect.Seconds(), "connect/relay")
 	b.ReportMetric(tCopy.Seconds()/tSOCKS.Seconds(), "socks/relay")
 	b.ReportMetric(tDirect.Seconds()/tCopy.Seconds(), "relay/direct")
-}
-
-// bareRelay is the least a TCP relay can do: accept, dial origin, copy both
-// ways (through a 256 KiB buffer, or with io.Copy's splice), half-close.
-// It is closed when b ends.
-func bareRelay(b *testing.B, origin string, splice bool) net.Listener {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { l.Close() })
-	bufs := sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
-	pipe := func(dst, src *net.TCPConn) {
-		if splice {
-			io.Copy(dst, src)
-		} else {
-			bp := bufs.Get().(*[]byte)
-			io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *bp)
-			bufs.Put(bp)
-		}
-		dst.CloseWrite()
-	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				u, err := net.Dial("tcp", origin)
-				if err != nil {
-					return
-				}
-				defer u.Close()
-				done := make(chan struct{})
-				go func() { pipe(u.(*net.TCPConn), c.(*net.TCPConn)); close(done) }()
-				pipe(c.(*net.TCPConn), u.(*net.TCPConn))
-				<-done
-			}()
-		}
-	}()
-	return l
 }
 
 // BenchmarkPlainHTTP measures, in the same run and in alternating rounds, a

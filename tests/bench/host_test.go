@@ -15,13 +15,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/guest/mux"
+	"github.com/airlock-sandbox/airlock/internal/relaytest"
 )
 
 // harness holds what the phases share.
@@ -110,7 +110,7 @@ func (h *harness) hostOnly() {
 	go g.ServeSOCKS(sl)
 	defer hl.Close()
 	defer sl.Close()
-	rl := bareRelay(h.b, o.l.Addr().String())
+	rl := relaytest.Bare(h.b, o.l.Addr().String(), false)
 	defer rl.Close()
 	port := o.l.Addr().(*net.TCPAddr).Port
 	dial := func(addr string) func() (net.Conn, io.Reader, error) {
@@ -179,44 +179,6 @@ func (h *harness) hostOnly() {
 		"accept, dial, copy both ways in 256 KiB steps: a relay is a third party busy on the same cores as the two ends"
 	h.t.add("gate-loopback-connect-relay", "gate on loopback: HTTP CONNECT", "MiB/s", cn, "bare relay", rr, atLeast(0.9))
 	h.t.add("gate-loopback-socks-relay", "gate on loopback: SOCKS5", "MiB/s", sk, "bare relay", rr, atLeast(0.9))
-}
-
-// bareRelay is the least a loopback TCP proxy does, the gate's baseline:
-// accept, dial origin, copy both ways in 256 KiB steps (a splicing relay
-// was slower here: the reader pays for spliced pages), half-close.
-func bareRelay(b *testing.B, origin string) net.Listener {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	bufs := sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
-	pipe := func(dst, src *net.TCPConn) {
-		bp := bufs.Get().(*[]byte)
-		io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *bp)
-		bufs.Put(bp)
-		dst.CloseWrite()
-	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				u, err := net.Dial("tcp", origin)
-				if err != nil {
-					return
-				}
-				defer u.Close()
-				done := make(chan struct{})
-				go func() { pipe(u.(*net.TCPConn), c.(*net.TCPConn)); close(done) }()
-				pipe(c.(*net.TCPConn), u.(*net.TCPConn))
-				<-done
-			}()
-		}
-	}()
-	return l
 }
 
 func mibps(n int64, d time.Duration) float64 { return float64(n) / (1 << 20) / d.Seconds() }

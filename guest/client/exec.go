@@ -133,7 +133,9 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error)
 	r := execwire.NewReader(conn)
 	for {
 		k, n, err := r.Next()
-		if errors.Is(err, io.EOF) && ctx.Err() == nil {
+		// io.EOF itself is the guest ending the stream; a transport that
+		// failed says so with an error of its own (which may wrap io.EOF).
+		if err == io.EOF && ctx.Err() == nil {
 			return Exit{}, ErrNoExit
 		}
 		if err != nil {

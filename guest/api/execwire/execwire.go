@@ -97,15 +97,15 @@ func NewReader(r io.Reader) *Reader { return &Reader{r: r} }
 
 // Next reads the next frame's header and returns its kind and payload
 // length; the caller then reads the payload with Payload or Copy. It
-// returns io.EOF only when the stream ends between frames, and ErrFrame
+// returns io.EOF itself only when the stream ends cleanly between frames, and ErrFrame
 // (wrapped) for a kind outside the protocol, an oversized payload or a
 // stream that ends inside a frame.
 func (r *Reader) Next() (Kind, int, error) {
 	if _, err := io.ReadFull(r.r, r.hdr[:]); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
+		if err == io.ErrUnexpectedEOF {
 			return 0, 0, cutErr(err)
 		}
-		return 0, 0, err
+		return 0, 0, err // io.EOF itself only for a clean end
 	}
 	k, n := Kind(r.hdr[0]), binary.BigEndian.Uint32(r.hdr[1:])
 	if k < KindRequest || k > KindStderr {
@@ -162,9 +162,6 @@ func (r *Reader) Copy(w io.Writer, n int, buf []byte) error {
 		}
 		n -= m
 		if err != nil && n > 0 {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
 			return cutErr(err)
 		}
 	}
@@ -174,10 +171,11 @@ func (r *Reader) Copy(w io.Writer, n int, buf []byte) error {
 	return nil
 }
 
-// cutErr says why a frame ended early: a stream that ends cleanly inside a
-// frame is a peer breaking the protocol; any other error is the transport's.
+// cutErr says why a frame ended early: a stream that ends cleanly (io.EOF
+// itself, not a transport error wrapping one) inside a frame is a peer
+// breaking the protocol; any other error is the transport's.
 func cutErr(err error) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
 		return fmt.Errorf("%w: the stream ended inside a frame", ErrFrame)
 	}
 	return err

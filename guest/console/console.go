@@ -11,23 +11,26 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Prefix starts every line the guest writes to the console.
 const Prefix = "airlock-guest: "
 
 // NewLogger returns a logger writing short lines to w. Debug records are
-// dropped unless debug is set. component, when not empty, follows the prefix.
+// dropped unless debug is set; with debug every line also starts with the
+// time since boot, "[    1.234567] ", as the kernel's own lines do, so the
+// boot's steps can be timed from the console log. component, when not
+// empty, follows the prefix.
 func NewLogger(w io.Writer, component string, debug bool) *slog.Logger {
-	level := slog.LevelInfo
+	h := &handler{out: &lockedWriter{w: w}, prefix: Prefix, level: slog.LevelInfo}
 	if debug {
-		level = slog.LevelDebug
+		h.level, h.clock = slog.LevelDebug, Uptime
 	}
-	p := Prefix
 	if component != "" {
-		p += component + ": "
+		h.prefix += component + ": "
 	}
-	return slog.New(&handler{out: &lockedWriter{w: w}, prefix: p, level: level})
+	return slog.New(h)
 }
 
 type lockedWriter struct {
@@ -45,7 +48,8 @@ type handler struct {
 	out    *lockedWriter
 	prefix string
 	level  slog.Level
-	attrs  string // preformatted " k=v" of WithAttrs
+	clock  func() time.Duration // nil: no timestamps
+	attrs  string               // preformatted " k=v" of WithAttrs
 	group  string
 }
 
@@ -53,6 +57,10 @@ func (h *handler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.
 
 func (h *handler) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
+	if h.clock != nil {
+		d := h.clock()
+		fmt.Fprintf(&b, "[%5d.%06d] ", d/time.Second, d%time.Second/time.Microsecond)
+	}
 	b.WriteString(h.prefix)
 	switch {
 	case r.Level >= slog.LevelError:

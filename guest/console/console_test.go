@@ -3,6 +3,7 @@ package console
 import (
 	"bytes"
 	"errors"
+	"regexp"
 	"testing"
 )
 
@@ -16,5 +17,15 @@ func TestNewLogger(t *testing.T) {
 		"airlock-guest: agent: error: failed err=boom\n"
 	if got := buf.String(); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestDebugTimestamps(t *testing.T) {
+	var buf bytes.Buffer
+	log := NewLogger(&buf, "", true)
+	log.Debug("mounted")
+	got := buf.String()
+	if !regexp.MustCompile(`^\[ *[0-9]+\.[0-9]{6}\] airlock-guest: mounted\n$`).MatchString(got) {
+		t.Errorf("got %q, want a kernel-style timestamp before the prefix", got)
 	}
 }

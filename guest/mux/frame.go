@@ -82,6 +82,7 @@ func (s *Session) recvLoop(ep *epoch) error {
 		flags := binary.BigEndian.Uint16(h[2:4])
 		id := binary.BigEndian.Uint32(h[4:8])
 		length := binary.BigEndian.Uint32(h[8:12])
+		s.br.lean = typ == typeData && length >= minDirect
 		if h[0] != frameVersion {
 			return badFrame(&h, "version %d", h[0])
 		}
@@ -184,7 +185,17 @@ func (s *Session) recvData(ep *epoch, h *[frameHeaderSize]byte, flags uint16, id
 // buffer if one is waiting, into c's buffer otherwise, or nowhere if c was
 // closed locally. It is called and returns with c.mu held; it returns the
 // credit to give back.
-func (s *Session) recvPayload(c *conn, n int) (uint32, error) {
+func (s *Session) recvPayload(c *conn, n int) (credit uint32, err error) {
+	if c.waitBuf != nil && c.rlen == c.roff && !c.closed && !c.gone {
+		var m int
+		m, credit, err = s.fillReader(c, n)
+		if err != nil {
+			return 0, readErr(err, true)
+		}
+		if n -= m; n == 0 {
+			return credit, nil
+		}
+	}
 	if c.closed || c.gone {
 		c.mu.Unlock()
 		err := s.br.Discard(n)
@@ -192,37 +203,49 @@ func (s *Session) recvPayload(c *conn, n int) (uint32, error) {
 		if err != nil {
 			return 0, readErr(err, true)
 		}
-		return c.consumed(n), nil
-	}
-	if c.waitBuf != nil && c.rlen == c.roff && len(c.waitBuf) >= n {
-		p := c.waitBuf[:n]
-		c.waitBuf = nil
-		c.filling = true
-		c.directFor = c.waitOwner
-		c.mu.Unlock()
-		// One read: the reader waits for it, so it must not wait for a
-		// peer that stops halfway.
-		m, err := s.br.Read(p)
-		c.mu.Lock()
-		c.filling = false
-		c.directN = m
-		c.wake()
-		if err != nil {
-			return 0, readErr(err, true)
-		}
-		if n -= m; n == 0 {
-			return 0, nil
-		}
+		return credit + c.consumed(n), nil
 	}
 	tail := c.reserve(n)
 	c.mu.Unlock()
-	err := s.br.ReadFull(tail)
+	err = s.br.ReadPayloadFull(tail)
 	c.mu.Lock()
 	if err != nil {
 		return 0, readErr(err, true)
 	}
+	if c.closed {
+		// Close dropped the buffer meanwhile.
+		return credit + c.consumed(n), nil
+	}
 	c.rlen += n
-	return 0, nil
+	return credit, nil
+}
+
+// fillReader reads payload of n bytes for c straight into the buffer of the
+// reader waiting on c, and what does not fit into c's buffer, with one read:
+// the reader waits for it, so it must not wait for a peer that stops
+// halfway. It is called and returns with c.mu held; it returns how much it
+// read and the credit to give back.
+func (s *Session) fillReader(c *conn, n int) (int, uint32, error) {
+	p := c.waitBuf[:min(len(c.waitBuf), n)]
+	c.waitBuf = nil
+	c.filling = true
+	c.directFor = c.waitOwner
+	q := c.reserve(n - len(p))
+	c.mu.Unlock()
+	m, err := s.br.ReadPayload(p, q)
+	c.mu.Lock()
+	c.filling = false
+	c.directN = min(m, len(p))
+	var credit uint32
+	if inQ := m - c.directN; inQ > 0 {
+		if c.closed {
+			credit = c.consumed(inQ) // Close dropped the buffer meanwhile
+		} else {
+			c.rlen += inQ
+		}
+	}
+	c.wake()
+	return m, credit, err
 }
 
 func (s *Session) recvControl(ep *epoch, h *[frameHeaderSize]byte, flags uint16, id, length uint32) error {

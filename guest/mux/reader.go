@@ -6,16 +6,22 @@ import (
 )
 
 // frameReader buffers what the receive loop reads from the connection,
-// like bufio.Reader, except that a payload is read straight into its
-// destination: with readv where the connection allows (the payload's rest
-// into the destination, whatever follows it into the buffer, one syscall),
-// otherwise with a direct read once the buffer is empty.
+// like bufio.Reader, except that a big payload is read straight into its
+// destination (a waiting reader's buffer, the stream's buffer): with readv
+// where the connection allows (the payload's rest into its destination and
+// the next header into the buffer, one syscall), otherwise with a plain
+// read once the buffer is empty.
 type frameReader struct {
 	r          io.Reader
 	buf        []byte
 	rpos, wpos int
-	// readv reads into a, then b; nil where the connection has no readv.
-	readv func(a, b []byte) (int, error)
+	// lean says the last frame had a big payload, so the next one likely
+	// has too: fill then reads no further than a header, lest that payload
+	// land in buf only to be copied out again.
+	lean bool
+	// readv reads into a, b and c in turn; nil where the connection has no
+	// readv.
+	readv func(a, b, c []byte) (int, error)
 }
 
 func newFrameReader(r io.Reader) *frameReader {
@@ -33,8 +39,12 @@ func (f *frameReader) fill() error {
 		f.wpos = copy(f.buf, f.buf[f.rpos:f.wpos])
 		f.rpos = 0
 	}
+	end := len(f.buf)
+	if f.lean {
+		end = max(f.wpos+1, frameHeaderSize)
+	}
 	for range 100 {
-		n, err := f.r.Read(f.buf[f.wpos:])
+		n, err := f.r.Read(f.buf[f.wpos:end])
 		f.wpos += n
 		if n > 0 {
 			return nil
@@ -68,15 +78,13 @@ func (f *frameReader) ReadByte() (byte, error) {
 	return b, nil
 }
 
-// Read reads what is buffered, or else with one read of the connection.
+// Read reads what is buffered, or else fills the buffer with one read of
+// the connection. Payloads are read with ReadPayload.
 func (f *frameReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
 	if f.Buffered() == 0 {
-		if len(p) >= 4<<10 {
-			return f.direct(p)
-		}
 		if err := f.fill(); err != nil {
 			return 0, err
 		}
@@ -86,17 +94,40 @@ func (f *frameReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// direct reads into p with the buffer empty, and what follows into the
-// buffer where readv allows.
-func (f *frameReader) direct(p []byte) (int, error) {
+// minDirect is the least payload read straight into its destination; less
+// goes through the buffer, with whatever frames follow it.
+const minDirect = 4 << 10
+
+// ReadPayload reads into p, then q, which together are the rest of the
+// current frame's payload: what is buffered, or else one read of the
+// connection straight into them, and with readv the next header into the
+// buffer.
+func (f *frameReader) ReadPayload(p, q []byte) (int, error) {
+	if len(p) == 0 {
+		p, q = q, nil
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if f.Buffered() > 0 || len(p)+len(q) < minDirect {
+		n, err := f.Read(p)
+		if n == len(p) && err == nil && f.Buffered() > 0 {
+			m := copy(q, f.buf[f.rpos:f.wpos])
+			f.rpos += m
+			n += m
+		}
+		return n, err
+	}
 	f.rpos, f.wpos = 0, 0
 	if f.readv == nil {
 		return f.r.Read(p)
 	}
-	n, err := f.readv(p, f.buf)
-	if n > len(p) {
-		f.wpos = n - len(p)
-		n = len(p)
+	// Only a header's worth past the payload: more would be the next
+	// frame's payload.
+	n, err := f.readv(p, q, f.buf[:frameHeaderSize])
+	if rest := len(p) + len(q); n > rest {
+		f.wpos = n - rest
+		n = rest
 	}
 	if n == 0 && err == nil {
 		err = io.EOF
@@ -104,19 +135,31 @@ func (f *frameReader) direct(p []byte) (int, error) {
 	return n, err
 }
 
-// ReadFull fills p, like io.ReadFull: io.EOF if the connection ends before
-// the first byte, io.ErrUnexpectedEOF if after.
-func (f *frameReader) ReadFull(p []byte) error {
-	read := false
+// ReadFull reads exactly len(p) bytes (a header), like io.ReadFull:
+// io.EOF if the connection ends before the first byte, io.ErrUnexpectedEOF
+// if after.
+func (f *frameReader) ReadFull(p []byte) error { return f.readFull(p, false) }
+
+// ReadPayloadFull reads p, the rest of the current frame's payload.
+func (f *frameReader) ReadPayloadFull(p []byte) error { return f.readFull(p, true) }
+
+func (f *frameReader) readFull(p []byte, payload bool) error {
+	done := false
 	for len(p) > 0 {
-		n, err := f.Read(p)
+		var n int
+		var err error
+		if payload {
+			n, err = f.ReadPayload(p, nil)
+		} else {
+			n, err = f.Read(p)
+		}
 		p = p[n:]
-		read = read || n > 0
+		done = done || n > 0
 		if err != nil {
 			if len(p) == 0 {
 				return nil
 			}
-			if read && errors.Is(err, io.EOF) {
+			if done && errors.Is(err, io.EOF) {
 				return io.ErrUnexpectedEOF
 			}
 			return err
@@ -127,6 +170,7 @@ func (f *frameReader) ReadFull(p []byte) error {
 
 // Discard skips n bytes.
 func (f *frameReader) Discard(n int) error {
+	f.lean = false // nothing to read around
 	for n > 0 {
 		if f.Buffered() == 0 {
 			if err := f.fill(); err != nil {

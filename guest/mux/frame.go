@@ -186,7 +186,7 @@ func (s *Session) recvData(ep *epoch, h *[frameHeaderSize]byte, flags uint16, id
 // closed locally. It is called and returns with c.mu held; it returns the
 // credit to give back.
 func (s *Session) recvPayload(c *conn, n int) (credit uint32, err error) {
-	if c.waitBuf != nil && c.rlen == c.roff && !c.closed && !c.gone {
+	if c.waitBuf != nil && c.in.n == 0 && !c.closed && !c.gone {
 		var m int
 		m, credit, err = s.fillReader(c, n)
 		if err != nil {
@@ -205,9 +205,9 @@ func (s *Session) recvPayload(c *conn, n int) (credit uint32, err error) {
 		}
 		return credit + c.consumed(n), nil
 	}
-	tail := c.reserve(n)
+	a, b := c.in.space(n, s.cfg.Window)
 	c.mu.Unlock()
-	err = s.br.ReadPayloadFull(tail)
+	err = s.br.ReadPayloadFull(a, b)
 	c.mu.Lock()
 	if err != nil {
 		return 0, readErr(err, true)
@@ -216,7 +216,7 @@ func (s *Session) recvPayload(c *conn, n int) (credit uint32, err error) {
 		// Close dropped the buffer meanwhile.
 		return credit + c.consumed(n), nil
 	}
-	c.rlen += n
+	c.in.commit(n)
 	return credit, nil
 }
 
@@ -230,18 +230,18 @@ func (s *Session) fillReader(c *conn, n int) (int, uint32, error) {
 	c.waitBuf = nil
 	c.filling = true
 	c.directFor = c.waitOwner
-	q := c.reserve(n - len(p))
+	a, b := c.in.space(n-len(p), s.cfg.Window)
 	c.mu.Unlock()
-	m, err := s.br.ReadPayload(p, q)
+	m, err := s.br.ReadPayload(p, a, b)
 	c.mu.Lock()
 	c.filling = false
 	c.directN = min(m, len(p))
 	var credit uint32
-	if inQ := m - c.directN; inQ > 0 {
+	if more := m - c.directN; more > 0 {
 		if c.closed {
-			credit = c.consumed(inQ) // Close dropped the buffer meanwhile
+			credit = c.consumed(more) // Close dropped the buffer meanwhile
 		} else {
-			c.rlen += inQ
+			c.in.commit(more)
 		}
 	}
 	c.wake()

@@ -17,11 +17,14 @@ type frameReader struct {
 	rpos, wpos int
 	// lean says the last frame had a big payload, so the next one likely
 	// has too: fill then reads no further than a header, lest that payload
-	// land in buf only to be copied out again.
+	// land in buf only to be copied out again. Not without readv: that is
+	// the guest's port, which returns at most a page per read anyway, so a
+	// read for the header alone would be one more syscall per frame to
+	// save copying less than a page.
 	lean bool
-	// readv reads into a, b and c in turn; nil where the connection has no
-	// readv.
-	readv func(a, b, c []byte) (int, error)
+	// readv reads into a, b, c and d in turn; nil where the connection has
+	// no readv.
+	readv func(a, b, c, d []byte) (int, error)
 }
 
 func newFrameReader(r io.Reader) *frameReader {
@@ -40,7 +43,7 @@ func (f *frameReader) fill() error {
 		f.rpos = 0
 	}
 	end := len(f.buf)
-	if f.lean {
+	if f.lean && f.readv != nil {
 		end = max(f.wpos+1, frameHeaderSize)
 	}
 	for range 100 {
@@ -98,25 +101,27 @@ func (f *frameReader) Read(p []byte) (int, error) {
 // goes through the buffer, with whatever frames follow it.
 const minDirect = 4 << 10
 
-// ReadPayload reads into p, then q, which together are the rest of the
-// current frame's payload: what is buffered, or else one read of the
+// ReadPayload reads into p, q and r in turn, which together are the rest
+// of the current frame's payload: what is buffered, or else one read of the
 // connection straight into them, and with readv the next header into the
 // buffer.
-func (f *frameReader) ReadPayload(p, q []byte) (int, error) {
-	if len(p) == 0 {
-		p, q = q, nil
+func (f *frameReader) ReadPayload(p, q, r []byte) (int, error) {
+	for len(p) == 0 && len(q)+len(r) > 0 {
+		p, q, r = q, r, nil
 	}
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if f.Buffered() > 0 || len(p)+len(q) < minDirect {
-		n, err := f.Read(p)
-		if n == len(p) && err == nil && f.Buffered() > 0 {
-			m := copy(q, f.buf[f.rpos:f.wpos])
-			f.rpos += m
+	if f.Buffered() > 0 || len(p)+len(q)+len(r) < minDirect {
+		n := 0
+		for _, b := range [...][]byte{p, q, r} {
+			m, err := f.Read(b)
 			n += m
+			if err != nil || m < len(b) || f.Buffered() == 0 {
+				return n, err
+			}
 		}
-		return n, err
+		return n, nil
 	}
 	f.rpos, f.wpos = 0, 0
 	if f.readv == nil {
@@ -124,8 +129,8 @@ func (f *frameReader) ReadPayload(p, q []byte) (int, error) {
 	}
 	// Only a header's worth past the payload: more would be the next
 	// frame's payload.
-	n, err := f.readv(p, q, f.buf[:frameHeaderSize])
-	if rest := len(p) + len(q); n > rest {
+	n, err := f.readv(p, q, r, f.buf[:frameHeaderSize])
+	if rest := len(p) + len(q) + len(r); n > rest {
 		f.wpos = n - rest
 		n = rest
 	}
@@ -138,23 +143,31 @@ func (f *frameReader) ReadPayload(p, q []byte) (int, error) {
 // ReadFull reads exactly len(p) bytes (a header), like io.ReadFull:
 // io.EOF if the connection ends before the first byte, io.ErrUnexpectedEOF
 // if after.
-func (f *frameReader) ReadFull(p []byte) error { return f.readFull(p, false) }
+func (f *frameReader) ReadFull(p []byte) error {
+	return f.readFull(p, nil, false)
+}
 
-// ReadPayloadFull reads p, the rest of the current frame's payload.
-func (f *frameReader) ReadPayloadFull(p []byte) error { return f.readFull(p, true) }
+// ReadPayloadFull reads p, then q: the rest of the current frame's payload.
+func (f *frameReader) ReadPayloadFull(p, q []byte) error {
+	return f.readFull(p, q, true)
+}
 
-func (f *frameReader) readFull(p []byte, payload bool) error {
+func (f *frameReader) readFull(p, q []byte, payload bool) error {
 	done := false
-	for len(p) > 0 {
+	for len(p)+len(q) > 0 {
 		var n int
 		var err error
 		if payload {
-			n, err = f.ReadPayload(p, nil)
+			n, err = f.ReadPayload(p, q, nil)
 		} else {
 			n, err = f.Read(p)
 		}
-		p = p[n:]
 		done = done || n > 0
+		if n >= len(p) {
+			p, q = q[n-len(p):], nil
+		} else {
+			p = p[n:]
+		}
 		if err != nil {
 			if len(p) == 0 {
 				return nil

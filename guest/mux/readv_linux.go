@@ -9,7 +9,7 @@ import (
 
 // vectorReader returns readv over r if r is a socket; nil otherwise (the
 // guest's port, an *os.File, is read plainly).
-func vectorReader(r io.Reader) func(a, b, c []byte) (int, error) {
+func vectorReader(r io.Reader) func(a, b, c, d []byte) (int, error) {
 	if _, ok := r.(net.Conn); !ok {
 		return nil
 	}
@@ -30,16 +30,16 @@ func vectorReader(r io.Reader) func(a, b, c []byte) (int, error) {
 type readv struct {
 	rc  syscall.RawConn
 	fn  func(fd uintptr) bool
-	iov [3]syscall.Iovec
+	iov [4]syscall.Iovec
 	cnt int
 	n   int
 	err syscall.Errno
 }
 
-// read reads into a, b and c in turn (empty ones are skipped).
-func (v *readv) read(a, b, c []byte) (int, error) {
+// read reads into a, b, c and d in turn (empty ones are skipped).
+func (v *readv) read(a, b, c, d []byte) (int, error) {
 	v.cnt = 0
-	for _, b := range [...][]byte{a, b, c} {
+	for _, b := range [...][]byte{a, b, c, d} {
 		if len(b) > 0 {
 			v.iov[v.cnt].Base = &b[0]
 			v.iov[v.cnt].SetLen(len(b))
@@ -50,7 +50,7 @@ func (v *readv) read(a, b, c []byte) (int, error) {
 		return 0, nil
 	}
 	err := v.rc.Read(v.fn)
-	v.iov = [3]syscall.Iovec{}
+	v.iov = [4]syscall.Iovec{}
 	if err != nil {
 		return 0, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // Frame header: version (0), type, flags, stream id, length; big-endian.
@@ -434,13 +435,40 @@ func (s *Session) writeLocked(hdr, body []byte) error {
 	if len(ctrl)+len(hdr) == 0 {
 		return nil
 	}
-	s.wtimer.Reset(writeTimeout)
+	s.wstart.Store(int64(time.Since(s.t0)) + 1)
+	if !s.wdog.Load() && s.wdog.CompareAndSwap(false, true) {
+		s.wtimer.Reset(writeTimeout)
+	}
 	err := s.put(ctrl, hdr, body)
-	s.wtimer.Stop()
+	s.wstart.Store(0)
 	if ctrl != nil && cap(ctrl) <= 64<<10 {
 		s.cspare = ctrl[:0]
 	}
 	return err
+}
+
+// watchWrites is the write watchdog, armed while writes go on: it ends the
+// session if one write has taken writeTimeout. Arming it lazily rather than
+// around each write keeps timer operations out of the data path.
+func (s *Session) watchWrites() {
+	for {
+		start := s.wstart.Load()
+		if start == 0 {
+			// Disarm, unless a write began meanwhile and saw it armed.
+			s.wdog.Store(false)
+			if s.wstart.Load() == 0 || !s.wdog.CompareAndSwap(false, true) {
+				return
+			}
+			continue
+		}
+		left := writeTimeout - (time.Since(s.t0) - time.Duration(start-1))
+		if left <= 0 {
+			s.fail(fmt.Errorf("%w: the peer has not read for %s", ErrProtocol, writeTimeout))
+			return
+		}
+		s.wtimer.Reset(left)
+		return
+	}
 }
 
 // firstWrite is how much of a data frame goes out with its header when the

@@ -87,9 +87,6 @@ const (
 	// handshakeTimeout bounds how long the peer may take to answer an open
 	// (and a restarted peer's hello).
 	handshakeTimeout = 10 * time.Second
-	// writeTimeout: a peer that stops reading the connection for this long
-	// ends the session.
-	writeTimeout = 30 * time.Second
 	// streamCloseTimeout: a stream closed (or write-closed) locally is reset
 	// if the peer has not closed its side by then, so a peer cannot pin
 	// streams forever.
@@ -108,6 +105,10 @@ const (
 	// hold the connection for long.
 	maxFrame = 1 << 20
 )
+
+// writeTimeout: a peer that stops reading the connection for this long
+// ends the session (a variable for tests).
+var writeTimeout = 30 * time.Second
 
 func (c Config) withDefaults() Config {
 	if c.MaxStreams <= 0 {
@@ -141,7 +142,13 @@ type Session struct {
 	// so a dead epoch's streams cannot write into its successor's session.
 	wmu    sync.Mutex
 	wepoch uint64
-	wtimer *time.Timer // ends the session if one write takes writeTimeout
+	// The write watchdog (watchWrites): wstart is when the write in
+	// progress began (since t0, plus one), 0 between writes; wdog says
+	// wtimer is armed.
+	t0     time.Time
+	wstart atomic.Int64
+	wdog   atomic.Bool
+	wtimer *time.Timer
 	hdr    [frameHeaderSize]byte
 	iov    [3][]byte
 	vec    net.Buffers
@@ -329,9 +336,8 @@ func newSession(conn io.ReadWriteCloser, cfg Config, client bool) *Session {
 	}
 	s.nc, _ = conn.(net.Conn)
 	s.ccond.L = &s.cmu
-	s.wtimer = time.AfterFunc(time.Hour, func() {
-		s.fail(fmt.Errorf("%w: the peer has not read for %s", ErrProtocol, writeTimeout))
-	})
+	s.t0 = time.Now()
+	s.wtimer = time.AfterFunc(time.Hour, s.watchWrites)
 	s.wtimer.Stop()
 	go s.ctrlLoop()
 	return s

@@ -317,6 +317,9 @@ func (c *conn) Close() error {
 		c.closedFlag.Store(true)
 		c.mu.Lock()
 		c.closed = true
+		if c.filling {
+			c.s.br.Interrupt() // see expire
+		}
 		credit := c.consumed(c.in.n + c.directN)
 		c.in, c.directN = ring{}, 0
 		send, complete := c.finish()
@@ -374,20 +377,29 @@ func (c *conn) setDeadline(t time.Time, gen *int, expired *bool, timer **time.Ti
 	}
 	d := time.Until(t)
 	if d <= 0 {
-		*expired = true
-		c.wake()
+		c.expire(expired)
 		return nil
 	}
 	g := *gen
 	*timer = time.AfterFunc(d, func() {
 		c.mu.Lock()
 		if *gen == g {
-			*expired = true
-			c.wake()
+			c.expire(expired)
 		}
 		c.mu.Unlock()
 	})
 	return nil
+}
+
+// expire marks a deadline passed. A Read waiting for the receive loop to
+// fill its buffer is let go too: the peer may have stopped mid-frame, with
+// the receive loop waiting for the rest. c.mu is held.
+func (c *conn) expire(expired *bool) {
+	*expired = true
+	if expired == &c.rexpired && c.filling {
+		c.s.br.Interrupt()
+	}
+	c.wake()
 }
 
 // listener queues accepted streams for one port.

@@ -234,6 +234,9 @@ func (s *Session) fillReader(c *conn, n int) (int, uint32, error) {
 	a, b := c.in.space(n-len(p), s.cfg.Window)
 	c.mu.Unlock()
 	m, err := s.br.ReadPayload(p, a, b)
+	if err != nil && s.br.Interrupted(err) {
+		m, err = 0, nil // the reader gave up (expire); the rest goes to c's buffer
+	}
 	c.mu.Lock()
 	c.filling = false
 	c.directN = min(m, len(p))

@@ -3,6 +3,9 @@ package mux
 import (
 	"errors"
 	"io"
+	"os"
+	"sync/atomic"
+	"time"
 )
 
 // frameReader buffers what the receive loop reads from the connection,
@@ -25,12 +28,43 @@ type frameReader struct {
 	// readv reads into a, b, c and d in turn; nil where the connection has
 	// no readv.
 	readv func(a, b, c, d []byte) (int, error)
+	dl    readDeadliner // nil where reads cannot be interrupted
+	intr  atomic.Bool   // Interrupt set a deadline to end a read
 }
 
 func newFrameReader(r io.Reader) *frameReader {
 	f := &frameReader{r: r, buf: make([]byte, 64<<10)}
 	f.readv = vectorReader(r)
+	f.dl, _ = r.(readDeadliner)
 	return f
+}
+
+// readDeadliner is a connection whose reads can be interrupted: sockets,
+// and files the runtime polls (the guest's port).
+type readDeadliner interface{ SetReadDeadline(time.Time) error }
+
+// Interrupt makes the read of the connection in progress return early, or
+// else the next one: a reader whose buffer the receive loop is filling gives
+// up (its deadline passed, or it was closed). Where the connection cannot
+// do this, the read goes on until the peer sends.
+func (f *frameReader) Interrupt() {
+	if f.dl == nil {
+		return
+	}
+	f.intr.Store(true)
+	if f.dl.SetReadDeadline(time.Unix(1, 0)) != nil {
+		f.intr.Store(false)
+	}
+}
+
+// Interrupted says whether err, from a read of the connection, is
+// Interrupt's doing, and if so makes reads block again.
+func (f *frameReader) Interrupted(err error) bool {
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !f.intr.Swap(false) {
+		return false
+	}
+	f.dl.SetReadDeadline(time.Time{})
+	return true
 }
 
 // Buffered is how many bytes can be read without touching the connection.
@@ -52,7 +86,7 @@ func (f *frameReader) fill() error {
 		if n > 0 {
 			return nil
 		}
-		if err != nil {
+		if err != nil && !f.Interrupted(err) {
 			return err
 		}
 	}
@@ -167,6 +201,9 @@ func (f *frameReader) readFull(p, q []byte, payload bool) error {
 			p, q = q[n-len(p):], nil
 		} else {
 			p = p[n:]
+		}
+		if err != nil && payload && f.Interrupted(err) {
+			continue // meant for a fill that ended before it (fill retries itself)
 		}
 		if err != nil {
 			if len(p) == 0 {

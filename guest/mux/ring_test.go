@@ -54,12 +54,7 @@ func TestRing(t *testing.T) {
 // straight into a waiting reader, into the stream's buffer across its
 // wrap), and checks every byte.
 func TestStreamExact(t *testing.T) {
-	kinds := map[string]func(testing.TB) (io.ReadWriteCloser, io.ReadWriteCloser){
-		"socketpair": func(t testing.TB) (io.ReadWriteCloser, io.ReadWriteCloser) { return socketPair(t) },
-		"netpipe":    func(testing.TB) (io.ReadWriteCloser, io.ReadWriteCloser) { return net.Pipe() },
-		"ospipe":     osPipes, // the guest's port is a file: no writev, no readv
-	}
-	for kind, conns := range kinds {
+	for kind, conns := range connKinds {
 		t.Run(kind, func(t *testing.T) {
 			checkGoroutines(t)
 			a, b := conns(t)
@@ -109,11 +104,20 @@ func TestStreamExact(t *testing.T) {
 	}
 }
 
+// connKinds are pipeKinds and os pipes, files as the guest's port is (no
+// writev, no readv).
+var connKinds = map[string]func(testing.TB) (io.ReadWriteCloser, io.ReadWriteCloser){
+	"socketpair": func(t testing.TB) (io.ReadWriteCloser, io.ReadWriteCloser) { return socketPair(t) },
+	"netpipe":    func(testing.TB) (io.ReadWriteCloser, io.ReadWriteCloser) { return net.Pipe() },
+	"ospipe":     osPipes,
+}
+
 // filePair is one end of two pipes.
 type filePair struct{ r, w *os.File }
 
-func (f filePair) Read(p []byte) (int, error)  { return f.r.Read(p) }
-func (f filePair) Write(p []byte) (int, error) { return f.w.Write(p) }
+func (f filePair) Read(p []byte) (int, error)        { return f.r.Read(p) }
+func (f filePair) Write(p []byte) (int, error)       { return f.w.Write(p) }
+func (f filePair) SetReadDeadline(t time.Time) error { return f.r.SetReadDeadline(t) }
 func (f filePair) Close() error {
 	f.r.Close()
 	return f.w.Close()

@@ -440,7 +440,7 @@ func (s *Session) writeLocked(hdr, body []byte) error {
 	}
 	s.wstart.Store(int64(time.Since(s.t0)) + 1)
 	if !s.wdog.Load() && s.wdog.CompareAndSwap(false, true) {
-		s.wtimer.Reset(writeTimeout)
+		s.wtimer.Reset(s.wlimit)
 	}
 	err := s.put(ctrl, hdr, body)
 	s.wstart.Store(0)
@@ -464,9 +464,9 @@ func (s *Session) watchWrites() {
 			}
 			continue
 		}
-		left := writeTimeout - (time.Since(s.t0) - time.Duration(start-1))
+		left := s.wlimit - (time.Since(s.t0) - time.Duration(start-1))
 		if left <= 0 {
-			s.fail(fmt.Errorf("%w: the peer has not read for %s", ErrProtocol, writeTimeout))
+			s.fail(fmt.Errorf("%w: the peer has not read for %s", ErrProtocol, s.wlimit))
 			return
 		}
 		s.wtimer.Reset(left)

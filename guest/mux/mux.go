@@ -144,11 +144,12 @@ type Session struct {
 	wepoch uint64
 	// The write watchdog (watchWrites): wstart is when the write in
 	// progress began (since t0, plus one), 0 between writes; wdog says
-	// wtimer is armed.
+	// wtimer is armed; wlimit is writeTimeout when the session began.
 	t0     time.Time
 	wstart atomic.Int64
 	wdog   atomic.Bool
 	wtimer *time.Timer
+	wlimit time.Duration
 	hdr    [frameHeaderSize]byte
 	iov    [3][]byte
 	vec    net.Buffers
@@ -336,7 +337,7 @@ func newSession(conn io.ReadWriteCloser, cfg Config, client bool) *Session {
 	}
 	s.nc, _ = conn.(net.Conn)
 	s.ccond.L = &s.cmu
-	s.t0 = time.Now()
+	s.t0, s.wlimit = time.Now(), writeTimeout
 	s.wtimer = time.AfterFunc(time.Hour, s.watchWrites)
 	s.wtimer.Stop()
 	go s.ctrlLoop()
@@ -420,6 +421,7 @@ func (s *Session) shutdown() {
 	s.ccond.Broadcast()
 	s.cmu.Unlock()
 	s.conn.Close()
+	s.wtimer.Stop() // a write in progress fails now
 }
 
 // finish records why the session ended (unless a reason is known already),

@@ -10,8 +10,8 @@ import (
 
 // BenchmarkStream measures one stream's throughput over a unix socketpair,
 // and the same transfer over the bare socketpair, in alternating rounds, and
-// reports the ratio. The writer writes 64 KiB at a time (io.Copy's 32 KiB in
-// the 32KiB variant), the reader reads as io.Copy into io.Discard does (8 KiB).
+// reports the ratio. The writer writes 64 KiB at a time; the reader reads as
+// io.CopyN into io.Discard does, 8 KiB at a time.
 func BenchmarkStream(b *testing.B) { benchStream(b, 64<<10) }
 
 // BenchmarkStream32KiB writes 32 KiB at a time, as the guest's port takes.

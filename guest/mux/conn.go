@@ -45,11 +45,9 @@ type conn struct {
 	gone    bool // removed from the epoch
 	closed  bool // Close was called: what arrives is dropped
 
-	// Receiving. Unread bytes are rbuf[roff:rlen]; rbuf never exceeds the
-	// window, since the peer may not send more than that unread.
-	rbuf      []byte
-	roff      int
-	rlen      int
+	// Receiving. Unread bytes wait in in, which never exceeds the window,
+	// since the peer may not send more than that unread.
+	in        ring
 	waitBuf   []byte // a waiting reader's buffer, for the receive loop to fill
 	filling   bool   // the receive loop is filling waitBuf
 	directN   int    // bytes the receive loop put into a reader's buffer
@@ -92,26 +90,6 @@ func (c *conn) answer() {
 		c.opening = false
 		close(c.openc)
 	}
-}
-
-// reserve makes room for n more unread bytes and returns it. c.mu is held.
-func (c *conn) reserve(n int) []byte {
-	if c.roff == c.rlen {
-		c.roff, c.rlen = 0, 0
-	}
-	if len(c.rbuf)-c.rlen < n {
-		if c.roff > 0 {
-			c.rlen = copy(c.rbuf, c.rbuf[c.roff:c.rlen])
-			c.roff = 0
-		}
-		if len(c.rbuf)-c.rlen < n {
-			size := min(max(2*len(c.rbuf), c.rlen+n, 64<<10), max(c.s.cfg.Window, c.rlen+n))
-			nb := make([]byte, size)
-			copy(nb, c.rbuf[:c.rlen])
-			c.rbuf = nb
-		}
-	}
-	return c.rbuf[c.rlen : c.rlen+n]
 }
 
 // consumed counts n bytes as read and returns the credit to give back, if
@@ -180,9 +158,8 @@ func (c *conn) Read(p []byte) (int, error) {
 		if c.directN > 0 {
 			n, c.directN = c.directN, 0
 			c.rcond.Broadcast() // other Reads wait for this one to take it
-		} else if c.roff < c.rlen {
-			n = copy(p, c.rbuf[c.roff:c.rlen])
-			c.roff += n
+		} else {
+			n = c.in.take(p)
 		}
 		if n > 0 {
 			credit := c.consumed(n)
@@ -343,8 +320,11 @@ func (c *conn) Close() error {
 		c.closedFlag.Store(true)
 		c.mu.Lock()
 		c.closed = true
-		credit := c.consumed(c.rlen - c.roff + c.directN)
-		c.rbuf, c.roff, c.rlen, c.directN = nil, 0, 0, 0
+		if c.filling {
+			c.s.br.Interrupt() // see expire
+		}
+		credit := c.consumed(c.in.n + c.directN)
+		c.in, c.directN = ring{}, 0
 		send, complete := c.finish()
 		complete = complete || (c.sentFin && c.recvFin && !c.finPending)
 		c.wake()
@@ -400,20 +380,29 @@ func (c *conn) setDeadline(t time.Time, gen *int, expired *bool, timer **time.Ti
 	}
 	d := time.Until(t)
 	if d <= 0 {
-		*expired = true
-		c.wake()
+		c.expire(expired)
 		return nil
 	}
 	g := *gen
 	*timer = time.AfterFunc(d, func() {
 		c.mu.Lock()
 		if *gen == g {
-			*expired = true
-			c.wake()
+			c.expire(expired)
 		}
 		c.mu.Unlock()
 	})
 	return nil
+}
+
+// expire marks a deadline passed. A Read waiting for the receive loop to
+// fill its buffer is let go too: the peer may have stopped mid-frame, with
+// the receive loop waiting for the rest. c.mu is held.
+func (c *conn) expire(expired *bool) {
+	*expired = true
+	if expired == &c.rexpired && c.filling {
+		c.s.br.Interrupt()
+	}
+	c.wake()
 }
 
 // listener queues accepted streams for one port.

@@ -2,9 +2,12 @@ package mux
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // recorder keeps every Write separately.
@@ -107,5 +110,66 @@ func TestSteadyStateAllocs(t *testing.T) {
 	// The goroutine and channel of step itself are 2-3 allocations.
 	if n := testing.AllocsPerRun(200, step); n > 4 {
 		t.Errorf("%.1f allocations per 64 KiB frame", n)
+	}
+}
+
+// stoppableConn stops reading once stopped, until resumed.
+type stoppableConn struct {
+	net.Conn
+	stop   atomic.Bool
+	resume chan struct{}
+}
+
+func (c *stoppableConn) Read(p []byte) (int, error) {
+	if c.stop.Load() {
+		<-c.resume
+	}
+	return c.Conn.Read(p)
+}
+
+// TestWriteWatchdog checks that a peer that stops reading ends the session
+// after writeTimeout, while writes that go on slowly do not.
+func TestWriteWatchdog(t *testing.T) {
+	defer func(d time.Duration) { writeTimeout = d }(writeTimeout)
+	writeTimeout = 300 * time.Millisecond
+	a, b := socketPair(t)
+	sb := &stoppableConn{Conn: b, resume: make(chan struct{})}
+	// A window beyond what the socket holds, so that the write itself
+	// blocks rather than waiting for credit.
+	cfg := Config{Window: 8 << 20}
+	host, guest := Client(a, cfg), Server(sb, cfg)
+	defer host.Close()
+	defer guest.Close()
+	defer close(sb.resume) // first: the guest's receive loop may wait on it
+	w, r := dialAccepted(t, host, guest)
+	go io.Copy(io.Discard, r)
+	// Slow writes, each well within the timeout, for longer than it.
+	for range 8 {
+		if _, err := w.Write(make([]byte, 1000)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(writeTimeout / 4)
+	}
+	if err := host.Err(); err != nil {
+		t.Fatalf("the session ended under slow writes: %v", err)
+	}
+	// The guest stops reading: once the socket is full, the host's write
+	// blocks.
+	sb.stop.Store(true)
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-host.Done():
+	case <-time.After(10 * writeTimeout):
+		t.Fatal("the session did not end")
+	}
+	if err := host.Err(); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("session ended with %v, want ErrProtocol", err)
 	}
 }

@@ -90,9 +90,6 @@ const (
 	// handshakeTimeout bounds how long the peer may take to answer an open
 	// (and a restarted peer's hello).
 	handshakeTimeout = 10 * time.Second
-	// writeTimeout: a peer that stops reading the connection for this long
-	// ends the session.
-	writeTimeout = 30 * time.Second
 	// streamCloseTimeout: a stream closed (or write-closed) locally is reset
 	// if the peer has not closed its side by then, so a peer cannot pin
 	// streams forever.
@@ -111,6 +108,10 @@ const (
 	// hold the connection for long.
 	maxFrame = 1 << 20
 )
+
+// writeTimeout: a peer that stops reading the connection for this long
+// ends the session (a variable for tests).
+var writeTimeout = 30 * time.Second
 
 func (c Config) withDefaults() Config {
 	if c.MaxStreams <= 0 {
@@ -144,7 +145,14 @@ type Session struct {
 	// so a dead epoch's streams cannot write into its successor's session.
 	wmu    sync.Mutex
 	wepoch uint64
-	wtimer *time.Timer // ends the session if one write takes writeTimeout
+	// The write watchdog (watchWrites): wstart is when the write in
+	// progress began (since t0, plus one), 0 between writes; wdog says
+	// wtimer is armed; wlimit is writeTimeout when the session began.
+	t0     time.Time
+	wstart atomic.Int64
+	wdog   atomic.Bool
+	wtimer *time.Timer
+	wlimit time.Duration
 	hdr    [frameHeaderSize]byte
 	iov    [3][]byte
 	vec    net.Buffers
@@ -333,9 +341,8 @@ func newSession(conn io.ReadWriteCloser, cfg Config, client bool) *Session {
 	}
 	s.nc, _ = conn.(net.Conn)
 	s.ccond.L = &s.cmu
-	s.wtimer = time.AfterFunc(time.Hour, func() {
-		s.fail(fmt.Errorf("%w: the peer has not read for %s", ErrProtocol, writeTimeout))
-	})
+	s.t0, s.wlimit = time.Now(), writeTimeout
+	s.wtimer = time.AfterFunc(time.Hour, s.watchWrites)
 	s.wtimer.Stop()
 	go s.ctrlLoop()
 	return s
@@ -418,6 +425,7 @@ func (s *Session) shutdown() {
 	s.ccond.Broadcast()
 	s.cmu.Unlock()
 	s.conn.Close()
+	s.wtimer.Stop() // a write in progress fails now
 }
 
 // finish records why the session ended (unless a reason is known already),

@@ -876,3 +876,56 @@ func TestPeerStreamsDoNotStarveOurs(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestReadDeadlineMidFrame checks that a Read whose buffer the receive loop
+// is filling straight from the connection still ends at its deadline when
+// the peer stops inside the frame, and that the frame's bytes, once they
+// come, are read intact afterwards.
+func TestReadDeadlineMidFrame(t *testing.T) {
+	for kind, conns := range connKinds {
+		t.Run(kind, func(t *testing.T) {
+			checkGoroutines(t)
+			a, b := conns(t)
+			host := Client(a, Config{})
+			defer host.Close()
+			defer b.Close()
+			ln, _ := host.Listen(1)
+			go io.Copy(io.Discard, b)
+			// The guest opens stream 2 to port 1.
+			b.Write(append(hello(nonce{}), rawFrame(1, flagSYN, 2, 1)...))
+			c, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			got := make(chan error, 1)
+			go func() {
+				_, err := c.Read(make([]byte, 64<<10))
+				got <- err
+			}()
+			time.Sleep(100 * time.Millisecond) // the Read waits
+			// A header, then nothing: the receive loop waits for the payload.
+			const size = 32 << 10
+			b.Write(rawFrame(0, 0, 2, size))
+			select {
+			case err := <-got:
+				if !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatalf("Read = %v, want the deadline", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Read ignored its deadline while the peer stalled mid-frame")
+			}
+			data := pattern(3, size)
+			b.Write(data)
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, size)
+			if _, err := io.ReadFull(c, buf); err != nil || !bytes.Equal(buf, data) {
+				t.Fatalf("after the deadline: %v, intact %v", err, bytes.Equal(buf, data))
+			}
+			if err := host.Err(); err != nil {
+				t.Fatalf("session ended: %v", err)
+			}
+		})
+	}
+}

@@ -3,25 +3,68 @@ package mux
 import (
 	"errors"
 	"io"
+	"os"
+	"sync/atomic"
+	"time"
 )
 
 // frameReader buffers what the receive loop reads from the connection,
-// like bufio.Reader, except that a payload is read straight into its
-// destination: with readv where the connection allows (the payload's rest
-// into the destination, whatever follows it into the buffer, one syscall),
-// otherwise with a direct read once the buffer is empty.
+// like bufio.Reader, except that a big payload is read straight into its
+// destination (a waiting reader's buffer, the stream's buffer): with readv
+// where the connection allows (the payload's rest into its destination and
+// the next header into the buffer, one syscall), otherwise with a plain
+// read once the buffer is empty.
 type frameReader struct {
 	r          io.Reader
 	buf        []byte
 	rpos, wpos int
-	// readv reads into a, then b; nil where the connection has no readv.
-	readv func(a, b []byte) (int, error)
+	// lean says the last frame had a big payload, so the next one likely
+	// has too: fill then reads no further than a header, lest that payload
+	// land in buf only to be copied out again. Not without readv: that is
+	// the guest's port, which returns at most a page per read anyway, so a
+	// read for the header alone would be one more syscall per frame to
+	// save copying less than a page.
+	lean bool
+	// readv reads into a, b, c and d in turn; nil where the connection has
+	// no readv.
+	readv func(a, b, c, d []byte) (int, error)
+	dl    readDeadliner // nil where reads cannot be interrupted
+	intr  atomic.Bool   // Interrupt set a deadline to end a read
 }
 
 func newFrameReader(r io.Reader) *frameReader {
 	f := &frameReader{r: r, buf: make([]byte, 64<<10)}
 	f.readv = vectorReader(r)
+	f.dl, _ = r.(readDeadliner)
 	return f
+}
+
+// readDeadliner is a connection whose reads can be interrupted: sockets,
+// and files the runtime polls (the guest's port).
+type readDeadliner interface{ SetReadDeadline(time.Time) error }
+
+// Interrupt makes the read of the connection in progress return early, or
+// else the next one: a reader whose buffer the receive loop is filling gives
+// up (its deadline passed, or it was closed). Where the connection cannot
+// do this, the read goes on until the peer sends.
+func (f *frameReader) Interrupt() {
+	if f.dl == nil {
+		return
+	}
+	f.intr.Store(true)
+	if f.dl.SetReadDeadline(time.Unix(1, 0)) != nil {
+		f.intr.Store(false)
+	}
+}
+
+// Interrupted says whether err, from a read of the connection, is
+// Interrupt's doing, and if so makes reads block again.
+func (f *frameReader) Interrupted(err error) bool {
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !f.intr.Swap(false) {
+		return false
+	}
+	f.dl.SetReadDeadline(time.Time{})
+	return true
 }
 
 // Buffered is how many bytes can be read without touching the connection.
@@ -33,13 +76,17 @@ func (f *frameReader) fill() error {
 		f.wpos = copy(f.buf, f.buf[f.rpos:f.wpos])
 		f.rpos = 0
 	}
+	end := len(f.buf)
+	if f.lean && f.readv != nil {
+		end = max(f.wpos+1, frameHeaderSize)
+	}
 	for range 100 {
-		n, err := f.r.Read(f.buf[f.wpos:])
+		n, err := f.r.Read(f.buf[f.wpos:end])
 		f.wpos += n
 		if n > 0 {
 			return nil
 		}
-		if err != nil {
+		if err != nil && !f.Interrupted(err) {
 			return err
 		}
 	}
@@ -68,15 +115,13 @@ func (f *frameReader) ReadByte() (byte, error) {
 	return b, nil
 }
 
-// Read reads what is buffered, or else with one read of the connection.
+// Read reads what is buffered, or else fills the buffer with one read of
+// the connection. Payloads are read with ReadPayload.
 func (f *frameReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
 	if f.Buffered() == 0 {
-		if len(p) >= 4<<10 {
-			return f.direct(p)
-		}
 		if err := f.fill(); err != nil {
 			return 0, err
 		}
@@ -86,17 +131,42 @@ func (f *frameReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// direct reads into p with the buffer empty, and what follows into the
-// buffer where readv allows.
-func (f *frameReader) direct(p []byte) (int, error) {
+// minDirect is the least payload read straight into its destination; less
+// goes through the buffer, with whatever frames follow it.
+const minDirect = 4 << 10
+
+// ReadPayload reads into p, q and r in turn, which together are the rest
+// of the current frame's payload: what is buffered, or else one read of the
+// connection straight into them, and with readv the next header into the
+// buffer.
+func (f *frameReader) ReadPayload(p, q, r []byte) (int, error) {
+	for len(p) == 0 && len(q)+len(r) > 0 {
+		p, q, r = q, r, nil
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if f.Buffered() > 0 || len(p)+len(q)+len(r) < minDirect {
+		n := 0
+		for _, b := range [...][]byte{p, q, r} {
+			m, err := f.Read(b)
+			n += m
+			if err != nil || m < len(b) || f.Buffered() == 0 {
+				return n, err
+			}
+		}
+		return n, nil
+	}
 	f.rpos, f.wpos = 0, 0
 	if f.readv == nil {
 		return f.r.Read(p)
 	}
-	n, err := f.readv(p, f.buf)
-	if n > len(p) {
-		f.wpos = n - len(p)
-		n = len(p)
+	// Only a header's worth past the payload: more would be the next
+	// frame's payload.
+	n, err := f.readv(p, q, r, f.buf[:frameHeaderSize])
+	if rest := len(p) + len(q) + len(r); n > rest {
+		f.wpos = n - rest
+		n = rest
 	}
 	if n == 0 && err == nil {
 		err = io.EOF
@@ -104,19 +174,42 @@ func (f *frameReader) direct(p []byte) (int, error) {
 	return n, err
 }
 
-// ReadFull fills p, like io.ReadFull: io.EOF if the connection ends before
-// the first byte, io.ErrUnexpectedEOF if after.
+// ReadFull reads exactly len(p) bytes (a header), like io.ReadFull:
+// io.EOF if the connection ends before the first byte, io.ErrUnexpectedEOF
+// if after.
 func (f *frameReader) ReadFull(p []byte) error {
-	read := false
-	for len(p) > 0 {
-		n, err := f.Read(p)
-		p = p[n:]
-		read = read || n > 0
+	return f.readFull(p, nil, false)
+}
+
+// ReadPayloadFull reads p, then q: the rest of the current frame's payload.
+func (f *frameReader) ReadPayloadFull(p, q []byte) error {
+	return f.readFull(p, q, true)
+}
+
+func (f *frameReader) readFull(p, q []byte, payload bool) error {
+	done := false
+	for len(p)+len(q) > 0 {
+		var n int
+		var err error
+		if payload {
+			n, err = f.ReadPayload(p, q, nil)
+		} else {
+			n, err = f.Read(p)
+		}
+		done = done || n > 0
+		if n >= len(p) {
+			p, q = q[n-len(p):], nil
+		} else {
+			p = p[n:]
+		}
+		if err != nil && payload && f.Interrupted(err) {
+			continue // meant for a fill that ended before it (fill retries itself)
+		}
 		if err != nil {
 			if len(p) == 0 {
 				return nil
 			}
-			if read && errors.Is(err, io.EOF) {
+			if done && errors.Is(err, io.EOF) {
 				return io.ErrUnexpectedEOF
 			}
 			return err
@@ -127,6 +220,7 @@ func (f *frameReader) ReadFull(p []byte) error {
 
 // Discard skips n bytes.
 func (f *frameReader) Discard(n int) error {
+	f.lean = false // nothing to read around
 	for n > 0 {
 		if f.Buffered() == 0 {
 			if err := f.fill(); err != nil {

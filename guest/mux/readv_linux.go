@@ -9,7 +9,7 @@ import (
 
 // vectorReader returns readv over r if r is a socket; nil otherwise (the
 // guest's port, an *os.File, is read plainly).
-func vectorReader(r io.Reader) func(a, b []byte) (int, error) {
+func vectorReader(r io.Reader) func(a, b, c, d []byte) (int, error) {
 	if _, ok := r.(net.Conn); !ok {
 		return nil
 	}
@@ -30,17 +30,27 @@ func vectorReader(r io.Reader) func(a, b []byte) (int, error) {
 type readv struct {
 	rc  syscall.RawConn
 	fn  func(fd uintptr) bool
-	iov [2]syscall.Iovec
+	iov [4]syscall.Iovec
+	cnt int
 	n   int
 	err syscall.Errno
 }
 
-func (v *readv) read(a, b []byte) (int, error) {
-	v.iov[0].Base, v.iov[1].Base = &a[0], &b[0]
-	v.iov[0].SetLen(len(a))
-	v.iov[1].SetLen(len(b))
+// read reads into a, b, c and d in turn (empty ones are skipped).
+func (v *readv) read(a, b, c, d []byte) (int, error) {
+	v.cnt = 0
+	for _, b := range [...][]byte{a, b, c, d} {
+		if len(b) > 0 {
+			v.iov[v.cnt].Base = &b[0]
+			v.iov[v.cnt].SetLen(len(b))
+			v.cnt++
+		}
+	}
+	if v.cnt == 0 {
+		return 0, nil
+	}
 	err := v.rc.Read(v.fn)
-	v.iov = [2]syscall.Iovec{}
+	v.iov = [4]syscall.Iovec{}
 	if err != nil {
 		return 0, err
 	}
@@ -55,7 +65,7 @@ func (v *readv) read(a, b []byte) (int, error) {
 
 func (v *readv) call(fd uintptr) bool {
 	for {
-		n, _, e := syscall.Syscall(syscall.SYS_READV, fd, uintptr(unsafe.Pointer(&v.iov[0])), 2)
+		n, _, e := syscall.Syscall(syscall.SYS_READV, fd, uintptr(unsafe.Pointer(&v.iov[0])), uintptr(v.cnt))
 		switch e {
 		case syscall.EINTR:
 			continue

@@ -5,4 +5,4 @@ package mux
 import "io"
 
 // vectorReader: readv is used on Linux only.
-func vectorReader(io.Reader) func(a, b []byte) (int, error) { return nil }
+func vectorReader(io.Reader) func(a, b, c, d []byte) (int, error) { return nil }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"time"
 
@@ -71,6 +72,10 @@ const stdinChunk = 32 << 10
 
 // maxSignal is the highest Linux signal number (SIGRTMAX).
 const maxSignal = 64
+
+// maxDurationMs is the longest run time a time.Duration holds: a larger one
+// from the guest would overflow into a negative duration.
+const maxDurationMs = int64(math.MaxInt64 / int64(time.Millisecond))
 
 // ErrBadExit means the agent reported an exit status no process can have.
 var ErrBadExit = errors.New("guest agent reported an impossible exit status")
@@ -205,7 +210,7 @@ func (h *events) handle(ev *agentv1.ExecEvent) (exit Exit, done bool, err error)
 		return Exit{}, true, fmt.Errorf("exec: %w", status.Error(code, e.Error.GetMessage()))
 	case *agentv1.ExecEvent_Exit:
 		x := e.Exit
-		if c, sig := x.GetCode(), x.GetSignal(); c < 0 || c > 255 || sig < 0 || sig > maxSignal || x.GetDurationMs() < 0 {
+		if c, sig := x.GetCode(), x.GetSignal(); c < 0 || c > 255 || sig < 0 || sig > maxSignal || x.GetDurationMs() < 0 || x.GetDurationMs() > maxDurationMs {
 			return Exit{}, true, fmt.Errorf("exec: %w (code %d, signal %d, duration %d ms)", ErrBadExit, c, sig, x.GetDurationMs())
 		}
 		return Exit{

@@ -145,7 +145,9 @@ func run() error {
 	if m == "bogus-ready" {
 		bogusReady(sess.Dial, log)
 	}
-	if err := agent.AnnounceReady(context.Background(), sess.Dial, ready()); err != nil {
+	r := ready()
+	r.AgentInstance = h.Server.Instance()
+	if err := agent.AnnounceReady(context.Background(), sess.Dial, r); err != nil {
 		return err
 	}
 	<-sess.Done()

@@ -96,11 +96,11 @@ bench: airlock
 	AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) AIRLOCK_BENCH_BIN=$(CURDIR)/bin/airlock AIRLOCK_BENCH_OUT=$(BENCH_OUT) AIRLOCK_BENCH_ROUNDS=$(BENCH_ROUNDS) \
 		$(GO) test -count=1 -tags e2e -run '^$$' -bench '^BenchmarkTable$$' -benchtime 1x -timeout 15m ./tests/bench/
 
-.bin/protoc-gen-go .bin/protoc-gen-go-grpc: go.mod
-	$(GO) build -o .bin/ google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
+.bin/protoc-gen-go: go.mod
+	$(GO) build -o .bin/ google.golang.org/protobuf/cmd/protoc-gen-go
 
-## proto: regenerate the agent RPC code (needs protoc from protobuf-compiler)
-proto: .bin/protoc-gen-go .bin/protoc-gen-go-grpc
+## proto: regenerate the agent's protobuf messages (needs protoc from protobuf-compiler)
+proto: .bin/protoc-gen-go
 	cd guest/api/agent/v1 && $(GO) generate
 
 check-proto: proto

@@ -13,14 +13,14 @@ import (
 
 	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 	"github.com/airlock-sandbox/airlock/vm"
 	"github.com/airlock-sandbox/airlock/vm/vmtest"
-	"google.golang.org/grpc"
 )
 
 // fakeAgent answers SetTime and Shutdown; Shutdown powers the fake guest off.
 type fakeAgent struct {
-	agentv1.UnimplementedAgentServer
+	execwire.UnimplementedAgent
 	off     chan struct{}
 	setTime atomic.Int64
 }
@@ -38,9 +38,7 @@ func (a *fakeAgent) Shutdown(context.Context, *agentv1.ShutdownRequest) (*agentv
 // goodGuest serves a fake agent and signals readiness, like airlock-guest.
 func goodGuest(a *fakeAgent) func(context.Context, *vmtest.Guest) error {
 	return func(ctx context.Context, g *vmtest.Guest) error {
-		srv := grpc.NewServer()
-		agentv1.RegisterAgentServer(srv, a)
-		return g.ServeAgent(ctx, srv, nil, api.Ready{AgentVersion: "test", BootMillis: 5}, a.off)
+		return g.ServeAgent(ctx, a, nil, api.Ready{AgentVersion: "test", BootMillis: 5}, a.off)
 	}
 }
 
@@ -120,10 +118,8 @@ func TestCloseForcesAStuckGuest(t *testing.T) {
 	a := &fakeAgent{off: make(chan struct{})}
 	boot := func(ctx context.Context, g *vmtest.Guest) error {
 		l, _ := g.Listen(api.PortAgent)
-		srv := grpc.NewServer()
-		agentv1.RegisterAgentServer(srv, stuck{a})
-		go srv.Serve(l)
-		defer srv.Stop()
+		go execwire.ServeAgent(l, stuck{a}, nil)
+		defer l.Close()
 		c, _ := g.Dial(ctx, api.PortReady)
 		api.WriteReady(c, api.Ready{AgentVersion: "stuck"})
 		c.Close()

@@ -19,14 +19,13 @@ import (
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 	"github.com/airlock-sandbox/airlock/vm"
 	"github.com/airlock-sandbox/airlock/vm/vmtest"
-	"google.golang.org/grpc"
 )
 
 // benchAgent is a guest agent that runs nothing: `true` exits at once and
 // the shell command "out N" sends N bytes of stdout in benchChunk messages,
 // so a benchmark measures the host's side of a task and nothing else.
 type benchAgent struct {
-	agentv1.UnimplementedAgentServer
+	execwire.UnimplementedAgent
 	off     chan struct{}
 	offOnce sync.Once
 }
@@ -76,9 +75,7 @@ func (a *benchAgent) exec(stream *execwire.Stream) error {
 
 func benchBoot(ctx context.Context, g *vmtest.Guest) error {
 	a := &benchAgent{off: make(chan struct{})}
-	srv := grpc.NewServer()
-	agentv1.RegisterAgentServer(srv, a)
-	g.ServeAgent(ctx, srv, a.exec, api.Ready{AgentVersion: "bench"}, a.off)
+	g.ServeAgent(ctx, a, a.exec, api.Ready{AgentVersion: "bench"}, a.off)
 	return nil // a stopped machine is the benchmark's end, not a failure
 }
 

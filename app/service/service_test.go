@@ -86,9 +86,8 @@ func (w *world) boot(ctx context.Context, g *vmtest.Guest) error {
 		SetClock: func(time.Time) error { return nil },
 		PowerOff: func(bool) error { once.Do(func() { close(off) }); return nil },
 	})
-	gs := agent.NewGRPCServer(srv)
-	go gs.Serve(l)
-	defer gs.Stop()
+	go srv.ServeAgent(l)
+	defer l.Close()
 	el, err := g.Listen(api.PortExec)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime"
 	"slices"
 	"strings"
@@ -16,14 +17,13 @@ import (
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 	"github.com/airlock-sandbox/airlock/vm"
 	"github.com/airlock-sandbox/airlock/vm/vmtest"
-	"google.golang.org/grpc"
 )
 
 // fakeAgent plays the guest agent of one fake VM.
 type fakeAgent struct {
-	agentv1.UnimplementedAgentServer
 	off       chan struct{} // closed by Shutdown: orderly power-off
 	offOnce   sync.Once
 	die       chan struct{} // closed by the test: the VM crashes
@@ -32,10 +32,13 @@ type fakeAgent struct {
 	dieOnInfo bool        // the VM crashes at the first health check
 	infos     atomic.Int64
 	restart   chan struct{} // a send restarts the agent inside the VM
+	instance  atomic.Uint64 // Info.agent_instance: a new one per restart
 }
 
 func newFakeAgent() *fakeAgent {
-	return &fakeAgent{off: make(chan struct{}), die: make(chan struct{}), restart: make(chan struct{})}
+	a := &fakeAgent{off: make(chan struct{}), die: make(chan struct{}), restart: make(chan struct{})}
+	a.instance.Store(1)
+	return a
 }
 
 func (a *fakeAgent) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
@@ -47,7 +50,7 @@ func (a *fakeAgent) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.
 	if a.dieOnInfo {
 		a.kill()
 	}
-	return &agentv1.InfoResponse{AgentVersion: "fake"}, nil
+	return &agentv1.InfoResponse{AgentVersion: "fake", AgentInstance: a.instance.Load()}, nil
 }
 
 func (a *fakeAgent) SetTime(context.Context, *agentv1.SetTimeRequest) (*agentv1.SetTimeResponse, error) {
@@ -129,27 +132,25 @@ func runGuest(ctx context.Context, g *vmtest.Guest, a *fakeAgent, kind guestKind
 	if kind == guestDieInBoot {
 		return errors.New("exit status 1")
 	}
-	serve := func() (*grpc.Server, error) {
+	serve := func() (net.Listener, error) {
 		l, err := g.Listen(api.PortAgent)
 		if err != nil {
 			return nil, err
 		}
-		srv := grpc.NewServer()
-		agentv1.RegisterAgentServer(srv, a)
-		go srv.Serve(l)
-		return srv, nil
+		go execwire.ServeAgent(l, a, nil)
+		return l, nil
 	}
-	srv, err := serve()
+	l, err := serve()
 	if err != nil {
 		return err
 	}
-	defer func() { srv.Stop() }()
+	defer func() { l.Close() }()
 	if kind != guestNeverReady {
 		c, err := g.Dial(ctx, api.PortReady)
 		if err != nil {
 			return err
 		}
-		api.WriteReady(c, api.Ready{AgentVersion: "fake"})
+		api.WriteReady(c, api.Ready{AgentVersion: "fake", AgentInstance: a.instance.Load()})
 		c.Close()
 	}
 	for {
@@ -161,10 +162,10 @@ func runGuest(ctx context.Context, g *vmtest.Guest, a *fakeAgent, kind guestKind
 		case <-ctx.Done():
 			return errors.New("forced off")
 		case <-a.restart:
-			// The agent dies (its connections with it) and a new one
-			// listens on the same VM.
-			srv.Stop()
-			if srv, err = serve(); err != nil {
+			// The agent dies and a new one listens on the same VM.
+			l.Close()
+			a.instance.Add(1)
+			if l, err = serve(); err != nil {
 				return err
 			}
 		}

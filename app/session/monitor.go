@@ -53,15 +53,17 @@ func watch(sb Sandbox, h HealthPolicy, clock Clock, log *slog.Logger, reconnecte
 }
 
 // checkAgent asks the agent for Info every h.Interval and reports it dead
-// after h.Misses failed calls in a row. A check that answers over a new
-// connection means the guest restarted its agent and the client reached
-// the successor; more than h.Reconnects of those within h.ReconnectWindow
-// report the VM lost, so a guest that keeps restarting its agent costs
-// its VM as before.
+// after h.Misses failed calls in a row. An answer with another
+// agent_instance than the last one means the guest restarted its agent and
+// the successor answers; more than h.Reconnects of those within
+// h.ReconnectWindow report the VM lost, so a guest that keeps restarting
+// its agent costs its VM as before. Restarts between two checks count as
+// one, as the instance only tells that the agent changed. The first
+// instance is the one the agent announced in its Ready message.
 func (m *monitor) checkAgent(ctx context.Context, sb Sandbox, h HealthPolicy, clock Clock, log *slog.Logger, reconnected func(int)) {
 	misses := 0
-	seen := sb.Agent().Connects()
-	var recent []time.Time // reconnects within h.ReconnectWindow
+	seen := sb.Ready().AgentInstance // the agent's instance at the last answer; 0: none yet
+	var recent []time.Time           // restarts within h.ReconnectWindow
 	total := 0
 	for {
 		select {
@@ -70,28 +72,31 @@ func (m *monitor) checkAgent(ctx context.Context, sb Sandbox, h HealthPolicy, cl
 		case <-clock.After(h.Interval):
 		}
 		cctx, cancel := context.WithTimeout(ctx, h.Timeout)
-		_, err := sb.Agent().Info(cctx)
+		info, err := sb.Agent().Info(cctx)
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
 		if err == nil {
 			misses = 0
-			n := sb.Agent().Connects()
-			if n <= seen {
+			inst := info.GetAgentInstance()
+			if inst == 0 || inst == seen {
+				continue // an agent too old to tell, or the same one
+			}
+			first := seen == 0
+			seen = inst
+			if first {
 				continue
 			}
 			now := clock.Now()
 			recent = slices.DeleteFunc(recent, func(t time.Time) bool { return now.Sub(t) >= h.ReconnectWindow })
-			for ; seen < n; seen++ { // several restarts between two checks count each
-				recent = append(recent, now)
-				total++
-			}
+			recent = append(recent, now)
+			total++
 			if h.Reconnects < 0 || len(recent) > h.Reconnects {
 				m.report(fmt.Errorf("%w: %d restarts within %s", ErrAgentRestarting, len(recent), h.ReconnectWindow))
 				return
 			}
-			log.Warn("guest agent restarted; reconnected to the new agent on the same VM", "agent_restarts", total)
+			log.Warn("guest agent restarted; the new agent answers on the same VM", "agent_restarts", total)
 			reconnected(total)
 			continue
 		}

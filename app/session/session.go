@@ -23,6 +23,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/workspace"
+	"github.com/airlock-sandbox/airlock/guest/api"
 	"github.com/airlock-sandbox/airlock/guest/client"
 	"github.com/airlock-sandbox/airlock/vm"
 )
@@ -50,6 +51,8 @@ var (
 type Sandbox interface {
 	Agent() *client.Client
 	Machine() vm.Machine
+	// Ready is what the guest announced at boot.
+	Ready() api.Ready
 	Close(ctx context.Context) error
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,22 +22,16 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/status"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 )
 
 // Version is the agent version reported in Ready and Info.
 var Version = "dev"
 
-const (
-	maxMsgSize = 4 << 20
-	maxTasks   = 256
-)
+const maxTasks = 256
 
 // Config is what the agent needs to know about the guest. Zero fields take
 // the guest's defaults; tests point the paths at temporary directories.
@@ -61,14 +56,18 @@ type Config struct {
 	Logger   *slog.Logger
 }
 
-// Server implements agentv1.AgentServer.
+// Server is the agent: it answers the agent calls (execwire.Agent) and
+// runs tasks.
 type Server struct {
-	agentv1.UnimplementedAgentServer
 	cfg     Config
 	log     *slog.Logger
 	cgroups *cgroups // nil without cgroup support
 	tasks   atomic.Int64
 	bootMS  atomic.Int64
+	// instance tells this agent process from the ones before it on the
+	// same VM (Info.agent_instance). The runtime's generator is seeded by
+	// the kernel at exec, so drawing it never waits for entropy at boot.
+	instance uint64
 	// wsMounted caches the workspace's presence for task defaults: init
 	// mounts it before the agent starts, and reading the mount table costs
 	// each task a millisecond under emulation.
@@ -104,7 +103,7 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger}
+	s := &Server{cfg: cfg, log: cfg.Logger, instance: rand.Uint64() | 1}
 	s.wsMounted = sync.OnceValue(func() bool { return s.workspace().mounted })
 	s.devNull = sync.OnceValues(func() (*os.File, error) {
 		// Blocking and outside the netpoller, as a child's stdin should be.
@@ -120,51 +119,20 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// NewGRPCServer returns a grpc.Server serving s, with message size limits,
-// lenient keepalive enforcement (the host may ping idle connections), and
-// handlers that turn a panic into an Internal error instead of a crash.
-func NewGRPCServer(s *Server) *grpc.Server {
-	g := grpc.NewServer(
-		grpc.MaxRecvMsgSize(maxMsgSize),
-		grpc.MaxSendMsgSize(maxMsgSize),
-		// See agentv1.StreamWindow: no window waits, no BDP pings.
-		grpc.InitialWindowSize(agentv1.StreamWindow),
-		grpc.InitialConnWindowSize(agentv1.ConnWindow),
-		grpc.ReadBufferSize(agentv1.IOBufferSize),
-		grpc.WriteBufferSize(agentv1.IOBufferSize),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
-			MinTime:             time.Second,
-			PermitWithoutStream: true,
-		}),
-		grpc.ChainUnaryInterceptor(s.recoverUnary),
-		grpc.ChainStreamInterceptor(s.recoverStream),
-	)
-	agentv1.RegisterAgentServer(g, s)
-	return g
+// ServeAgent answers the agent calls whose streams arrive on l
+// (api.PortAgent) until l is closed. A panic in a call is logged and
+// answered with Internal, and does not end the agent.
+func (s *Server) ServeAgent(l net.Listener) error {
+	return execwire.ServeAgent(l, s, func(call string, r any) { s.recovered(call, r) })
 }
 
 func (s *Server) recovered(method string, r any) error {
 	s.log.Error("handler panic", "method", method, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-	return status.Errorf(codes.Internal, "agent: internal error in %s", method)
+	return execwire.Errorf(execwire.Internal, "agent: internal error in %s", method)
 }
 
-func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = s.recovered(info.FullMethod, r)
-		}
-	}()
-	return h(ctx, req)
-}
-
-func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = s.recovered(info.FullMethod, r)
-		}
-	}()
-	return h(srv, ss)
-}
+// Instance is this agent process's Info.agent_instance.
+func (s *Server) Instance() uint64 { return s.instance }
 
 // MarkReady records the uptime at which the agent became ready (Info.boot_ms).
 func (s *Server) MarkReady(uptime time.Duration) { s.bootMS.Store(uptime.Milliseconds()) }
@@ -191,12 +159,13 @@ func Uptime() time.Duration {
 // Info reports the guest's state.
 func (s *Server) Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
 	r := &agentv1.InfoResponse{
-		AgentVersion: Version,
-		UptimeMs:     Uptime().Milliseconds(),
-		Cpus:         uint32(runtime.NumCPU()),
-		Transport:    string(s.cfg.Transport),
-		UserUid:      s.cfg.UID,
-		BootMs:       s.bootMS.Load(),
+		AgentVersion:  Version,
+		UptimeMs:      Uptime().Milliseconds(),
+		Cpus:          uint32(runtime.NumCPU()),
+		Transport:     string(s.cfg.Transport),
+		UserUid:       s.cfg.UID,
+		BootMs:        s.bootMS.Load(),
+		AgentInstance: s.instance,
 	}
 	var u unix.Utsname
 	if err := unix.Uname(&u); err == nil {
@@ -281,10 +250,10 @@ func parseMounts(b []byte, dir string) workspaceMount {
 // SetTime sets the wall clock.
 func (s *Server) SetTime(_ context.Context, req *agentv1.SetTimeRequest) (*agentv1.SetTimeResponse, error) {
 	if req.GetUnixNanos() <= 0 {
-		return nil, status.Error(codes.InvalidArgument, "settime: unix_nanos must be positive")
+		return nil, execwire.Errorf(execwire.InvalidArgument, "settime: unix_nanos must be positive")
 	}
 	if err := s.cfg.SetClock(time.Unix(0, req.GetUnixNanos())); err != nil {
-		return nil, status.Errorf(codes.Internal, "settime: %v", err)
+		return nil, execwire.Errorf(execwire.Internal, "settime: %v", err)
 	}
 	return &agentv1.SetTimeResponse{}, nil
 }
@@ -301,7 +270,7 @@ const shutdownDelay = 100 * time.Millisecond
 // Shutdown syncs file systems, replies, then asks init to power off.
 func (s *Server) Shutdown(_ context.Context, req *agentv1.ShutdownRequest) (*agentv1.ShutdownResponse, error) {
 	if s.cfg.PowerOff == nil {
-		return nil, status.Error(codes.Unimplemented, "shutdown: this agent cannot power the guest off")
+		return nil, execwire.Errorf(execwire.Unimplemented, "shutdown: this agent cannot power the guest off")
 	}
 	unix.Sync()
 	reboot := req.GetReboot()
@@ -315,15 +284,4 @@ func (s *Server) Shutdown(_ context.Context, req *agentv1.ShutdownRequest) (*age
 		}
 	}()
 	return &agentv1.ShutdownResponse{}, nil
-}
-
-// Serve serves gs on l until ctx is done or l fails.
-func Serve(ctx context.Context, gs *grpc.Server, l net.Listener) error {
-	stop := context.AfterFunc(ctx, gs.Stop)
-	defer stop()
-	err := gs.Serve(l)
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
 }

@@ -18,19 +18,20 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
+	"github.com/airlock-sandbox/airlock/guest/client"
 )
 
 // env is an agent served on loopback TCP with a test configuration.
 type env struct {
-	client    agentv1.AgentClient
-	execAddr  string // ServeExec's listener
+	client    *client.Client // the host's client, over loopback TCP
+	agentAddr string         // ServeAgent's listener
+	execAddr  string         // ServeExec's listener
 	srv       *Server
 	workspace string
 	home      string
@@ -138,14 +139,8 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := NewGRPCServer(e.srv)
-	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, gs, l) }()
-	cc, err := grpc.NewClient("passthrough:///"+l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	go func() { served <- e.srv.ServeAgent(l) }()
 	el, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -153,8 +148,7 @@ func newEnv(t *testing.T) *env {
 	execServed := make(chan error, 1)
 	go func() { execServed <- e.srv.ServeExec(el) }()
 	t.Cleanup(func() {
-		cc.Close()
-		cancel()
+		l.Close()
 		if err := <-served; err != nil {
 			t.Errorf("serve: %v", err)
 		}
@@ -164,7 +158,15 @@ func newEnv(t *testing.T) *env {
 		}
 		e.srv.Wait()
 	})
-	e.client = agentv1.NewAgentClient(cc)
+	e.agentAddr = l.Addr().String()
+	e.client, _ = client.New(func(ctx context.Context, port uint32) (net.Conn, error) {
+		addr := e.agentAddr
+		if port == api.PortExec {
+			addr = e.execAddr
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	})
 	e.execAddr = el.Addr().String()
 	return e
 }

@@ -1,8 +1,11 @@
 // Package agent is the guest agent: it runs tasks, one stream each on
 // api.PortExec in guest/api/execwire's frames (output leaves as raw bytes
 // read straight into the frame, no protobuf or HTTP/2 around it), and
-// serves the Agent gRPC service (agent/v1) on api.PortAgent, which reports
-// the guest's state, sets its clock and asks init to power off.
+// answers the agent calls on api.PortAgent, one stream each in the same
+// frames (agentv1.AgentRequest and AgentResponse), which report the
+// guest's state, set its clock and ask init to power off. The guest links
+// no gRPC: its HTTP/2 stack cost /init start-up time and memory for three
+// small calls.
 //
 // A task's lifetime is its process tree's. Every task runs in its own
 // process group (or session, with a terminal) and its own cgroup v2, so

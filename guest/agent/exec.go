@@ -4,6 +4,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"os"
@@ -12,8 +13,6 @@ import (
 	"time"
 
 	"github.com/creack/pty"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
@@ -73,11 +72,11 @@ func (s *Server) Exec(stream ExecStream) error {
 	}
 	start := first.GetStart()
 	if start == nil {
-		return status.Error(codes.InvalidArgument, "exec: the first message must be start")
+		return execwire.Errorf(execwire.InvalidArgument, "exec: the first message must be start")
 	}
 	if s.tasks.Add(1) > maxTasks {
 		s.tasks.Add(-1)
-		return status.Errorf(codes.ResourceExhausted, "exec: more than %d tasks running", maxTasks)
+		return execwire.Errorf(execwire.ResourceExhausted, "exec: more than %d tasks running", maxTasks)
 	}
 	defer s.tasks.Add(-1)
 
@@ -87,7 +86,7 @@ func (s *Server) Exec(stream ExecStream) error {
 	}
 	p, err := s.start(sp)
 	if err != nil {
-		if _, ok := status.FromError(err); !ok {
+		if !errors.As(err, new(*execwire.Error)) {
 			err = execError(sp.argv[0], err)
 		}
 		return err

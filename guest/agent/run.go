@@ -34,7 +34,7 @@ const (
 // sets no_new_privs, opens the transport, starts the egress forwarders
 // (guest/egress: 127.0.0.1:3128 and 127.0.0.1:1080 to the host's
 // api.PortEgressHTTP and api.PortEgressSOCKS), serves the Agent service on
-// api.PortAgent and tasks on api.PortExec, and tells the host it is ready. It returns when ctx is done
+// api.PortAgent (ServeAgent) and tasks on api.PortExec, and tells the host it is ready. It returns when ctx is done
 // or the transport fails; init then restarts it.
 func Run(ctx context.Context, log *slog.Logger) error {
 	cmdline, err := os.ReadFile("/proc/cmdline")
@@ -93,14 +93,15 @@ func Run(ctx context.Context, log *slog.Logger) error {
 		log.Warn("no cgroup2: tasks are killed by process group only")
 	}
 	srv := New(cfg)
-	gs := NewGRPCServer(srv)
 	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, gs, l) }()
+	go func() { served <- srv.ServeAgent(l) }()
+	stopServing := context.AfterFunc(ctx, func() { l.Close() })
+	defer stopServing()
 	go srv.ServeExec(el)
 
 	up := Uptime()
 	srv.MarkReady(up)
-	if err := AnnounceReady(ctx, tr.DialHost, api.Ready{AgentVersion: Version, BootMillis: up.Milliseconds()}); err != nil {
+	if err := AnnounceReady(ctx, tr.DialHost, api.Ready{AgentVersion: Version, BootMillis: up.Milliseconds(), AgentInstance: srv.Instance()}); err != nil {
 		log.Error("readiness", "err", err) // the host may still dial us
 	} else {
 		log.Info("ready", "transport", boot.Transport, "boot_ms", up.Milliseconds())
@@ -110,7 +111,7 @@ func Run(ctx context.Context, log *slog.Logger) error {
 	case err = <-served:
 	case <-tr.Done():
 		err = errors.New("agent: transport closed")
-		gs.Stop()
+		l.Close()
 		<-served
 	}
 	srv.Wait()

@@ -12,14 +12,12 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 )
 
-// Limits on what a host may ask for. gRPC already bounds a message to
-// maxMsgSize; these keep one task's argv and environment sane.
+// Limits on what a host may ask for. execwire already bounds a message to
+// execwire.MaxPayload; these keep one task's argv and environment sane.
 const (
 	maxArgs     = 4096
 	maxArgBytes = 1 << 20
@@ -48,11 +46,11 @@ type spec struct {
 }
 
 func invalid(format string, a ...any) error {
-	return status.Errorf(codes.InvalidArgument, "exec: "+format, a...)
+	return execwire.Errorf(execwire.InvalidArgument, "exec: "+format, a...)
 }
 
 // prepare validates start and resolves the executable as the task will see
-// it. Every error is a gRPC status.
+// it. Every error is a *execwire.Error.
 func (s *Server) prepare(start *agentv1.ExecStart) (*spec, error) {
 	sp := &spec{root: start.GetRoot(), tty: start.GetTty(), stdin: start.GetStdin()}
 	if len(start.GetId()) > maxIDLen {
@@ -262,18 +260,18 @@ func checkExecutable(p string) error {
 	return nil
 }
 
-// execError maps why name could not be started to a gRPC status.
+// execError maps why name could not be started to a *execwire.Error.
 func execError(name string, err error) error {
 	switch {
 	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENOTDIR):
-		return status.Errorf(codes.NotFound, "command not found: %s", truncate(name, 256))
+		return execwire.Errorf(execwire.NotFound, "command not found: %s", truncate(name, 256))
 	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
-		return status.Errorf(codes.PermissionDenied, "permission denied: %s is not executable by the task user", truncate(name, 256))
+		return execwire.Errorf(execwire.PermissionDenied, "permission denied: %s is not executable by the task user", truncate(name, 256))
 	case errors.Is(err, syscall.ENOEXEC):
-		return status.Errorf(codes.FailedPrecondition, "exec format error: %s is not a program this guest can run", truncate(name, 256))
+		return execwire.Errorf(execwire.FailedPrecondition, "exec format error: %s is not a program this guest can run", truncate(name, 256))
 	case errors.Is(err, syscall.E2BIG):
-		return status.Errorf(codes.InvalidArgument, "exec: argument list too long for %s (one argument is limited to 128 KiB)", truncate(name, 256))
+		return execwire.Errorf(execwire.InvalidArgument, "exec: argument list too long for %s (one argument is limited to 128 KiB)", truncate(name, 256))
 	default:
-		return status.Errorf(codes.Internal, "exec %s: %v", truncate(name, 256), err)
+		return execwire.Errorf(execwire.Internal, "exec %s: %v", truncate(name, 256), err)
 	}
 }

@@ -11,7 +11,8 @@ const (
 	// PortReady is dialled by the guest once the agent serves; it writes one
 	// Ready message and closes. The host waits for it instead of polling.
 	PortReady uint32 = 1023
-	// PortAgent serves the gRPC agent (agent/v1).
+	// PortAgent serves the agent calls (Info, SetTime, Shutdown), one
+	// stream each in guest/api/execwire frames.
 	PortAgent uint32 = 1024
 	// PortEgressHTTP carries connections accepted by the guest's HTTP proxy.
 	PortEgressHTTP uint32 = 1025

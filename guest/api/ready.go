@@ -14,6 +14,9 @@ type Ready struct {
 	AgentVersion string `json:"agent_version"`
 	// BootMillis is the guest's uptime when the agent became ready.
 	BootMillis int64 `json:"boot_ms"`
+	// AgentInstance is the agent process's Info.agent_instance, so the
+	// host knows it before its first Info call; 0 from an older agent.
+	AgentInstance uint64 `json:"agent_instance,omitempty"`
 }
 
 // WriteReady writes r as one JSON line.

@@ -9,85 +9,68 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
-	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 )
 
 // MaxMessageSize bounds every message the host accepts from the guest.
-const MaxMessageSize = 4 << 20
+const MaxMessageSize = execwire.MaxPayload
 
 // DialFunc opens a new stream to a port of the guest (api.PortAgent,
 // api.PortExec).
 type DialFunc func(ctx context.Context, port uint32) (net.Conn, error)
 
-// Client is a connection to one guest agent: a gRPC connection for the
-// Agent service, and a stream of its own per task. It is safe for
-// concurrent use.
+// Client reaches one guest agent: a stream of its own per agent call and
+// per task, each dialled through dial. It holds no connection, and is safe
+// for concurrent use.
 type Client struct {
-	conn     *grpc.ClientConn
-	rpc      agentv1.AgentClient
-	dial     DialFunc
-	connects atomic.Int64
+	dial DialFunc
 }
 
 // New returns a client that reaches the agent through dial. It does not
 // connect until the first call.
 func New(dial DialFunc) (*Client, error) {
-	c := &Client{dial: dial}
-	conn, err := grpc.NewClient("passthrough:///airlock-guest",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			nc, err := dial(ctx, api.PortAgent)
-			if err == nil {
-				c.connects.Add(1)
-			}
-			return nc, err
-		}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize)),
-		// Static flow-control windows, large enough that task output never
-		// waits for a window update; setting them also turns off the BDP
-		// estimator's pings, each a round trip over the transport.
-		grpc.WithInitialWindowSize(agentv1.StreamWindow),
-		grpc.WithInitialConnWindowSize(agentv1.ConnWindow),
-		grpc.WithReadBufferSize(agentv1.IOBufferSize),
-		grpc.WithWriteBufferSize(agentv1.IOBufferSize),
-		// The transport is a local stream; reconnect fast if the agent restarts.
-		grpc.WithConnectParams(fastReconnect),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("agent client: %w", err)
-	}
-	c.conn, c.rpc = conn, agentv1.NewAgentClient(conn)
-	return c, nil
+	return &Client{dial: dial}, nil
 }
 
-// Connects is how many connections to the agent the client has made. The
-// first call makes one; each further one means the previous connection
-// broke and the client reached the agent again: on a running VM, that the
-// guest restarted its agent.
-func (c *Client) Connects() int { return int(c.connects.Load()) }
-
-// Close releases the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+// Close releases nothing: each call's stream ends with the call. It is
+// here so that a Client is closed like the connection it used to hold.
+func (c *Client) Close() error { return nil }
 
 // Info reports the guest's state.
+//
+// Errors, for Info, SetTime and Shutdown alike, are gRPC status errors
+// wrapped with the call's name: the agent's own code (Unimplemented: a
+// call it does not serve, InvalidArgument, Internal); Unavailable when
+// the guest could not be reached or ended the stream without an answer;
+// Canceled or DeadlineExceeded when ctx ended first (an agent that answers
+// nothing); execwire.ErrFrame for a guest breaking the protocol.
 func (c *Client) Info(ctx context.Context) (*agentv1.InfoResponse, error) {
-	r, err := c.rpc.Info(ctx, &agentv1.InfoRequest{})
+	resp, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_Info{Info: &agentv1.InfoRequest{}}})
+	if err == nil && resp.GetInfo() == nil {
+		err = wrongAnswer(resp)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("agent info: %w", err)
 	}
-	return r, nil
+	return resp.GetInfo(), nil
 }
 
 // SetTime sets the guest's wall clock.
 func (c *Client) SetTime(ctx context.Context, t time.Time) error {
-	if _, err := c.rpc.SetTime(ctx, &agentv1.SetTimeRequest{UnixNanos: t.UnixNano()}); err != nil {
+	resp, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_SetTime{SetTime: &agentv1.SetTimeRequest{UnixNanos: t.UnixNano()}}})
+	if err == nil && resp.GetSetTime() == nil {
+		err = wrongAnswer(resp)
+	}
+	if err != nil {
 		return fmt.Errorf("agent set time: %w", err)
 	}
 	return nil
@@ -96,10 +79,77 @@ func (c *Client) SetTime(ctx context.Context, t time.Time) error {
 // Shutdown asks the guest to power off (or reboot). The agent answers before
 // it powers off; the caller then waits for the machine to stop.
 func (c *Client) Shutdown(ctx context.Context, reboot bool) error {
-	if _, err := c.rpc.Shutdown(ctx, &agentv1.ShutdownRequest{Reboot: reboot}); err != nil {
+	resp, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_Shutdown{Shutdown: &agentv1.ShutdownRequest{Reboot: reboot}}})
+	if err == nil && resp.GetShutdown() == nil {
+		err = wrongAnswer(resp)
+	}
+	if err != nil {
 		return fmt.Errorf("agent shutdown: %w", err)
 	}
 	return nil
+}
+
+// call makes one agent call on a stream of its own: the request out, one
+// answer back. An answer that is an Error comes back as its status error.
+func (c *Client) call(ctx context.Context, req *agentv1.AgentRequest) (*agentv1.AgentResponse, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	conn, err := c.dial(ctx, api.PortAgent)
+	if err != nil {
+		return nil, callErr(ctx, err)
+	}
+	defer conn.Close()
+	// Closing the stream is what ends a read or write waiting on a guest
+	// that stopped answering.
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	b, err := execwire.AppendMessage(nil, execwire.KindRequest, req)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Write(b); err != nil {
+		return nil, callErr(ctx, err)
+	}
+	r := execwire.NewReader(conn)
+	k, n, err := r.Next()
+	if err == io.EOF && ctx.Err() == nil {
+		return nil, status.Error(codes.Unavailable, "the agent ended the call without an answer")
+	}
+	if err == nil && k != execwire.KindEvent {
+		err = fmt.Errorf("%w: a %s frame from the guest", execwire.ErrFrame, k)
+	}
+	var resp agentv1.AgentResponse
+	if err == nil {
+		err = r.Message(n, &resp)
+	}
+	if err != nil {
+		return nil, callErr(ctx, err)
+	}
+	if e := resp.GetError(); e != nil {
+		code := codes.Code(e.GetCode())
+		if code == codes.OK {
+			code = codes.Unknown
+		}
+		return nil, status.Error(code, e.GetMessage())
+	}
+	return &resp, nil
+}
+
+// callErr says why a call's stream failed: the call was abandoned, the
+// guest broke the protocol, or the transport broke.
+func callErr(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	case errors.Is(err, execwire.ErrFrame):
+		return err
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// wrongAnswer is the guest answering a call with another call's result.
+func wrongAnswer(resp *agentv1.AgentResponse) error {
+	return fmt.Errorf("%w: an answer of type %T", execwire.ErrFrame, resp.GetResult())
 }
 
 // ErrNoExit means the agent ended a task's stream without an exit status.

@@ -178,13 +178,7 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b
 // streamErr says why a task's stream failed: the call was abandoned, the
 // guest broke the protocol, or the transport broke.
 func (c *Client) streamErr(ctx context.Context, err error) error {
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("exec: %w", status.FromContextError(ctx.Err()).Err())
-	case errors.Is(err, execwire.ErrFrame):
-		return fmt.Errorf("exec: %w", err)
-	}
-	return fmt.Errorf("exec: %w", status.Error(codes.Unavailable, err.Error()))
+	return fmt.Errorf("exec: %w", callErr(ctx, err))
 }
 
 // events hands what the guest sends about one task to the caller.

@@ -72,7 +72,7 @@ func TestExecErrors(t *testing.T) {
 		is    error
 	}{
 		{"command not found", func(s *execwire.Stream) {
-			s.SendError(status.Error(codes.NotFound, "command not found: x"))
+			s.SendError(execwire.Errorf(execwire.NotFound, "command not found: x"))
 		}, codes.NotFound, nil},
 		{"error without a code", func(s *execwire.Stream) {
 			s.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Error{Error: &agentv1.Error{Message: "?"}}})

@@ -113,3 +113,40 @@ func FuzzExecStream(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAgentCall plays a guest that answers an agent call with in: no
+// panic, no hang, and Info succeeds only with an Info answer.
+func FuzzAgentCall(f *testing.F) {
+	answer := func(m *agentv1.AgentResponse) []byte {
+		b, _ := execwire.AppendMessage(nil, execwire.KindEvent, m)
+		return b
+	}
+	f.Add(answer(&agentv1.AgentResponse{Result: &agentv1.AgentResponse_Info{Info: &agentv1.InfoResponse{AgentVersion: "v", AgentInstance: 3}}}))
+	f.Add(answer(&agentv1.AgentResponse{Result: &agentv1.AgentResponse_Error{Error: &agentv1.Error{Code: 12, Message: "no"}}}))
+	f.Add(answer(&agentv1.AgentResponse{Result: &agentv1.AgentResponse_Shutdown{Shutdown: &agentv1.ShutdownResponse{}}}))
+	f.Add([]byte{0x02, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{0x03, 0, 0, 0, 1, 0})
+
+	var in []byte
+	c, _ := New(func(context.Context, uint32) (net.Conn, error) {
+		host, guest := net.Pipe()
+		go io.Copy(io.Discard, guest) // the host's request
+		go func() {
+			guest.Write(in)
+			guest.Close()
+		}()
+		return host, nil
+	})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		in = data
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		info, err := c.Info(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("Info hung on %q", data)
+		}
+		if (err == nil) != (info != nil) {
+			t.Fatalf("info %v and err %v", info, err)
+		}
+	})
+}

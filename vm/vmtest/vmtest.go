@@ -13,7 +13,6 @@ import (
 	"github.com/airlock-sandbox/airlock/guest/api"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 	"github.com/airlock-sandbox/airlock/vm"
-	"google.golang.org/grpc"
 )
 
 // Machine is a fake vm.Machine.
@@ -213,18 +212,18 @@ type addr uint32
 func (a addr) Network() string { return "vmtest" }
 func (a addr) String() string  { return fmt.Sprintf("vmtest:%d", uint32(a)) }
 
-// ServeAgent plays a guest's start-up the way airlock-guest does: it serves
-// srv on the agent port and exec, when not nil, for each task stream on
+// ServeAgent plays a guest's start-up the way airlock-guest does: it answers
+// the agent calls on the agent port with agent and serves exec, when not nil, for each task stream on
 // the exec port, signals readiness with ready, and runs until off is closed
 // (an orderly power-off, nil) or the machine is stopped (ctx ends: ctx's
 // error).
-func (g *Guest) ServeAgent(ctx context.Context, srv *grpc.Server, exec func(*execwire.Stream) error, ready api.Ready, off <-chan struct{}) error {
+func (g *Guest) ServeAgent(ctx context.Context, agent execwire.Agent, exec func(*execwire.Stream) error, ready api.Ready, off <-chan struct{}) error {
 	l, err := g.Listen(api.PortAgent)
 	if err != nil {
 		return err
 	}
-	go srv.Serve(l)
-	defer srv.Stop()
+	defer l.Close()
+	go execwire.ServeAgent(l, agent, nil)
 	if exec != nil {
 		el, err := g.Listen(api.PortExec)
 		if err != nil {

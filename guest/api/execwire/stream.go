@@ -7,8 +7,6 @@ import (
 	"net"
 	"sync"
 
-	"google.golang.org/grpc/status"
-
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 )
 
@@ -79,13 +77,10 @@ func (s *Stream) SendOutput(k Kind, framed []byte) error {
 	return err
 }
 
-// SendError reports why the task could not run: err's gRPC status code
-// (codes.Unknown for an error without one) and message.
+// SendError reports why the task could not run: err's Code and message
+// (Unknown and err's text for an error that is no *Error).
 func (s *Stream) SendError(err error) error {
-	st := status.Convert(err)
-	return s.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Error{Error: &agentv1.Error{
-		Code: uint32(st.Code()), Message: st.Message(),
-	}}})
+	return s.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Error{Error: ToProto(err)}})
 }
 
 // Close ends the stream.

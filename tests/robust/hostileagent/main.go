@@ -10,7 +10,7 @@
 //	garbage-hello  writes random bytes instead of the multiplexer's hello
 //	bogus-ready    sends malformed, oversized and dribbled readiness
 //	               messages before a valid one
-//	mute           announces readiness but never answers an RPC
+//	mute           announces readiness but never answers an agent call or a task
 //	(anything else) a working agent whose tasks misbehave on request:
 //	               argv[0] "hostile:<what>" (see misbehave), any other
 //	               command runs as in the real agent
@@ -31,9 +31,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/airlock-sandbox/airlock/guest/agent"
 	"github.com/airlock-sandbox/airlock/guest/api"
@@ -139,8 +136,7 @@ func run() error {
 		cfg.CgroupRoot = agent.CgroupTasks
 	}
 	h := &hostile{Server: agent.New(cfg), sess: sess, port: f, log: log}
-	gs := agent.NewGRPCServer(h.Server)
-	go gs.Serve(l)
+	go h.Server.ServeAgent(l)
 	el, err := sess.Listen(api.PortExec)
 	if err != nil {
 		return err
@@ -149,7 +145,9 @@ func run() error {
 	if m == "bogus-ready" {
 		bogusReady(sess.Dial, log)
 	}
-	if err := agent.AnnounceReady(context.Background(), sess.Dial, ready()); err != nil {
+	r := ready()
+	r.AgentInstance = h.Server.Instance()
+	if err := agent.AnnounceReady(context.Background(), sess.Dial, r); err != nil {
 		return err
 	}
 	<-sess.Done()
@@ -345,7 +343,7 @@ func (h *hostile) misbehave(t task, what string, n int) error {
 		t.waitHost()
 		return nil
 	}
-	return status.Errorf(codes.InvalidArgument, "unknown misbehaviour %q", what)
+	return execwire.Errorf(execwire.InvalidArgument, "unknown misbehaviour %q", what)
 }
 
 // streams opens n streams to the host's HTTP egress port at once and holds

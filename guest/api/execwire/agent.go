@@ -1,0 +1,152 @@
+package execwire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
+)
+
+// An agent call is one stream on api.PortAgent: the host sends one
+// KindRequest frame (agentv1.AgentRequest), the guest answers with one
+// KindEvent frame (agentv1.AgentResponse) and ends the stream.
+
+// CallTimeout bounds how long the guest waits for a call's request, and
+// then for its answer to be written: a host that dials and stalls holds a
+// goroutine no longer.
+const CallTimeout = 10 * time.Second
+
+// Agent answers the agent calls.
+type Agent interface {
+	Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoResponse, error)
+	SetTime(context.Context, *agentv1.SetTimeRequest) (*agentv1.SetTimeResponse, error)
+	Shutdown(context.Context, *agentv1.ShutdownRequest) (*agentv1.ShutdownResponse, error)
+}
+
+// UnimplementedAgent answers every call with Unimplemented; an Agent that
+// embeds it answers only what it implements.
+type UnimplementedAgent struct{}
+
+func (UnimplementedAgent) Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
+	return nil, Errorf(Unimplemented, "info is not implemented")
+}
+
+func (UnimplementedAgent) SetTime(context.Context, *agentv1.SetTimeRequest) (*agentv1.SetTimeResponse, error) {
+	return nil, Errorf(Unimplemented, "set_time is not implemented")
+}
+
+func (UnimplementedAgent) Shutdown(context.Context, *agentv1.ShutdownRequest) (*agentv1.ShutdownResponse, error) {
+	return nil, Errorf(Unimplemented, "shutdown is not implemented")
+}
+
+// ServeAgent answers the agent calls whose streams arrive on l, each in
+// its own goroutine, until l is closed (nil) or fails. A panic in a call is
+// answered with Internal, after onPanic (when not nil) has seen it.
+func ServeAgent(l net.Listener, a Agent, onPanic func(call string, r any)) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		go serveCall(c, a, onPanic)
+	}
+}
+
+func serveCall(c net.Conn, a Agent, onPanic func(string, any)) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(CallTimeout))
+	r := NewReader(c)
+	var req agentv1.AgentRequest
+	k, n, err := r.Next()
+	if err == nil && k != KindRequest {
+		err = fmt.Errorf("%w: a %s frame from the host", ErrFrame, k)
+	}
+	if err == nil {
+		err = r.Message(n, &req)
+	}
+	if err != nil {
+		return // nobody to answer: the host went or broke the protocol
+	}
+	// The call's context ends when the host abandons it: the host sends
+	// nothing after its request, so a read that returns means the stream
+	// was closed (or the host broke the protocol).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_ = c.SetReadDeadline(time.Time{})
+	go func() {
+		var b [1]byte
+		c.Read(b[:])
+		cancel()
+	}()
+	resp := Dispatch(ctx, a, &req, onPanic)
+	_ = c.SetWriteDeadline(time.Now().Add(CallTimeout))
+	b, err := AppendMessage(nil, KindEvent, resp)
+	if err != nil {
+		b, _ = AppendMessage(nil, KindEvent, errorResponse(Errorf(Internal, "agent: answer: %v", err)))
+	}
+	_, _ = c.Write(b)
+}
+
+// Dispatch answers one call with a: its result, or the error it returned
+// (Unimplemented for a call this agent does not know, Internal for a
+// panic).
+func Dispatch(ctx context.Context, a Agent, req *agentv1.AgentRequest, onPanic func(call string, r any)) (resp *agentv1.AgentResponse) {
+	name := "unknown"
+	defer func() {
+		if r := recover(); r != nil {
+			if onPanic != nil {
+				onPanic(name, r)
+			}
+			resp = errorResponse(Errorf(Internal, "agent: internal error in %s", name))
+		}
+	}()
+	var err error
+	resp = new(agentv1.AgentResponse)
+	switch call := req.GetCall().(type) {
+	case *agentv1.AgentRequest_Info:
+		name = "Info"
+		var r *agentv1.InfoResponse
+		if r, err = a.Info(ctx, call.Info); err == nil {
+			resp.Result = &agentv1.AgentResponse_Info{Info: nonNil(r)}
+		}
+	case *agentv1.AgentRequest_SetTime:
+		name = "SetTime"
+		var r *agentv1.SetTimeResponse
+		if r, err = a.SetTime(ctx, call.SetTime); err == nil {
+			resp.Result = &agentv1.AgentResponse_SetTime{SetTime: nonNil(r)}
+		}
+	case *agentv1.AgentRequest_Shutdown:
+		name = "Shutdown"
+		var r *agentv1.ShutdownResponse
+		if r, err = a.Shutdown(ctx, call.Shutdown); err == nil {
+			resp.Result = &agentv1.AgentResponse_Shutdown{Shutdown: nonNil(r)}
+		}
+	default:
+		// A call from a newer host (a oneof field this agent does not
+		// know) or none at all.
+		err = Errorf(Unimplemented, "agent: unknown call")
+	}
+	if err != nil {
+		return errorResponse(err)
+	}
+	return resp
+}
+
+func errorResponse(err error) *agentv1.AgentResponse {
+	return &agentv1.AgentResponse{Result: &agentv1.AgentResponse_Error{Error: ToProto(err)}}
+}
+
+// nonNil makes an answer of nil, which a handler may return with no
+// error, an empty message: a oneof member must be set to be sent.
+func nonNil[T any, P interface{ *T }](p P) P {
+	if p == nil {
+		return new(T)
+	}
+	return p
+}

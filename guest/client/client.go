@@ -126,13 +126,19 @@ func (c *Client) call(ctx context.Context, req *agentv1.AgentRequest) (*agentv1.
 		return nil, callErr(ctx, err)
 	}
 	if e := resp.GetError(); e != nil {
-		code := codes.Code(e.GetCode())
-		if code == codes.OK {
-			code = codes.Unknown
-		}
-		return nil, status.Error(code, e.GetMessage())
+		return nil, guestError(e)
 	}
 	return &resp, nil
+}
+
+// guestError is an Error the guest reported, as the gRPC status error its
+// code names (an OK code, which no error has, is Unknown).
+func guestError(e *agentv1.Error) error {
+	code := codes.Code(e.GetCode())
+	if code == codes.OK {
+		code = codes.Unknown
+	}
+	return status.Error(code, e.GetMessage())
 }
 
 // callErr says why a call's stream failed: the call was abandoned, the

@@ -9,9 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
@@ -197,11 +194,7 @@ func (h *events) handle(ev *agentv1.ExecEvent) (exit Exit, done bool, err error)
 			h.stdio.Started(int(e.Started.GetPid()))
 		}
 	case *agentv1.ExecEvent_Error:
-		code := codes.Code(e.Error.GetCode())
-		if code == codes.OK {
-			code = codes.Unknown
-		}
-		return Exit{}, true, fmt.Errorf("exec: %w", status.Error(code, e.Error.GetMessage()))
+		return Exit{}, true, fmt.Errorf("exec: %w", guestError(e.Error))
 	case *agentv1.ExecEvent_Exit:
 		x := e.Exit
 		if c, sig := x.GetCode(), x.GetSignal(); c < 0 || c > 255 || sig < 0 || sig > maxSignal || x.GetDurationMs() < 0 || x.GetDurationMs() > maxDurationMs {

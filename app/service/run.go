@@ -156,7 +156,8 @@ const HostTimeoutGrace = 15 * time.Second
 // retryWait bounds how long a task that could not reach its VM's agent
 // waits for the session to replace the VM; a VM the session still finds
 // healthy by then (its agent merely restarted, say) gets the task again.
-const retryWait = 30 * time.Second
+// A variable only so tests need not wait 30 s.
+var retryWait = 30 * time.Second
 
 // agentAfter returns the agent of a VM newer than generation after (0: any),
 // waiting while the session notices a dead VM and boots the next, at most

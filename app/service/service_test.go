@@ -31,6 +31,7 @@ type world struct {
 	mu      sync.Mutex
 	kill    chan struct{} // closing it makes the current VM die
 	boots   int
+	noExec  int // boots up to this one serve agent calls but no task streams
 	service *Service
 }
 
@@ -88,12 +89,17 @@ func (w *world) boot(ctx context.Context, g *vmtest.Guest) error {
 	})
 	go srv.ServeAgent(l)
 	defer l.Close()
-	el, err := g.Listen(api.PortExec)
-	if err != nil {
-		return err
+	w.mu.Lock()
+	serveExec := w.boots > w.noExec
+	w.mu.Unlock()
+	if serveExec {
+		el, err := g.Listen(api.PortExec)
+		if err != nil {
+			return err
+		}
+		defer el.Close()
+		go srv.ServeExec(el)
 	}
-	defer el.Close()
-	go srv.ServeExec(el)
 	c, err := g.Dial(ctx, api.PortReady)
 	if err != nil {
 		return err
@@ -223,6 +229,66 @@ func TestVMDiesMidTask(t *testing.T) {
 	if st.Session.Generation < 2 {
 		t.Fatalf("status after a restart: %+v", st.Session)
 	}
+}
+
+// TestTaskStreamRefused: a VM whose agent answers its health checks but
+// refuses task streams (the robust suite's stream flood does this) must not
+// hold a task forever: the task waits a bounded time for a replacement VM,
+// is retried on the same VM, and ends lost with the transport's reason; the
+// healthy VM is not replaced for it.
+func TestTaskStreamRefused(t *testing.T) {
+	defer func(d time.Duration) { retryWait = d }(retryWait)
+	retryWait = 300 * time.Millisecond
+	w := newWorld(t)
+	w.noExec = 1
+	task := w.run(RunRequest{Shell: "true"})
+	if task.State != tasks.Lost || !strings.Contains(task.Reason, "refused") {
+		t.Fatalf("task on a VM refusing task streams: %+v", task)
+	}
+	w.mu.Lock()
+	boots := w.boots
+	w.mu.Unlock()
+	if boots != 1 {
+		t.Fatalf("%d boots: a VM whose agent answers was replaced", boots)
+	}
+}
+
+// TestTaskWaitsForReplacement: a task that cannot reach its VM's agent runs
+// on the VM the session boots to replace it.
+func TestTaskWaitsForReplacement(t *testing.T) {
+	w := newWorld(t)
+	w.noExec = 1
+	ctx := context.Background()
+	task, err := w.service.Run(ctx, RunRequest{Shell: "echo second VM"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Once the task has been tried on the first VM, kill that VM.
+	for i := 0; ; i++ {
+		if cur, _ := w.service.Task(ctx, task.ID); cur.State == tasks.Running {
+			break
+		}
+		if i > 1000 {
+			t.Fatal("the task never started on the first VM")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	w.mu.Lock()
+	close(w.kill)
+	w.kill = make(chan struct{})
+	w.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if task, err = w.service.Wait(wctx, task.ID); err != nil || task.State != tasks.Exited || task.Exit.Code != 0 {
+		t.Fatalf("task after its VM was replaced: %+v, %v", task, err)
+	}
+	if out, _ := w.output(task.ID); out != "second VM\n" {
+		t.Fatalf("output %q", out)
+	}
+	if w.mu.Lock(); w.boots != 2 {
+		t.Fatalf("%d boots, want 2", w.boots)
+	}
+	w.mu.Unlock()
 }
 
 // TestHistorySurvivesRestart: a new service on the same state folder finds

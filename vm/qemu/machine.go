@@ -81,7 +81,7 @@ func New(cfg vm.Config, opts Options) (*Machine, error) {
 			return nil, fmt.Errorf("qemu: %w: shared folder: %w", vm.ErrInvalidConfig, err)
 		}
 	}
-	sp, err := chooseShare(cfg.Share, r.Share, r.Virtiofsd, os.Geteuid(), owner)
+	sp, err := chooseShare(cfg.Share, r.Share, r.Virtiofsd, os.Geteuid(), owner, r.TrustedVirtiofs)
 	if err != nil {
 		return nil, fmt.Errorf("qemu: %w", err)
 	}

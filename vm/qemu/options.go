@@ -31,6 +31,12 @@ type Options struct {
 	// which runs only as root, and is refused as root for a writable share;
 	// read-only shares always use 9p, whose read-only mode QEMU enforces.
 	Share string
+	// TrustedVirtiofs serves a writable virtiofs share even as root, where
+	// virtiofsd applies the guest's owners, modes and device nodes to the
+	// host as they are. Only for a guest and a folder that are both the
+	// caller's own (the benchmarks' scratch folder, to measure virtiofs on
+	// Linux): never for a user's folder. Nothing in the product sets it.
+	TrustedVirtiofs bool
 	// CacheDir holds the KVM probe verdict; empty means
 	// os.UserCacheDir()/airlock.
 	CacheDir string
@@ -154,7 +160,10 @@ type sharePlan struct {
 //
 // Read-only shares are 9p with QEMU's readonly=on in every case; as root
 // with a user's folder they are served as that user too.
-func chooseShare(s *vm.Share, mode, virtiofsd string, euid int, owner hostUser) (sharePlan, error) {
+//
+// trusted is Options.TrustedVirtiofs: it lifts only the refusal of a
+// writable virtiofs share as root.
+func chooseShare(s *vm.Share, mode, virtiofsd string, euid int, owner hostUser, trusted bool) (sharePlan, error) {
 	if s == nil {
 		return sharePlan{}, nil
 	}
@@ -162,7 +171,7 @@ func chooseShare(s *vm.Share, mode, virtiofsd string, euid int, owner hostUser) 
 	switch {
 	case s.ReadOnly && mode == ShareVirtiofs:
 		return sharePlan{}, fmt.Errorf("%w: a read-only share needs 9p: virtiofsd has no read-only mode", vm.ErrInvalidConfig)
-	case mode == ShareVirtiofs && root:
+	case mode == ShareVirtiofs && root && !trusted:
 		return sharePlan{}, fmt.Errorf("%w: no virtiofs share when Airlock runs as root: virtiofsd would apply the guest's owners, "+
 			"modes and device nodes to %s as they are (guest root could leave a setuid-root program there); "+
 			"use the 9p share (the default), or run Airlock as the folder's owner", vm.ErrInvalidConfig, s.HostPath)

@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -107,7 +108,18 @@ func TestChooseShare(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := chooseShare(tt.share, tt.mode, tt.fsd, tt.euid, tt.owner)
+			// TrustedVirtiofs changes nothing but a writable virtiofs
+			// share as root, which it serves.
+			trusted, terr := chooseShare(tt.share, tt.mode, tt.fsd, tt.euid, tt.owner, true)
+			got, err := chooseShare(tt.share, tt.mode, tt.fsd, tt.euid, tt.owner, false)
+			switch {
+			case tt.errHas == "setuid-root":
+				if terr != nil || !reflect.DeepEqual(trusted, sharePlan{FS: ShareVirtiofs}) {
+					t.Errorf("trusted: %+v, %v; want virtiofs", trusted, terr)
+				}
+			case fmt.Sprint(terr) != fmt.Sprint(err) || !reflect.DeepEqual(trusted, got):
+				t.Errorf("trusted: %+v, %v; want %+v, %v as untrusted", trusted, terr, got, err)
+			}
 			if tt.errHas != "" {
 				if !errors.Is(err, vm.ErrInvalidConfig) || !contains(err, tt.errHas) {
 					t.Fatalf("err %v, want ErrInvalidConfig saying %q", err, tt.errHas)

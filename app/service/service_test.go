@@ -174,15 +174,7 @@ func TestCancelAndTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; ; i++ {
-		if tk, _ := w.service.Task(ctx, task.ID); tk.State == tasks.Running {
-			break
-		}
-		if i > 500 {
-			t.Fatal("task never ran")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	w.waitRunning(task.ID)
 	if err := w.service.Cancel(ctx, task.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -196,6 +188,28 @@ func TestCancelAndTimeout(t *testing.T) {
 
 // TestVMDiesMidTask: the task is marked lost, the VM comes back, and the
 // next task runs on the new one.
+// waitRunning waits until the task has been handed to a VM.
+func (w *world) waitRunning(id string) {
+	w.t.Helper()
+	for i := 0; ; i++ {
+		if tk, _ := w.service.Task(context.Background(), id); tk.State == tasks.Running {
+			return
+		}
+		if i > 1000 {
+			w.t.Fatalf("task %s never ran", id)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// killVM makes the current VM die.
+func (w *world) killVM() {
+	w.mu.Lock()
+	close(w.kill)
+	w.kill = make(chan struct{})
+	w.mu.Unlock()
+}
+
 func TestVMDiesMidTask(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
@@ -212,10 +226,7 @@ func TestVMDiesMidTask(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	w.mu.Lock()
-	close(w.kill)
-	w.kill = make(chan struct{})
-	w.mu.Unlock()
+	w.killVM()
 	if task, _ = w.service.Wait(ctx, task.ID); task.State != tasks.Lost {
 		t.Fatalf("task on a dead VM: %+v", task)
 	}
@@ -264,19 +275,8 @@ func TestTaskWaitsForReplacement(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Once the task has been tried on the first VM, kill that VM.
-	for i := 0; ; i++ {
-		if cur, _ := w.service.Task(ctx, task.ID); cur.State == tasks.Running {
-			break
-		}
-		if i > 1000 {
-			t.Fatal("the task never started on the first VM")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	w.mu.Lock()
-	close(w.kill)
-	w.kill = make(chan struct{})
-	w.mu.Unlock()
+	w.waitRunning(task.ID)
+	w.killVM()
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if task, err = w.service.Wait(wctx, task.ID); err != nil || task.State != tasks.Exited || task.Exit.Code != 0 {

@@ -77,17 +77,15 @@ func (in *pid1) setup() error {
 	in.log.Debug("boot config", "cmdline", strings.TrimSpace(string(cmdline)))
 
 	in.harden()
-	// Cgroups and busybox's applet links need no module: they are made on
-	// the second CPU while the first loads modules. Tasks need both, so
-	// they are done before the agent starts.
+	in.busyboxLinks()
+	// Cgroups need no module: they are made on the second CPU while the
+	// first loads modules. Tasks need them, so they are done before the
+	// agent starts.
 	sideDone := make(chan struct{})
 	go func() {
 		defer close(sideDone)
 		if err := setupCgroups("/sys/fs/cgroup"); err != nil {
 			in.log.Warn("no task cgroups", "err", err)
-		}
-		if out, err := exec.Command("/bin/busybox", "--install", "-s").CombinedOutput(); err != nil {
-			in.log.Warn("busybox --install", "err", err, "out", strings.TrimSpace(string(out)))
 		}
 	}()
 	in.loadModules(ModulesList)
@@ -115,6 +113,20 @@ func (in *pid1) setup() error {
 	}
 	<-sideDone
 	return nil
+}
+
+// busyboxLinks makes busybox's applet links (/bin/sh, /usr/bin/env, ...)
+// when the initramfs lacks them: the image builder writes them, unless its
+// host could not run the guest's busybox. It runs before any chroot to a
+// root disk, so the links land in the initramfs, like the builder's.
+func (in *pid1) busyboxLinks() {
+	if _, err := os.Lstat("/bin/sh"); !errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	in.log.Debug("no /bin/sh in the initramfs: busybox --install -s")
+	if out, err := exec.Command("/bin/busybox", "--install", "-s").CombinedOutput(); err != nil {
+		in.log.Warn("busybox --install", "err", err, "out", strings.TrimSpace(string(out)))
+	}
 }
 
 // hardening are the kernel settings init makes before any task runs.

@@ -15,11 +15,12 @@ const (
 	modeDir  = 0o040000
 	modeFile = 0o100000
 	modeChar = 0o020000
+	modeLink = 0o120000
 )
 
 // cpioEntry is one member of an initramfs. Name is relative, without a
 // leading slash ("bin/busybox"). A regular file's content is Data, or the
-// file at Source when Data is nil.
+// file at Source when Data is nil; a symbolic link's target is Data.
 type cpioEntry struct {
 	Name     string
 	Mode     uint32 // type bits | permission bits
@@ -36,6 +37,10 @@ func dirEntry(name string, perm uint32) cpioEntry {
 
 func fileEntry(name string, perm uint32, data []byte) cpioEntry {
 	return cpioEntry{Name: name, Mode: modeFile | perm, Data: data}
+}
+
+func linkEntry(name, target string) cpioEntry {
+	return cpioEntry{Name: name, Mode: modeLink | 0o777, Data: []byte(target)}
 }
 
 // writeCPIO writes entries as an uncompressed newc ("070701") archive, the
@@ -65,7 +70,13 @@ func writeCPIO(w io.Writer, entries []cpioEntry) error {
 	}
 	names := make([]string, 0, len(byName))
 	for name, e := range byName {
-		if e.Mode&0o170000 != modeDir && e.Mode&0o170000 != modeFile && e.Mode&0o170000 != modeChar {
+		switch e.Mode & 0o170000 {
+		case modeDir, modeFile, modeChar:
+		case modeLink:
+			if len(e.Data) == 0 {
+				return fmt.Errorf("cpio: %s: symbolic link without a target", name)
+			}
+		default:
 			return fmt.Errorf("cpio: %s: unsupported file type %o", name, e.Mode&0o170000)
 		}
 		names = append(names, name)
@@ -90,7 +101,7 @@ func writeCPIO(w io.Writer, entries []cpioEntry) error {
 }
 
 func writeMember(w io.Writer, ino uint32, e cpioEntry) error {
-	if e.Mode&0o170000 != modeFile {
+	if t := e.Mode & 0o170000; t != modeFile && t != modeLink {
 		nlink := uint32(1)
 		if e.Mode&0o170000 == modeDir {
 			nlink = 2

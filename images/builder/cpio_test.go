@@ -84,6 +84,7 @@ func testEntries(t *testing.T) []cpioEntry {
 		{Name: "dev/console", Mode: modeChar | 0o600, RMajor: 5, RMinor: 1},
 		fileEntry("lib/modules/6.1.0/kernel/fs/a.ko", 0o644, []byte("abc")),
 		fileEntry("empty", 0o644, []byte{}),
+		linkEntry("usr/bin/env", "/bin/busybox"),
 	}
 }
 
@@ -109,6 +110,9 @@ func TestCPIORoundTrip(t *testing.T) {
 		{Name: "lib/modules/6.1.0/kernel/fs", Mode: modeDir | 0o755},
 		{Name: "lib/modules/6.1.0/kernel/fs/a.ko", Mode: modeFile | 0o644, Data: "abc"},
 		{Name: "tmp", Mode: modeDir | 0o1777},
+		{Name: "usr", Mode: modeDir | 0o755},
+		{Name: "usr/bin", Mode: modeDir | 0o755},
+		{Name: "usr/bin/env", Mode: modeLink | 0o777, Data: "/bin/busybox"},
 	}
 	for i := range want {
 		want[i].Ino = uint32(i + 1)
@@ -145,7 +149,8 @@ func TestCPIOErrors(t *testing.T) {
 		{"duplicate", []cpioEntry{fileEntry("a", 0o644, nil), fileEntry("/a", 0o644, nil)}, "duplicate member"},
 		{"escapes", []cpioEntry{fileEntry("../a", 0o644, nil)}, "invalid member name"},
 		{"root", []cpioEntry{dirEntry("/", 0o755)}, "invalid member name"},
-		{"symlink", []cpioEntry{{Name: "l", Mode: 0o120777}}, "unsupported file type"},
+		{"symlink without target", []cpioEntry{{Name: "l", Mode: modeLink | 0o777}}, "symbolic link without a target"},
+		{"fifo", []cpioEntry{{Name: "p", Mode: 0o010644}}, "unsupported file type"},
 		{"missing source", []cpioEntry{{Name: "f", Mode: modeFile | 0o644, Source: "/nonexistent/airlock"}}, "no such file"},
 	}
 	for _, tt := range tests {
@@ -180,5 +185,14 @@ func TestCPIOWithCpioTool(t *testing.T) {
 	}
 	if string(out) != want.String() {
 		t.Errorf("cpio -it listed\n%s\nwant\n%s", out, want.String())
+	}
+	dir := t.TempDir()
+	cmd = exec.Command("cpio", "-id", "--quiet")
+	cmd.Dir, cmd.Stdin = dir, bytes.NewReader(buf.Bytes())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cpio -id: %v\n%s", err, out)
+	}
+	if target, err := os.Readlink(filepath.Join(dir, "usr/bin/env")); err != nil || target != "/bin/busybox" {
+		t.Errorf("extracted usr/bin/env links to %q (%v), want /bin/busybox", target, err)
 	}
 }

@@ -35,6 +35,9 @@ func airlock(t *testing.T, stdin string, args ...string) (int, string, string) {
 	} else if err != nil {
 		t.Fatalf("run airlock: %v", err)
 	}
+	if code == 125 {
+		logConsole(t, args)
+	}
 	return code, out.String(), errOut.String()
 }
 

@@ -65,11 +65,15 @@ func runMain(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	began := time.Now()
+	defer removeConsoles()
+	console := consoleLog("shared")
 	shared, err = vmharness.Boot(ctx, env.Image, sandbox.Options{
 		Workspace: sharedWS, MemoryMiB: 1024, Egress: sharedGate, Logger: vmharness.Logger(slog.LevelInfo),
+		ConsoleLog: console,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: boot the shared VM:", err)
+		reportBootFailure("the shared VM", console)
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "e2e: shared VM ready in %s (%+v)\n", time.Since(began).Round(time.Millisecond), shared.Machine().Info())

@@ -78,13 +78,16 @@ func standardVM(t *testing.T) *sandbox.Sandbox {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		began := time.Now()
+		console := consoleLog("standard")
 		std.sb, std.err = sandbox.Start(ctx, sandbox.Options{
 			Workspace: std.ws, Image: img, UID: uid, GID: gid, MemoryMiB: 1024, Egress: std.gate,
-			BootTimeout: 4 * time.Minute,
-			Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+			BootTimeout: 4 * time.Minute, ConsoleLog: console,
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		})
 		if std.err == nil {
 			fmt.Fprintf(os.Stderr, "e2e: standard VM ready in %s\n", time.Since(began).Round(time.Millisecond))
+		} else {
+			reportBootFailure("the standard VM", console)
 		}
 	})
 	if std.err != nil {

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,9 +125,31 @@ func (s *served) wait(id string) tasks.Task {
 	defer cancel()
 	tk, err := s.client.Wait(ctx, id)
 	if err != nil {
-		s.t.Fatalf("wait for %s: %v\n%s", id, err, s.stderr.String())
+		s.t.Fatalf("wait for %s: %v\n%s%s", id, err, s.stderr.String(), s.consoleTail())
 	}
 	return tk
+}
+
+// consoleTail returns the end of the session's guest console (the previous
+// boot's too, when the VM was restarted), for a failure message: a guest
+// that never became ready says why only there, and the folder holding it
+// goes with the test.
+func (s *served) consoleTail() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := s.client.Status(ctx)
+	if err != nil || st.Session.ConsoleLog == "" {
+		return ""
+	}
+	var out string
+	for _, p := range []string{st.Session.ConsoleLog + ".1", st.Session.ConsoleLog} {
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		out += fmt.Sprintf("\nguest console %s ends with:\n%s", p, b[max(0, len(b)-6000):])
+	}
+	return out
 }
 
 // waitOutput waits until a task has stored at least n bytes of stdout.
@@ -177,7 +200,7 @@ func (s *served) works(what string) {
 	s.t.Helper()
 	tk := s.wait(s.run(service.RunRequest{Shell: "cd /; echo works"}).ID)
 	if out := string(s.log(tk.ID)); tk.State != tasks.Exited || tk.Exit.Code != 0 || out != "works\n" {
-		s.t.Fatalf("%s: the next task: %s %+v %q (%s)\n%s", what, tk.State, tk.Exit, out, tk.Reason, s.stderr.String())
+		s.t.Fatalf("%s: the next task: %s %+v %q (%s)\n%s%s", what, tk.State, tk.Exit, out, tk.Reason, s.stderr.String(), s.consoleTail())
 	}
 }
 

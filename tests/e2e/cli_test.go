@@ -161,6 +161,8 @@ func TestRunCtrlC(t *testing.T) {
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil || line != "started\n" {
 		cmd.Process.Kill()
+		cmd.Wait()
+		logConsole(t, cmd.Args[1:])
 		t.Fatalf("task did not start: %q %v %s", line, err, errOut.String())
 	}
 	cmd.Process.Signal(syscall.SIGINT)

@@ -65,6 +65,23 @@ func guestSaid(in []byte) (out, errOut []byte) {
 	return
 }
 
+// answerWith plays a guest that waits for the host's first request (a
+// stream may be dialled ahead of its use), then writes in() and ends the
+// stream; the host's further requests are read and dropped.
+func answerWith(guest net.Conn, in func() []byte) {
+	defer guest.Close()
+	r := execwire.NewReader(guest)
+	_, n, err := r.Next()
+	if err == nil {
+		_, err = r.Payload(n)
+	}
+	if err != nil {
+		return
+	}
+	go io.Copy(io.Discard, guest)
+	guest.Write(in())
+}
+
 // FuzzExecStream plays a guest that sends in on a task's stream and runs
 // the host's Exec against it: no panic, output reaches the right writer
 // exactly as framed, and an exit status is only ever one a process can
@@ -84,11 +101,7 @@ func FuzzExecStream(f *testing.F) {
 	var in []byte
 	c, err := New(func(context.Context, uint32) (net.Conn, error) {
 		host, guest := net.Pipe()
-		go io.Copy(io.Discard, guest) // the host's requests
-		go func() {
-			guest.Write(in)
-			guest.Close()
-		}()
+		go answerWith(guest, func() []byte { return in })
 		return host, nil
 	})
 	if err != nil {
@@ -130,13 +143,10 @@ func FuzzAgentCall(f *testing.F) {
 	var in []byte
 	c, _ := New(func(context.Context, uint32) (net.Conn, error) {
 		host, guest := net.Pipe()
-		go io.Copy(io.Discard, guest) // the host's request
-		go func() {
-			guest.Write(in)
-			guest.Close()
-		}()
+		go answerWith(guest, func() []byte { return in })
 		return host, nil
 	})
+	defer c.Close()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in = data
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

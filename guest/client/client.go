@@ -85,10 +85,8 @@ func (c *Client) Close() error {
 // Canceled or DeadlineExceeded when ctx ended first (an agent that answers
 // nothing); execwire.ErrFrame for a guest breaking the protocol.
 func (c *Client) Info(ctx context.Context) (*agentv1.InfoResponse, error) {
-	resp, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_Info{Info: &agentv1.InfoRequest{}}})
-	if err == nil && resp.GetInfo() == nil {
-		err = wrongAnswer(resp)
-	}
+	resp, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_Info{Info: &agentv1.InfoRequest{}}},
+		func(r *agentv1.AgentResponse) bool { return r.GetInfo() != nil })
 	if err != nil {
 		return nil, fmt.Errorf("agent info: %w", err)
 	}
@@ -97,10 +95,8 @@ func (c *Client) Info(ctx context.Context) (*agentv1.InfoResponse, error) {
 
 // SetTime sets the guest's wall clock.
 func (c *Client) SetTime(ctx context.Context, t time.Time) error {
-	resp, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_SetTime{SetTime: &agentv1.SetTimeRequest{UnixNanos: t.UnixNano()}}})
-	if err == nil && resp.GetSetTime() == nil {
-		err = wrongAnswer(resp)
-	}
+	_, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_SetTime{SetTime: &agentv1.SetTimeRequest{UnixNanos: t.UnixNano()}}},
+		func(r *agentv1.AgentResponse) bool { return r.GetSetTime() != nil })
 	if err != nil {
 		return fmt.Errorf("agent set time: %w", err)
 	}
@@ -110,10 +106,8 @@ func (c *Client) SetTime(ctx context.Context, t time.Time) error {
 // Shutdown asks the guest to power off (or reboot). The agent answers before
 // it powers off; the caller then waits for the machine to stop.
 func (c *Client) Shutdown(ctx context.Context, reboot bool) error {
-	resp, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_Shutdown{Shutdown: &agentv1.ShutdownRequest{Reboot: reboot}}})
-	if err == nil && resp.GetShutdown() == nil {
-		err = wrongAnswer(resp)
-	}
+	_, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_Shutdown{Shutdown: &agentv1.ShutdownRequest{Reboot: reboot}}},
+		func(r *agentv1.AgentResponse) bool { return r.GetShutdown() != nil })
 	if err != nil {
 		return fmt.Errorf("agent shutdown: %w", err)
 	}
@@ -121,10 +115,11 @@ func (c *Client) Shutdown(ctx context.Context, reboot bool) error {
 }
 
 // call makes one agent call on the kept call stream: the request out, one
-// answer back. An answer that is an Error comes back as its status error.
-// A call that fails in any way closes the stream, so that no late answer
-// is taken for the next call's; the next call dials a new one.
-func (c *Client) call(ctx context.Context, req *agentv1.AgentRequest) (*agentv1.AgentResponse, error) {
+// answer back, which is an Error (returned as its status error) or one
+// that ok accepts. A call that fails in any other way closes the stream,
+// so that nothing the guest sent for it is taken for the next call's
+// answer; the next call dials a new one.
+func (c *Client) call(ctx context.Context, req *agentv1.AgentRequest, ok func(*agentv1.AgentResponse) bool) (*agentv1.AgentResponse, error) {
 	b, err := execwire.AppendMessage(nil, execwire.KindRequest, req)
 	if err != nil {
 		return nil, err
@@ -141,6 +136,10 @@ func (c *Client) call(ctx context.Context, req *agentv1.AgentRequest) (*agentv1.
 			return nil, callErr(ctx, err)
 		}
 		resp, err := cs.roundTrip(ctx, b)
+		if err == nil && resp.GetError() == nil && !ok(resp) {
+			c.dropCallStream(cs)
+			return nil, wrongAnswer(resp)
+		}
 		if err == nil {
 			c.mu.Lock()
 			if c.closed && c.cs == nil {

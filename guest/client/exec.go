@@ -133,8 +133,12 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error)
 		go pumpControl(ctx, stdio.Resize, stdio.Signal, send)
 	}
 	h := events{stdio: stdio, out: orDiscard(stdio.Stdout), errOut: orDiscard(stdio.Stderr)}
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
+	var bp *[]byte // taken at the first output: a task without any needs none
+	defer func() {
+		if bp != nil {
+			copyBufs.Put(bp)
+		}
+	}()
 	r := execwire.NewReader(conn)
 	for {
 		k, n, err := r.Next()
@@ -151,6 +155,9 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error)
 			w, name := h.out, "stdout"
 			if k == execwire.KindStderr {
 				w, name = h.errOut, "stderr"
+			}
+			if bp == nil {
+				bp = copyBufs.Get().(*[]byte)
 			}
 			if err := r.Copy(w, n, *bp); err != nil {
 				if we := (*execwire.WriteError)(nil); errors.As(err, &we) {

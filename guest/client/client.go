@@ -57,9 +57,9 @@ func New(dial DialFunc) (*Client, error) {
 	return &Client{dial: dial, ctx: ctx, cancel: cancel, calls: make(chan struct{}, 1)}, nil
 }
 
-// Close closes the kept call stream and the spare task stream; streams of
-// running calls and tasks end with them. Calls and tasks after Close still
-// work, each on a stream of its own that ends with it.
+// Close closes the kept call stream (a call on it fails) and the spare
+// task stream; running tasks keep theirs. Calls and tasks after Close
+// still work, each on a stream of its own that ends with it.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
@@ -142,7 +142,7 @@ func (c *Client) call(ctx context.Context, req *agentv1.AgentRequest, ok func(*a
 		}
 		if err == nil {
 			c.mu.Lock()
-			if c.closed && c.cs == nil {
+			if c.closed {
 				cs.conn.Close() // after Close nothing is kept
 			}
 			c.mu.Unlock()

@@ -167,15 +167,22 @@ func (s *Server) Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoRespo
 		BootMs:        s.bootMS.Load(),
 		AgentInstance: s.instance,
 	}
-	var u unix.Utsname
-	if err := unix.Uname(&u); err == nil {
-		r.Kernel = unix.ByteSliceToString(u.Release[:])
-	}
+	r.Kernel = kernelRelease()
 	r.MemoryTotalBytes, r.MemoryAvailableBytes = s.memory()
 	ws := s.workspace()
 	r.WorkspaceFs, r.WorkspaceReadOnly = ws.fs, ws.readOnly
 	return r, nil
 }
+
+// kernelRelease is the running kernel's release, asked once: it cannot
+// change, and every health check asks for it.
+var kernelRelease = sync.OnceValue(func() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
+})
 
 func (s *Server) memory() (total, avail uint64) {
 	f, err := os.Open(filepath.Join(s.cfg.ProcDir, "meminfo"))

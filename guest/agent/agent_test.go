@@ -168,6 +168,7 @@ func newEnv(t *testing.T) *env {
 		return d.DialContext(ctx, "tcp", addr)
 	})
 	e.execAddr = el.Addr().String()
+	t.Cleanup(func() { e.client.Close() }) // before the listeners' cleanup: its kept streams end first
 	return e
 }
 

@@ -236,16 +236,22 @@ func (t *task) run() (*agentv1.Exit, error) {
 	case <-time.After(drainGrace):
 	}
 	t.p.killTree()
+	closeOutput := func() {
+		t.p.stdout.Close() // unblocks a reader still going
+		if t.p.stderr != nil {
+			t.p.stderr.Close()
+		}
+	}
 	select {
 	case <-readersDone:
+		// Both pipes are at their end: closing them waits until Exit
+		// has left, which it need not wait for.
+		defer closeOutput()
 	case <-time.After(closeGrace):
 		t.log.Warn("task output still open after kill; closing it", "task", t.sp.id)
+		closeOutput()
+		<-readersDone
 	}
-	t.p.stdout.Close() // unblocks a reader still going
-	if t.p.stderr != nil {
-		t.p.stderr.Close()
-	}
-	<-readersDone
 	close(done)
 	if t.p.stdin != nil && t.p.stdin != t.p.pty {
 		t.p.stdin.Close() // unblocks a write to a pipe nobody reads

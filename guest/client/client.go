@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -28,22 +29,52 @@ const MaxMessageSize = execwire.MaxPayload
 // api.PortExec).
 type DialFunc func(ctx context.Context, port uint32) (net.Conn, error)
 
-// Client reaches one guest agent: a stream of its own per agent call and
-// per task, each dialled through dial. It holds no connection, and is safe
-// for concurrent use.
+// Client reaches one guest agent. Agent calls share one stream that the
+// client keeps (dialled at the first call, dialled again once it fails);
+// each task has a stream of its own, taken from a spare the client dials
+// ahead of time when it has one. It is safe for concurrent use.
 type Client struct {
 	dial DialFunc
+	// ctx ends at Close: it bounds the dial of a spare stream.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// calls is held (a token in it) by the call using the call stream;
+	// one call at a time, waiting for it ends with the caller's context.
+	calls chan struct{}
+
+	mu      sync.Mutex
+	cs      *callStream // the kept call stream, or nil
+	spare   net.Conn    // a task stream dialled ahead, or nil
+	dialing bool        // a spare is being dialled
+	closed  bool
 }
 
 // New returns a client that reaches the agent through dial. It does not
 // connect until the first call.
 func New(dial DialFunc) (*Client, error) {
-	return &Client{dial: dial}, nil
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Client{dial: dial, ctx: ctx, cancel: cancel, calls: make(chan struct{}, 1)}, nil
 }
 
-// Close releases nothing: each call's stream ends with the call. It is
-// here so that a Client is closed like the connection it used to hold.
-func (c *Client) Close() error { return nil }
+// Close closes the kept call stream (a call on it fails) and the spare
+// task stream; running tasks keep theirs. Calls and tasks after Close
+// still work, each on a stream of its own that ends with it.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	cs, spare := c.cs, c.spare
+	c.cs, c.spare = nil, nil
+	c.mu.Unlock()
+	c.cancel()
+	if cs != nil {
+		cs.conn.Close()
+	}
+	if spare != nil {
+		spare.Close()
+	}
+	return nil
+}
 
 // Info reports the guest's state.
 //
@@ -54,10 +85,8 @@ func (c *Client) Close() error { return nil }
 // Canceled or DeadlineExceeded when ctx ended first (an agent that answers
 // nothing); execwire.ErrFrame for a guest breaking the protocol.
 func (c *Client) Info(ctx context.Context) (*agentv1.InfoResponse, error) {
-	resp, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_Info{Info: &agentv1.InfoRequest{}}})
-	if err == nil && resp.GetInfo() == nil {
-		err = wrongAnswer(resp)
-	}
+	resp, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_Info{Info: &agentv1.InfoRequest{}}},
+		func(r *agentv1.AgentResponse) bool { return r.GetInfo() != nil })
 	if err != nil {
 		return nil, fmt.Errorf("agent info: %w", err)
 	}
@@ -66,10 +95,8 @@ func (c *Client) Info(ctx context.Context) (*agentv1.InfoResponse, error) {
 
 // SetTime sets the guest's wall clock.
 func (c *Client) SetTime(ctx context.Context, t time.Time) error {
-	resp, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_SetTime{SetTime: &agentv1.SetTimeRequest{UnixNanos: t.UnixNano()}}})
-	if err == nil && resp.GetSetTime() == nil {
-		err = wrongAnswer(resp)
-	}
+	_, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_SetTime{SetTime: &agentv1.SetTimeRequest{UnixNanos: t.UnixNano()}}},
+		func(r *agentv1.AgentResponse) bool { return r.GetSetTime() != nil })
 	if err != nil {
 		return fmt.Errorf("agent set time: %w", err)
 	}
@@ -79,56 +106,174 @@ func (c *Client) SetTime(ctx context.Context, t time.Time) error {
 // Shutdown asks the guest to power off (or reboot). The agent answers before
 // it powers off; the caller then waits for the machine to stop.
 func (c *Client) Shutdown(ctx context.Context, reboot bool) error {
-	resp, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_Shutdown{Shutdown: &agentv1.ShutdownRequest{Reboot: reboot}}})
-	if err == nil && resp.GetShutdown() == nil {
-		err = wrongAnswer(resp)
-	}
+	_, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_Shutdown{Shutdown: &agentv1.ShutdownRequest{Reboot: reboot}}},
+		func(r *agentv1.AgentResponse) bool { return r.GetShutdown() != nil })
 	if err != nil {
 		return fmt.Errorf("agent shutdown: %w", err)
 	}
 	return nil
 }
 
-// call makes one agent call on a stream of its own: the request out, one
-// answer back. An answer that is an Error comes back as its status error.
-func (c *Client) call(ctx context.Context, req *agentv1.AgentRequest) (*agentv1.AgentResponse, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	conn, err := c.dial(ctx, api.PortAgent)
-	if err != nil {
-		return nil, callErr(ctx, err)
-	}
-	defer conn.Close()
-	// Closing the stream is what ends a read or write waiting on a guest
-	// that stopped answering.
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
+// call makes one agent call on the kept call stream: the request out, one
+// answer back, which is an Error (returned as its status error) or one
+// that ok accepts. A call that fails in any other way closes the stream,
+// so that nothing the guest sent for it is taken for the next call's
+// answer; the next call dials a new one.
+func (c *Client) call(ctx context.Context, req *agentv1.AgentRequest, ok func(*agentv1.AgentResponse) bool) (*agentv1.AgentResponse, error) {
 	b, err := execwire.AppendMessage(nil, execwire.KindRequest, req)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Write(b); err != nil {
+	select {
+	case c.calls <- struct{}{}:
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	defer func() { <-c.calls }()
+	for retried := false; ; retried = true {
+		cs, kept, err := c.callStream(ctx)
+		if err != nil {
+			return nil, callErr(ctx, err)
+		}
+		resp, err := cs.roundTrip(ctx, b)
+		if err == nil && resp.GetError() == nil && !ok(resp) {
+			c.dropCallStream(cs)
+			return nil, wrongAnswer(resp)
+		}
+		if err == nil {
+			c.mu.Lock()
+			if c.closed {
+				cs.conn.Close() // after Close nothing is kept
+			}
+			c.mu.Unlock()
+			if e := resp.GetError(); e != nil {
+				return nil, guestError(e)
+			}
+			return resp, nil
+		}
+		c.dropCallStream(cs)
+		// A kept stream that broke before it answered, with the caller
+		// still waiting: the agent may have restarted (a stream of the
+		// old one fails), or ended the stream while it was idle. Ask once
+		// more on a new stream. Every call is safe to repeat.
+		if kept && !retried && ctx.Err() == nil && !errors.Is(err, execwire.ErrFrame) {
+			continue
+		}
+		if err == io.EOF && ctx.Err() == nil {
+			return nil, status.Error(codes.Unavailable, "the agent ended the call without an answer")
+		}
 		return nil, callErr(ctx, err)
 	}
-	r := execwire.NewReader(conn)
-	k, n, err := r.Next()
-	if err == io.EOF && ctx.Err() == nil {
-		return nil, status.Error(codes.Unavailable, "the agent ended the call without an answer")
+}
+
+// callStream returns the kept call stream (kept is set), or dials one.
+// The caller holds c.calls.
+func (c *Client) callStream(ctx context.Context) (cs *callStream, kept bool, err error) {
+	c.mu.Lock()
+	cs = c.cs
+	c.mu.Unlock()
+	if cs != nil {
+		select {
+		case <-cs.done: // ended while idle
+			c.dropCallStream(cs)
+		default:
+			return cs, true, nil
+		}
 	}
-	if err == nil && k != execwire.KindEvent {
-		err = fmt.Errorf("%w: a %s frame from the guest", execwire.ErrFrame, k)
-	}
-	var resp agentv1.AgentResponse
-	if err == nil {
-		err = r.Message(n, &resp)
-	}
+	conn, err := c.dial(ctx, api.PortAgent)
 	if err != nil {
-		return nil, callErr(ctx, err)
+		return nil, false, err
 	}
-	if e := resp.GetError(); e != nil {
-		return nil, guestError(e)
+	cs = newCallStream(conn)
+	c.mu.Lock()
+	if !c.closed {
+		c.cs = cs
 	}
-	return &resp, nil
+	c.mu.Unlock()
+	return cs, false, nil
+}
+
+// dropCallStream closes cs and forgets it if it is the kept one.
+func (c *Client) dropCallStream(cs *callStream) {
+	cs.conn.Close()
+	c.mu.Lock()
+	if c.cs == cs {
+		c.cs = nil
+	}
+	c.mu.Unlock()
+}
+
+// callStream is a stream for agent calls, with a reader that hands each
+// answer to the call waiting for it. An answer that no call waits for is
+// the guest breaking the protocol, and ends the stream.
+type callStream struct {
+	conn    net.Conn
+	answers chan *agentv1.AgentResponse // holds at most the one answer
+	done    chan struct{}               // closed when the reader has ended
+	err     error                       // why it ended; set before done
+
+	mu      sync.Mutex
+	waiting bool // a call was sent and its answer has not come
+}
+
+func newCallStream(conn net.Conn) *callStream {
+	cs := &callStream{conn: conn, answers: make(chan *agentv1.AgentResponse, 1), done: make(chan struct{})}
+	go cs.read()
+	return cs
+}
+
+func (cs *callStream) read() {
+	defer close(cs.done)
+	defer cs.conn.Close()
+	r := execwire.NewReader(cs.conn)
+	for {
+		k, n, err := r.Next()
+		if err == nil && k != execwire.KindEvent {
+			err = fmt.Errorf("%w: a %s frame from the guest", execwire.ErrFrame, k)
+		}
+		resp := new(agentv1.AgentResponse)
+		if err == nil {
+			err = r.Message(n, resp)
+		}
+		if err == nil {
+			cs.mu.Lock()
+			if !cs.waiting {
+				err = fmt.Errorf("%w: an answer to no call", execwire.ErrFrame)
+			}
+			cs.waiting = false
+			cs.mu.Unlock()
+		}
+		if err != nil {
+			cs.err = err
+			return
+		}
+		cs.answers <- resp // never blocks: one answer per call sent
+	}
+}
+
+// roundTrip sends the framed request b and waits for its answer. The
+// caller's context ending closes the stream, which is what ends a write
+// or a wait on a guest that stopped answering.
+func (cs *callStream) roundTrip(ctx context.Context, b []byte) (*agentv1.AgentResponse, error) {
+	stop := context.AfterFunc(ctx, func() { cs.conn.Close() })
+	defer stop()
+	cs.mu.Lock()
+	cs.waiting = true
+	cs.mu.Unlock()
+	if _, err := cs.conn.Write(b); err != nil {
+		return nil, err
+	}
+	select {
+	case resp := <-cs.answers:
+		return resp, nil
+	case <-cs.done:
+		select {
+		case resp := <-cs.answers: // came just before the end
+			return resp, nil
+		default:
+		}
+		return nil, cs.err
+	}
 }
 
 // guestError is an Error the guest reported, as the gRPC status error its

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"sync"
 	"time"
 
@@ -91,7 +92,16 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	conn, err := c.dial(ctx, api.PortExec)
+	start := &agentv1.ExecStart{
+		Id: spec.ID, Argv: spec.Argv, Shell: spec.Shell, Env: spec.Env, Cwd: spec.Cwd,
+		Root: spec.Root, Tty: spec.TTY, Rows: uint32(spec.Rows), Cols: uint32(spec.Cols),
+		TimeoutMs: spec.Timeout.Milliseconds(), Stdin: stdio.Stdin != nil,
+	}
+	wbuf, err := execwire.AppendMessage(nil, execwire.KindRequest, &agentv1.ExecRequest{Msg: &agentv1.ExecRequest_Start{Start: start}})
+	if err != nil {
+		return Exit{}, fmt.Errorf("exec: start: %w", err)
+	}
+	conn, err := c.startTask(ctx, wbuf)
 	if err != nil {
 		return Exit{}, c.streamErr(ctx, err)
 	}
@@ -100,15 +110,11 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error)
 	// or write waiting on a guest that stopped answering.
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
+	// The next task's stream opens while this one runs.
+	c.refillSpare()
 
-	start := &agentv1.ExecStart{
-		Id: spec.ID, Argv: spec.Argv, Shell: spec.Shell, Env: spec.Env, Cwd: spec.Cwd,
-		Root: spec.Root, Tty: spec.TTY, Rows: uint32(spec.Rows), Cols: uint32(spec.Cols),
-		TimeoutMs: spec.Timeout.Milliseconds(), Stdin: stdio.Stdin != nil,
-	}
 	// Requests come from up to three goroutines; each is one write.
 	var sendMu sync.Mutex
-	var wbuf []byte
 	send := func(r *agentv1.ExecRequest) error {
 		sendMu.Lock()
 		defer sendMu.Unlock()
@@ -120,9 +126,6 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error)
 		_, err = conn.Write(b)
 		return err
 	}
-	if err := send(&agentv1.ExecRequest{Msg: &agentv1.ExecRequest_Start{Start: start}}); err != nil {
-		return Exit{}, c.streamErr(ctx, fmt.Errorf("start: %w", err))
-	}
 	if stdio.Stdin != nil {
 		go pumpStdin(stdio.Stdin, send)
 	}
@@ -130,8 +133,12 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error)
 		go pumpControl(ctx, stdio.Resize, stdio.Signal, send)
 	}
 	h := events{stdio: stdio, out: orDiscard(stdio.Stdout), errOut: orDiscard(stdio.Stderr)}
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
+	var bp *[]byte // taken at the first output: a task without any needs none
+	defer func() {
+		if bp != nil {
+			copyBufs.Put(bp)
+		}
+	}()
 	r := execwire.NewReader(conn)
 	for {
 		k, n, err := r.Next()
@@ -148,6 +155,9 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error)
 			w, name := h.out, "stdout"
 			if k == execwire.KindStderr {
 				w, name = h.errOut, "stderr"
+			}
+			if bp == nil {
+				bp = copyBufs.Get().(*[]byte)
 			}
 			if err := r.Copy(w, n, *bp); err != nil {
 				if we := (*execwire.WriteError)(nil); errors.As(err, &we) {
@@ -167,6 +177,82 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error)
 			return Exit{}, c.streamErr(ctx, fmt.Errorf("%w: a %s frame from the guest", execwire.ErrFrame, k))
 		}
 	}
+}
+
+// spareDialTimeout bounds the dial of a spare task stream.
+const spareDialTimeout = 30 * time.Second
+
+// startTask sends a task's framed start request on a stream: the spare
+// when there is one, else a new one. A spare that cannot take the request
+// (its agent is gone: it restarted, and the spare was the old agent's) is
+// closed and the request goes on a new stream; the spare's agent never saw
+// it. While ctx lasts, closing ctx's stream is the caller's to arrange.
+func (c *Client) startTask(ctx context.Context, start []byte) (net.Conn, error) {
+	if conn := c.takeSpare(); conn != nil {
+		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		n, err := conn.Write(start)
+		stop()
+		if err == nil && ctx.Err() == nil {
+			return conn, nil
+		}
+		conn.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if n > 0 {
+			return nil, fmt.Errorf("start: %w", err)
+		}
+	}
+	conn, err := c.dial(ctx, api.PortExec)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	_, err = conn.Write(start)
+	stop()
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("start: %w", err)
+	}
+	return conn, nil
+}
+
+// takeSpare returns the spare task stream, or nil.
+func (c *Client) takeSpare() net.Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	conn := c.spare
+	c.spare = nil
+	return conn
+}
+
+// refillSpare dials a spare task stream in the background unless there is
+// one or one is being dialled: the next task then does not wait for the
+// transport's round trip of opening a stream. A failed dial leaves no
+// spare; the next task dials its own. The guest holds a spare's stream
+// open, waiting for its start, as long as the host keeps it.
+func (c *Client) refillSpare() {
+	c.mu.Lock()
+	if c.closed || c.spare != nil || c.dialing {
+		c.mu.Unlock()
+		return
+	}
+	c.dialing = true
+	c.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(c.ctx, spareDialTimeout)
+		conn, err := c.dial(ctx, api.PortExec)
+		cancel()
+		c.mu.Lock()
+		c.dialing = false
+		if err == nil && !c.closed && c.spare == nil {
+			c.spare, conn = conn, nil
+		}
+		c.mu.Unlock()
+		if conn != nil {
+			conn.Close()
+		}
+	}()
 }
 
 // copyBufs carry task output from the stream to the caller's writers.

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,6 +66,23 @@ func guestSaid(in []byte) (out, errOut []byte) {
 	return
 }
 
+// answerWith plays a guest that waits for the host's first request (a
+// stream may be dialled ahead of its use), then writes in() and ends the
+// stream; the host's further requests are read and dropped.
+func answerWith(guest net.Conn, in func() []byte) {
+	defer guest.Close()
+	r := execwire.NewReader(guest)
+	_, n, err := r.Next()
+	if err == nil {
+		_, err = r.Payload(n)
+	}
+	if err != nil {
+		return
+	}
+	go io.Copy(io.Discard, guest)
+	guest.Write(in())
+}
+
 // FuzzExecStream plays a guest that sends in on a task's stream and runs
 // the host's Exec against it: no panic, output reaches the right writer
 // exactly as framed, and an exit status is only ever one a process can
@@ -84,11 +102,7 @@ func FuzzExecStream(f *testing.F) {
 	var in []byte
 	c, err := New(func(context.Context, uint32) (net.Conn, error) {
 		host, guest := net.Pipe()
-		go io.Copy(io.Discard, guest) // the host's requests
-		go func() {
-			guest.Write(in)
-			guest.Close()
-		}()
+		go answerWith(guest, func() []byte { return in })
 		return host, nil
 	})
 	if err != nil {
@@ -130,13 +144,10 @@ func FuzzAgentCall(f *testing.F) {
 	var in []byte
 	c, _ := New(func(context.Context, uint32) (net.Conn, error) {
 		host, guest := net.Pipe()
-		go io.Copy(io.Discard, guest) // the host's request
-		go func() {
-			guest.Write(in)
-			guest.Close()
-		}()
+		go answerWith(guest, func() []byte { return in })
 		return host, nil
 	})
+	defer c.Close()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in = data
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -147,6 +158,66 @@ func FuzzAgentCall(f *testing.F) {
 		}
 		if (err == nil) != (info != nil) {
 			t.Fatalf("info %v and err %v", info, err)
+		}
+	})
+}
+
+// FuzzCallStream plays a guest whose first stream answers the first call
+// with in and then serves calls right, as do its later streams: no panic,
+// and a call after a failed one succeeds, since a failed call never leaves
+// its stream for the next (which would then read what is left of in).
+func FuzzCallStream(f *testing.F) {
+	info, _ := execwire.AppendMessage(nil, execwire.KindEvent, &agentv1.AgentResponse{Result: &agentv1.AgentResponse_Info{Info: &agentv1.InfoResponse{AgentInstance: 3}}})
+	f.Add(info)
+	f.Add(append(append([]byte(nil), info...), info...))
+	f.Add(append(append([]byte(nil), info...), info[:4]...))
+	f.Add(info[:len(info)-1])
+	f.Add([]byte{0x03, 0, 0, 0, 1, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var dials atomic.Int32
+		c, _ := New(func(context.Context, uint32) (net.Conn, error) {
+			host, guest := net.Pipe()
+			first := dials.Add(1) == 1
+			go func() {
+				defer guest.Close()
+				r := execwire.NewReader(guest)
+				for i := 0; ; i++ {
+					_, n, err := r.Next()
+					if err == nil {
+						_, err = r.Payload(n)
+					}
+					if err != nil {
+						return
+					}
+					answer := info
+					if first && i == 0 {
+						answer = data
+					}
+					if _, err := guest.Write(answer); err != nil {
+						return
+					}
+				}
+			}()
+			return host, nil
+		})
+		defer c.Close()
+		call := func(d time.Duration) (*agentv1.InfoResponse, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			defer cancel()
+			return c.Info(ctx)
+		}
+		// The guest may make a call wait for its context (a frame it never
+		// finishes): a mute guest's right. The call after that one has a
+		// new stream.
+		_, err1 := call(50 * time.Millisecond)
+		info2, err2 := call(2 * time.Second)
+		if err1 != nil && (err2 != nil || info2.GetAgentInstance() != 3) {
+			t.Fatalf("a call after a failed one (%v): %v %v", err1, info2, err2)
+		}
+		if err2 != nil {
+			if info3, err3 := call(10 * time.Second); err3 != nil || info3.GetAgentInstance() != 3 {
+				t.Fatalf("a call after a failed one (%v): %v %v", err2, info3, err3)
+			}
 		}
 	})
 }

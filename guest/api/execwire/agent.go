@@ -10,13 +10,19 @@ import (
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 )
 
-// An agent call is one stream on api.PortAgent: the host sends one
+// Agent calls travel on streams to api.PortAgent: the host sends a
 // KindRequest frame (agentv1.AgentRequest), the guest answers with one
-// KindEvent frame (agentv1.AgentResponse) and ends the stream.
+// KindEvent frame (agentv1.AgentResponse), and the host may then send its
+// next call on the same stream, one call at a time: the host keeps one
+// stream for all its calls instead of opening one per call (a round trip
+// of the transport less each). Either side ends the stream by closing it;
+// the host closes it to abandon a call, which also keeps a late answer
+// from being taken for the next call's.
 
-// CallTimeout bounds how long the guest waits for a call's request, and
-// then for its answer to be written: a host that dials and stalls holds a
-// goroutine no longer.
+// CallTimeout bounds how long the guest waits for a stream's first
+// request, and then for each answer to be written: a host that dials and
+// stalls holds a goroutine no longer. Between calls a stream waits for the
+// host as long as the host keeps it.
 const CallTimeout = 10 * time.Second
 
 // Agent answers the agent calls.
@@ -42,9 +48,10 @@ func (UnimplementedAgent) Shutdown(context.Context, *agentv1.ShutdownRequest) (*
 	return nil, Errorf(Unimplemented, "shutdown is not implemented")
 }
 
-// ServeAgent answers the agent calls whose streams arrive on l, each in
-// its own goroutine, until l is closed (nil) or fails. A panic in a call is
-// answered with Internal, after onPanic (when not nil) has seen it.
+// ServeAgent answers the agent calls whose streams arrive on l, each
+// stream in its own goroutine, until l is closed (nil) or fails. A panic in
+// a call is answered with Internal, after onPanic (when not nil) has seen
+// it.
 func ServeAgent(l net.Listener, a Agent, onPanic func(call string, r any)) error {
 	for {
 		c, err := l.Accept()
@@ -54,43 +61,59 @@ func ServeAgent(l net.Listener, a Agent, onPanic func(call string, r any)) error
 			}
 			return err
 		}
-		go serveCall(c, a, onPanic)
+		go serveCalls(c, a, onPanic)
 	}
 }
 
-func serveCall(c net.Conn, a Agent, onPanic func(string, any)) {
+// serveCalls answers the calls of one stream in order until the host ends
+// it or breaks the protocol. A reader takes the requests, so that the
+// stream's end, which is how the host abandons a call, ends the running
+// call's context.
+func serveCalls(c net.Conn, a Agent, onPanic func(string, any)) {
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(CallTimeout))
-	r := NewReader(c)
-	var req agentv1.AgentRequest
-	k, n, err := r.Next()
-	if err == nil && k != KindRequest {
-		err = fmt.Errorf("%w: a %s frame from the host", ErrFrame, k)
-	}
-	if err == nil {
-		err = r.Message(n, &req)
-	}
-	if err != nil {
-		return // nobody to answer: the host went or broke the protocol
-	}
-	// The call's context ends when the host abandons it: the host sends
-	// nothing after its request, so a read that returns means the stream
-	// was closed (or the host broke the protocol).
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_ = c.SetReadDeadline(time.Time{})
+	reqs := make(chan *agentv1.AgentRequest)
 	go func() {
-		var b [1]byte
-		c.Read(b[:])
-		cancel()
+		defer cancel()
+		defer close(reqs)
+		r := NewReader(c)
+		_ = c.SetReadDeadline(time.Now().Add(CallTimeout))
+		for first := true; ; first = false {
+			req := new(agentv1.AgentRequest)
+			k, n, err := r.Next()
+			if err == nil && k != KindRequest {
+				err = fmt.Errorf("%w: a %s frame from the host", ErrFrame, k)
+			}
+			if err == nil {
+				err = r.Message(n, req)
+			}
+			if err != nil {
+				return // nobody to answer: the host went or broke the protocol
+			}
+			if first {
+				_ = c.SetReadDeadline(time.Time{})
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
 	}()
-	resp := Dispatch(ctx, a, &req, onPanic)
-	_ = c.SetWriteDeadline(time.Now().Add(CallTimeout))
-	b, err := AppendMessage(nil, KindEvent, resp)
-	if err != nil {
-		b, _ = AppendMessage(nil, KindEvent, errorResponse(Errorf(Internal, "agent: answer: %v", err)))
+	var b []byte
+	for req := range reqs {
+		resp := Dispatch(ctx, a, req, onPanic)
+		var err error
+		b, err = AppendMessage(b[:0], KindEvent, resp)
+		if err != nil {
+			b, _ = AppendMessage(b[:0], KindEvent, errorResponse(Errorf(Internal, "agent: answer: %v", err)))
+		}
+		_ = c.SetWriteDeadline(time.Now().Add(CallTimeout))
+		if _, err := c.Write(b); err != nil {
+			return
+		}
 	}
-	_, _ = c.Write(b)
 }
 
 // Dispatch answers one call with a: its result, or the error it returned

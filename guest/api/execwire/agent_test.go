@@ -125,6 +125,56 @@ func TestServeAgent(t *testing.T) {
 	}
 }
 
+// One stream carries calls one after another, each answered in turn; the
+// stream waits between calls, and a bad frame ends it.
+func TestServeAgentSeveralCalls(t *testing.T) {
+	addr := serveAgentTest(t, panicky{}, nil)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	r := NewReader(c)
+	next := func() *agentv1.AgentResponse {
+		t.Helper()
+		k, n, err := r.Next()
+		if err != nil || k != KindEvent {
+			t.Fatalf("answer: %s %v", k, err)
+		}
+		var resp agentv1.AgentResponse
+		if err := r.Message(n, &resp); err != nil {
+			t.Fatal(err)
+		}
+		return &resp
+	}
+	shutdown := request(t, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_Shutdown{Shutdown: &agentv1.ShutdownRequest{}}})
+	unknown := request(t, &agentv1.AgentRequest{})
+	for i := range 3 {
+		c.Write(shutdown)
+		if resp := next(); resp.GetShutdown() == nil {
+			t.Fatalf("call %d answered %v", i, resp)
+		}
+		if i == 1 {
+			time.Sleep(50 * time.Millisecond) // the stream waits for the host
+		}
+	}
+	// Two calls sent at once are answered in order.
+	c.Write(append(append([]byte(nil), unknown...), shutdown...))
+	if resp := next(); resp.GetError().GetCode() != uint32(Unimplemented) {
+		t.Fatalf("first of two answered %v", resp)
+	}
+	if resp := next(); resp.GetShutdown() == nil {
+		t.Fatalf("second of two answered %v", resp)
+	}
+	out := make([]byte, HeaderSize+1)
+	PutHeader(out, KindStdout, 1)
+	c.Write(out)
+	if _, _, err := r.Next(); err == nil {
+		t.Fatal("a bad frame after calls did not end the stream")
+	}
+}
+
 // The call's context ends when the host closes the stream.
 func TestServeAgentAbandoned(t *testing.T) {
 	a := panicky{ctxDone: make(chan struct{})}

@@ -1,9 +1,10 @@
 // Package execwire is how tasks and agent calls travel between host and
 // guest. The host dials api.PortExec once per task; then both sides send
-// frames on that stream until the task's exit status has gone by. It dials
-// api.PortAgent once per agent call (Info, SetTime, Shutdown): one
-// agentv1.AgentRequest in a KindRequest frame, one agentv1.AgentResponse
-// in a KindEvent frame back (see ServeAgent). A frame is a 5-byte
+// frames on that stream until the task's exit status has gone by. Agent
+// calls (Info, SetTime, Shutdown) go on a stream to api.PortAgent that the
+// host keeps: an agentv1.AgentRequest in a KindRequest frame, an
+// agentv1.AgentResponse in a KindEvent frame back, one call after another
+// (see ServeAgent). A frame is a 5-byte
 // header, the payload's kind and its length (big-endian uint32), then the
 // payload:
 //

@@ -13,7 +13,9 @@
 //	mute           announces readiness but never answers an agent call or a task
 //	(anything else) a working agent whose tasks misbehave on request:
 //	               argv[0] "hostile:<what>" (see misbehave), any other
-//	               command runs as in the real agent
+//	               command runs as in the real agent; its agent calls are
+//	               answered right, each followed by a stray answer (see
+//	               serveCalls)
 package main
 
 import (
@@ -136,7 +138,7 @@ func run() error {
 		cfg.CgroupRoot = agent.CgroupTasks
 	}
 	h := &hostile{Server: agent.New(cfg), sess: sess, port: f, log: log}
-	go h.Server.ServeAgent(l)
+	go h.serveCalls(l)
 	el, err := sess.Listen(api.PortExec)
 	if err != nil {
 		return err
@@ -152,6 +154,39 @@ func run() error {
 	}
 	<-sess.Done()
 	return sess.Err()
+}
+
+// serveCalls answers the agent calls as the real agent does, on streams
+// the host keeps, but follows every answer with a stray one that no call
+// asked for: an error. The host must end a stream that carries one and
+// make its next call on a new stream; a host that took the stray for the
+// next call's answer would fail every health check after the first, and
+// lose the VM.
+func (h *hostile) serveCalls(l net.Listener) {
+	stray, _ := execwire.AppendMessage(nil, execwire.KindEvent, &agentv1.AgentResponse{Result: &agentv1.AgentResponse_Error{
+		Error: &agentv1.Error{Code: uint32(execwire.FailedPrecondition), Message: "hostile: a stray answer"},
+	}})
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			r := execwire.NewReader(c)
+			for {
+				k, n, err := r.Next()
+				var req agentv1.AgentRequest
+				if err != nil || k != execwire.KindRequest || r.Message(n, &req) != nil {
+					return
+				}
+				b, _ := execwire.AppendMessage(nil, execwire.KindEvent, execwire.Dispatch(context.Background(), h.Server, &req, nil))
+				if _, err := c.Write(append(b, stray...)); err != nil {
+					return
+				}
+			}
+		}()
+	}
 }
 
 func ready() api.Ready {

@@ -11,8 +11,9 @@ const (
 	// PortReady is dialled by the guest once the agent serves; it writes one
 	// Ready message and closes. The host waits for it instead of polling.
 	PortReady uint32 = 1023
-	// PortAgent serves the agent calls (Info, SetTime, Shutdown), one
-	// stream each in guest/api/execwire frames.
+	// PortAgent serves the agent calls (Info, SetTime, Shutdown) in
+	// guest/api/execwire frames, one after another on a stream the host
+	// keeps.
 	PortAgent uint32 = 1024
 	// PortEgressHTTP carries connections accepted by the guest's HTTP proxy.
 	PortEgressHTTP uint32 = 1025

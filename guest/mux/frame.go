@@ -238,8 +238,24 @@ func (s *Session) fillReader(c *conn, n int) (int, uint32, error) {
 	a, b := c.in.space(n-len(p), s.cfg.Window)
 	c.mu.Unlock()
 	m, err := s.br.ReadPayload(p, a, b)
+	if s.br.readv == nil {
+		// The guest's port returns at most a page per read: fill the
+		// reader's buffer with the whole payload before waking it, so a
+		// frame costs the reader one wakeup and no copy through c's
+		// buffer (per page, it was a wakeup for the first page and the
+		// rest copied through c's buffer). A reader that gives up stops
+		// the fill; what is left goes to c's buffer.
+		for err == nil && m < len(p) {
+			var k int
+			k, err = s.br.ReadPayload(p[m:], nil, nil)
+			m += k
+			if k == 0 && err == nil {
+				err = io.ErrNoProgress
+			}
+		}
+	}
 	if err != nil && s.br.Interrupted(err) {
-		m, err = 0, nil // the reader gave up (expire); the rest goes to c's buffer
+		err = nil // the reader gave up (expire); the rest goes to c's buffer
 	}
 	c.mu.Lock()
 	c.filling = false

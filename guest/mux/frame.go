@@ -226,10 +226,12 @@ func (s *Session) recvPayload(c *conn, n int) (credit uint32, err error) {
 }
 
 // fillReader reads payload of n bytes for c straight into the buffer of the
-// reader waiting on c, and what does not fit into c's buffer, with one read:
-// the reader waits for it, so it must not wait for a peer that stops
-// halfway. It is called and returns with c.mu held; it returns how much it
-// read and the credit to give back.
+// reader waiting on c, and what does not fit into c's buffer: with one read
+// where the connection has readv (the reader waits for it, so it must not
+// wait for a peer that stops halfway), with as many as the reader's part
+// takes otherwise, which the reader's deadline or Close interrupts. It is
+// called and returns with c.mu held; it returns how much it read and the
+// credit to give back.
 func (s *Session) fillReader(c *conn, n int) (int, uint32, error) {
 	p := c.waitBuf[:min(len(c.waitBuf), n)]
 	c.waitBuf = nil

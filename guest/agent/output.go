@@ -12,8 +12,10 @@ import (
 const (
 	// readSize is one read from a task's output pipe. Pipes are enlarged to
 	// pipeSize once a read shows a task writing much (growAt), so a task
-	// writing big blocks is read in few syscalls.
-	readSize = 256 << 10
+	// writing big blocks is read in few syscalls; a read takes a whole
+	// pipe, so a task blocked on a full pipe is woken once per pipe rather
+	// than once per read (each wakeup is costly in a guest under TCG).
+	readSize = pipeSize
 	pipeSize = 1 << 20
 	growAt   = 32 << 10
 	// maxPending bounds output read but not yet sent, per pipe; beyond it

@@ -12,12 +12,20 @@ import (
 // and the same transfer over the bare socketpair, in alternating rounds, and
 // reports the ratio. The writer writes 64 KiB at a time; the reader reads as
 // io.CopyN into io.Discard does, 8 KiB at a time.
-func BenchmarkStream(b *testing.B) { benchStream(b, 64<<10) }
+func BenchmarkStream(b *testing.B) { benchStream(b, 64<<10, 0) }
 
 // BenchmarkStream32KiB writes 32 KiB at a time, as the guest's port takes.
-func BenchmarkStream32KiB(b *testing.B) { benchStream(b, 32<<10) }
+func BenchmarkStream32KiB(b *testing.B) { benchStream(b, 32<<10, 0) }
 
-func benchStream(b *testing.B, write int) {
+// BenchmarkStreamRead32KiB reads 32 KiB at a time, as io.Copy does (the
+// host's client copies output so), and BenchmarkStreamRead256KiB 256 KiB,
+// as the host's and the guest's relays do; both write 64 KiB at a time.
+func BenchmarkStreamRead32KiB(b *testing.B)  { benchStream(b, 64<<10, 32<<10) }
+func BenchmarkStreamRead256KiB(b *testing.B) { benchStream(b, 64<<10, 256<<10) }
+
+// benchStream writes write bytes at a time and reads as io.CopyN into
+// io.Discard does (8 KiB at a time), or read bytes at a time if read > 0.
+func benchStream(b *testing.B, write, read int) {
 	const chunk = 1 << 20
 	buf := make([]byte, write)
 
@@ -25,7 +33,11 @@ func benchStream(b *testing.B, write int) {
 		start := time.Now()
 		done := make(chan struct{})
 		go func() {
-			io.CopyN(io.Discard, r, n)
+			if read > 0 {
+				io.CopyBuffer(struct{ io.Writer }{io.Discard}, io.LimitReader(r, n), make([]byte, read))
+			} else {
+				io.CopyN(io.Discard, r, n)
+			}
 			close(done)
 		}()
 		for sent := int64(0); sent < n; sent += int64(len(buf)) {

@@ -226,10 +226,12 @@ func (s *Session) recvPayload(c *conn, n int) (credit uint32, err error) {
 }
 
 // fillReader reads payload of n bytes for c straight into the buffer of the
-// reader waiting on c, and what does not fit into c's buffer, with one read:
-// the reader waits for it, so it must not wait for a peer that stops
-// halfway. It is called and returns with c.mu held; it returns how much it
-// read and the credit to give back.
+// reader waiting on c, and what does not fit into c's buffer: with one read
+// where the connection has readv (the reader waits for it, so it must not
+// wait for a peer that stops halfway), with as many as the reader's part
+// takes otherwise, which the reader's deadline or Close interrupts. It is
+// called and returns with c.mu held; it returns how much it read and the
+// credit to give back.
 func (s *Session) fillReader(c *conn, n int) (int, uint32, error) {
 	p := c.waitBuf[:min(len(c.waitBuf), n)]
 	c.waitBuf = nil
@@ -238,8 +240,24 @@ func (s *Session) fillReader(c *conn, n int) (int, uint32, error) {
 	a, b := c.in.space(n-len(p), s.cfg.Window)
 	c.mu.Unlock()
 	m, err := s.br.ReadPayload(p, a, b)
+	if s.br.readv == nil {
+		// The guest's port returns at most a page per read: fill the
+		// reader's buffer with the whole payload before waking it, so a
+		// frame costs the reader one wakeup and no copy through c's
+		// buffer (per page, it was a wakeup for the first page and the
+		// rest copied through c's buffer). A reader that gives up stops
+		// the fill; what is left goes to c's buffer.
+		for err == nil && m < len(p) {
+			var k int
+			k, err = s.br.ReadPayload(p[m:], nil, nil)
+			m += k
+			if k == 0 && err == nil {
+				err = io.ErrNoProgress
+			}
+		}
+	}
 	if err != nil && s.br.Interrupted(err) {
-		m, err = 0, nil // the reader gave up (expire); the rest goes to c's buffer
+		err = nil // the reader gave up (expire); the rest goes to c's buffer
 	}
 	c.mu.Lock()
 	c.filling = false

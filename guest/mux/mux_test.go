@@ -929,3 +929,72 @@ func TestReadDeadlineMidFrame(t *testing.T) {
 		})
 	}
 }
+
+// A reader waiting with room for a whole frame gets it in one Read even
+// when a connection without readv (the guest's port: a page per read)
+// delivers the payload in pieces.
+func TestWaitingReaderGetsWholeFrame(t *testing.T) {
+	for _, kind := range []string{"netpipe", "ospipe"} {
+		t.Run(kind, func(t *testing.T) {
+			checkGoroutines(t)
+			a, b := connKinds[kind](t)
+			host := Client(a, Config{})
+			defer host.Close()
+			defer b.Close()
+			ln, _ := host.Listen(1)
+			go io.Copy(io.Discard, b)
+			b.Write(append(hello(nonce{}), rawFrame(1, flagSYN, 2, 1)...))
+			c, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			type result struct {
+				n   int
+				err error
+			}
+			got := make(chan result, 1)
+			buf := make([]byte, 64<<10)
+			go func() {
+				n, err := c.Read(buf)
+				got <- result{n, err}
+			}()
+			time.Sleep(100 * time.Millisecond) // the Read waits
+			const size, piece = 32 << 10, 4 << 10
+			data := pattern(5, size)
+			b.Write(rawFrame(0, 0, 2, size))
+			for p := data; len(p) > 0; p = p[piece:] {
+				b.Write(p[:piece])
+			}
+			r := <-got
+			if r.err != nil || r.n != size || !bytes.Equal(buf[:r.n], data) {
+				t.Fatalf("Read = %d, %v (intact %v); want the whole %d-byte frame", r.n, r.err, bytes.Equal(buf[:r.n], data[:r.n]), size)
+			}
+
+			// A peer that stalls inside the next frame: the reader's
+			// deadline ends the fill, and the frame arrives intact after.
+			c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			go func() {
+				n, err := c.Read(buf)
+				got <- result{n, err}
+			}()
+			time.Sleep(100 * time.Millisecond)
+			data = pattern(6, size)
+			b.Write(rawFrame(0, 0, 2, size))
+			b.Write(data[:piece])
+			r = <-got
+			if r.n > 0 && !bytes.Equal(buf[:r.n], data[:r.n]) || r.n == 0 && !errors.Is(r.err, os.ErrDeadlineExceeded) {
+				t.Fatalf("stalled mid-frame: Read = %d, %v", r.n, r.err)
+			}
+			b.Write(data[piece:])
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			rest := make([]byte, size-r.n)
+			if _, err := io.ReadFull(c, rest); err != nil || !bytes.Equal(rest, data[r.n:]) {
+				t.Fatalf("after the stall: %v, intact %v", err, bytes.Equal(rest, data[r.n:]))
+			}
+			if err := host.Err(); err != nil {
+				t.Fatalf("session ended: %v", err)
+			}
+		})
+	}
+}

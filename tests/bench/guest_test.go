@@ -248,7 +248,7 @@ func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); retur
 // stdout: a guest task writing to stdout against the raw transport in the
 // same direction (guest to host), alternating.
 func (g *guest) stdout() {
-	var raw, task, pipe, dd []float64
+	var raw, task, pipe, dd, ddSw []float64
 	for range g.h.rounds {
 		raw = append(raw, g.h.floor.source(g.h.b, streamSize))
 		start := time.Now()
@@ -263,17 +263,21 @@ func (g *guest) stdout() {
 		task = append(task, mibps(streamSize, time.Since(start)))
 		// busybox head writes small blocks; dd bs=1M shows the agent's path alone.
 		cw = countWriter{}
+		before := g.switches()
 		start = time.Now()
 		exit, err = g.sb.Agent().Exec(context.Background(), client.Spec{Argv: []string{"dd", "if=/dev/zero", "bs=1048576", "count=" + strconv.Itoa(streamSize>>20)}}, client.Stdio{Stdout: &cw})
 		if err != nil || exit.Code != 0 || cw.n != streamSize {
 			g.h.b.Fatalf("dd: %+v %v, %d bytes", exit, err, cw.n)
 		}
 		dd = append(dd, mibps(streamSize, time.Since(start)))
+		ddSw = append(ddSw, g.switchesPerMiB(before))
 	}
 	g.h.rawSource = raw
 	g.h.t.add("stdout", "stdout of a guest task (head -c 32M)", "MiB/s", task, "raw transport guest→host", raw, atLeast(0.8))
 	g.h.t.add("stdout-dd", "  stdout of dd bs=1M (large writes)", "MiB/s", dd, "raw transport guest→host", raw, atLeast(0.8))
 	g.h.t.add("stdout-guest-pipe", "  head -c 32M | cat inside the guest", "MiB/s", pipe, "raw transport guest→host", raw, nil)
+	g.h.t.add("stdout-dd-switches", "  guest context switches per MiB, dd stdout", "/MiB", ddSw, "", nil, nil).Note =
+		"a diagnostic: counts guest scheduler work, which the machine's load sways less than a rate"
 }
 
 // egress: a download into the guest through the gate (SOCKS5 to a loopback
@@ -292,12 +296,38 @@ func (g *guest) egress(env []string, port string) {
 		g.h.b.Fatalf("%s: no secs= in %q", cmd, out)
 		return 0
 	}
-	var raw, gated []float64
+	var raw, gated, rawSw, gatedSw []float64
 	for range g.h.rounds {
+		before := g.switches()
 		raw = append(raw, float64(streamSize)/(1<<20)/secs("/workspace/probe drain "+egress.GuestHTTPProxy))
+		rawSw = append(rawSw, g.switchesPerMiB(before))
+		before = g.switches()
 		gated = append(gated, float64(streamSize)/(1<<20)/secs("/workspace/gprobe socks http://files.test:"+port+"/"))
+		gatedSw = append(gatedSw, g.switchesPerMiB(before))
 	}
 	g.h.t.add("egress-guest", "egress download into the guest via the gate", "MiB/s", gated, "raw transport host→guest", raw, atLeast(0.8))
+	g.h.t.add("egress-guest-switches", "  guest context switches per MiB, egress", "/MiB", gatedSw, "raw transport host→guest", rawSw, nil).Note =
+		"a diagnostic: counts guest scheduler work, which the machine's load sways less than a rate"
+}
+
+// switches is the guest's count of context switches since boot.
+func (g *guest) switches() float64 {
+	for _, l := range strings.Split(g.run(nil, "cat", "/proc/stat"), "\n") {
+		if v, ok := strings.CutPrefix(l, "ctxt "); ok {
+			n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	g.h.b.Fatal("no ctxt in the guest's /proc/stat")
+	return 0
+}
+
+// switchesPerMiB is the guest's context switches since before, per MiB of
+// a streamSize transfer (reading the count is a task too: a small constant).
+func (g *guest) switchesPerMiB(before float64) float64 {
+	return (g.switches() - before) / (streamSize >> 20)
 }
 
 // memory: the agent's and init's RSS against the floor init's (a minimal

@@ -48,22 +48,7 @@ func benchStream(b *testing.B, write, read int) {
 	}
 
 	a, c := socketPair(b)
-	host, guest := Client(a, Config{}), Server(c, Config{})
-	defer host.Close()
-	defer guest.Close()
-	ln, _ := guest.Listen(1)
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		conn, _ := ln.Accept()
-		accepted <- conn
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	w, err := host.Dial(ctx, 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := <-accepted
+	w, r := benchStreamPair(b, a, c)
 	rw, rr := socketPair(b)
 	defer rw.Close()
 	defer rr.Close()
@@ -86,4 +71,25 @@ func benchStream(b *testing.B, write, read int) {
 	mb := float64(per*int64(rounds)) / 1e6
 	b.ReportMetric(mb/rawTime.Seconds(), "raw-MB/s")
 	b.ReportMetric(rawTime.Seconds()/muxTime.Seconds(), "mux/raw")
+}
+
+// benchStreamPair runs a session over hostConn and guestConn and returns
+// one stream's two ends: the host's (w) and the guest's (r). The sessions
+// close with b.
+func benchStreamPair(b *testing.B, hostConn, guestConn io.ReadWriteCloser) (w, r net.Conn) {
+	host, guest := Client(hostConn, Config{}), Server(guestConn, Config{})
+	b.Cleanup(func() { host.Close(); guest.Close() })
+	ln, _ := guest.Listen(1)
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		conn, _ := ln.Accept()
+		accepted <- conn
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w, err := host.Dial(ctx, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return w, <-accepted
 }

@@ -877,6 +877,24 @@ func TestPeerStreamsDoNotStarveOurs(t *testing.T) {
 	}
 }
 
+// rawGuestStream runs a host session over a and plays the guest on b by
+// hand: its hello, then stream 2 opened to port 1, which it returns as
+// the host accepted it. All of it closes with t; what the host sends is
+// discarded.
+func rawGuestStream(t *testing.T, a, b io.ReadWriteCloser) (*Session, net.Conn) {
+	t.Helper()
+	host := Client(a, Config{})
+	ln, _ := host.Listen(1)
+	go io.Copy(io.Discard, b)
+	b.Write(append(hello(nonce{}), rawFrame(1, flagSYN, 2, 1)...))
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); b.Close(); host.Close() })
+	return host, c
+}
+
 // TestReadDeadlineMidFrame checks that a Read whose buffer the receive loop
 // is filling straight from the connection still ends at its deadline when
 // the peer stops inside the frame, and that the frame's bytes, once they
@@ -886,18 +904,7 @@ func TestReadDeadlineMidFrame(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			checkGoroutines(t)
 			a, b := conns(t)
-			host := Client(a, Config{})
-			defer host.Close()
-			defer b.Close()
-			ln, _ := host.Listen(1)
-			go io.Copy(io.Discard, b)
-			// The guest opens stream 2 to port 1.
-			b.Write(append(hello(nonce{}), rawFrame(1, flagSYN, 2, 1)...))
-			c, err := ln.Accept()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			host, c := rawGuestStream(t, a, b)
 			c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 			got := make(chan error, 1)
 			go func() {
@@ -938,17 +945,7 @@ func TestWaitingReaderGetsWholeFrame(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			checkGoroutines(t)
 			a, b := connKinds[kind](t)
-			host := Client(a, Config{})
-			defer host.Close()
-			defer b.Close()
-			ln, _ := host.Listen(1)
-			go io.Copy(io.Discard, b)
-			b.Write(append(hello(nonce{}), rawFrame(1, flagSYN, 2, 1)...))
-			c, err := ln.Accept()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			host, c := rawGuestStream(t, a, b)
 			type result struct {
 				n   int
 				err error

@@ -1,9 +1,7 @@
 package mux
 
 import (
-	"context"
 	"io"
-	"net"
 	"os"
 	"testing"
 	"time"
@@ -35,22 +33,7 @@ func BenchmarkStreamToPort(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	host, guest := Client(filePair{ar, aw}, Config{}), Server(pageConn{br, bw}, Config{})
-	defer host.Close()
-	defer guest.Close()
-	ln, _ := guest.Listen(1)
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		conn, _ := ln.Accept()
-		accepted <- conn
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	w, err := host.Dial(ctx, 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := <-accepted
+	w, r := benchStreamPair(b, filePair{ar, aw}, pageConn{br, bw})
 	const chunk = 1 << 20
 	n := int64(b.N) * chunk
 	b.SetBytes(chunk)

@@ -215,8 +215,13 @@ func microvmWrapper(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// Without a PIT reference the kernel cannot calibrate the TSC under
-	// TCG and hangs; tell it the host's rate (TCG's TSC is the host's).
+	// microvm has a PIT but no HPET or ACPI PM timer. Under TCG the
+	// kernel's PIT calibration of the TSC misses now and then (q35 too),
+	// and q35 falls back on the HPET; microvm has nothing to fall back on
+	// and hangs ("No reference (HPET/PMTIMER) available": 2 boots in 13
+	// with pit=on,pic=on,rtc=on). Tell it the host's rate (TCG's TSC is
+	// the host's). Only here: a wrong rate would run the guest clock
+	// wrong, so the product stays on q35.
 	script := `#!/bin/bash
 khz=$(awk -F: '/^cpu MHz/ {printf "%d", $2*1000; exit}' /proc/cpuinfo)
 args=()

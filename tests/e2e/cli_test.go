@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +20,14 @@ import (
 // airlock runs the CLI and returns its exit code, stdout and stderr.
 func airlock(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
+	// Every `run` keeps its console in the test's folder, so that a boot
+	// that fails can be read (the default, in the user's cache folder, is
+	// overwritten by the next run).
+	if len(args) > 0 && args[0] == "run" && !slices.ContainsFunc(args, func(a string) bool {
+		return a == "--console-log" || strings.HasPrefix(a, "--console-log=")
+	}) {
+		args = slices.Insert(args, 1, "--console-log="+filepath.Join(t.TempDir(), "console.log"))
+	}
 	cmd := exec.Command(airlockBin, args...)
 	// A private runtime folder: no service is found, so run boots its own VM.
 	cmd.Env = append(os.Environ(), "AIRLOCK_IMAGE_DIR="+imageRoot, "XDG_RUNTIME_DIR="+t.TempDir())

@@ -1,10 +1,13 @@
 package sandbox
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"time"
 )
 
 // consoleHint returns the last lines of the guest console, formatted to be
@@ -51,4 +54,63 @@ func consoleTail(path string, max int64, n int) string {
 		lines[i] = strings.TrimRight(l, "\r")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// watchStall watches the console file at path, from its present end, for a
+// kernel's stall report (stallSigns) until ctx ends, and sends the first it
+// finds. Only the part written after the call counts: an earlier boot's
+// report in the same file (the console is appended to) is not this one's.
+func watchStall(ctx context.Context, path string) <-chan string {
+	found := make(chan string, 1)
+	if path == "" {
+		return found
+	}
+	var from int64
+	if fi, err := os.Stat(path); err == nil {
+		from = fi.Size()
+	}
+	go func() {
+		tick := time.NewTicker(stallPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if sign := stallIn(path, from); sign != "" {
+				found <- sign
+				return
+			}
+		}
+	}()
+	return found
+}
+
+// stallPoll is how often watchStall reads the console.
+var stallPoll = time.Second
+
+// stallIn returns the first stall sign in the file at path after offset
+// from, reading at most its last 64 KiB, or "".
+func stallIn(path string, from int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() <= from {
+		return ""
+	}
+	from = max(from, fi.Size()-64<<10)
+	b, err := io.ReadAll(io.NewSectionReader(f, from, fi.Size()-from))
+	if err != nil {
+		return ""
+	}
+	for _, sign := range stallSigns {
+		if bytes.Contains(b, []byte(sign)) {
+			return sign
+		}
+	}
+	return ""
 }

@@ -28,6 +28,14 @@ import (
 // ErrNotReady means the guest did not signal readiness in time.
 var ErrNotReady = errors.New("guest did not become ready")
 
+// ErrStalled means the guest's kernel reported itself stalled during boot
+// (an RCU stall or a soft lockup on its console); it wraps ErrNotReady.
+var ErrStalled = fmt.Errorf("%w: the guest kernel stalled", ErrNotReady)
+
+// stallSigns are what a Linux kernel prints when it stalls: seen now and
+// then under QEMU's TCG on a loaded host, where the boot then never ends.
+var stallSigns = []string{"rcu: INFO: rcu_", "kthread starved for", "watchdog: BUG: soft lockup"}
+
 // Options configure a sandbox.
 type Options struct {
 	// Workspace is the canonical folder to share (see app/workspace), or "".
@@ -89,8 +97,21 @@ type Sandbox struct {
 }
 
 // Start boots a guest and waits until its agent is ready. On failure nothing
-// is left running.
-func Start(ctx context.Context, o Options) (_ *Sandbox, err error) {
+// is left running. A boot whose kernel stalls (ErrStalled: seen now and then
+// under TCG on a loaded host) is abandoned as soon as the console says so
+// and tried once more.
+func Start(ctx context.Context, o Options) (*Sandbox, error) {
+	sb, err := start(ctx, o)
+	if errors.Is(err, ErrStalled) && ctx.Err() == nil {
+		if o.Logger != nil {
+			o.Logger.Warn("the guest kernel stalled during boot; booting it once more", "err", err)
+		}
+		sb, err = start(ctx, o)
+	}
+	return sb, err
+}
+
+func start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	if o.CPUs == 0 {
 		o.CPUs = DefaultCPUs
 	}
@@ -237,6 +258,7 @@ func (s *Sandbox) installCA(ctx context.Context, pem []byte) error {
 // awaitReady waits for the guest's readiness message, the machine's exit,
 // the boot timeout or ctx, whichever comes first.
 func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.Duration) (api.Ready, error) {
+	began := time.Now()
 	got := make(chan api.Ready, 1)
 	broken := make(chan error, 1)
 	go func() {
@@ -269,6 +291,7 @@ func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.D
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	info := s.m.Info()
+	stalled := watchStall(wctx, info.ConsoleLog)
 	stopped := func(err error) (api.Ready, error) {
 		if ctx.Err() != nil {
 			return api.Ready{}, ctx.Err()
@@ -296,6 +319,8 @@ func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.D
 		return api.Ready{}, fmt.Errorf("%w: the transport to the guest failed before it was ready (%v)%s", ErrNotReady, berr, consoleHint(info.ConsoleLog))
 	case <-timer.C:
 		return api.Ready{}, fmt.Errorf("%w within %s (accelerator %s)%s", ErrNotReady, timeout, info.Accelerator, consoleHint(info.ConsoleLog))
+	case sign := <-stalled:
+		return api.Ready{}, fmt.Errorf("%w after %s (the console says %q)%s", ErrStalled, time.Since(began).Round(time.Second), sign, consoleHint(info.ConsoleLog))
 	case <-ctx.Done():
 		return api.Ready{}, ctx.Err()
 	}

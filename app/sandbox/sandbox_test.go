@@ -180,3 +180,60 @@ func TestStartTransportBroken(t *testing.T) {
 		t.Fatalf("machine left %s after a failed boot", m.State())
 	}
 }
+
+// TestStartStalledKernel: a guest whose kernel reports a stall on the
+// console is given up at once, not at the boot timeout, and booted once
+// more; the second boot's readiness is taken, and the first boot's report,
+// still in the appended console, does not count against it.
+func TestStartStalledKernel(t *testing.T) {
+	defer func(d time.Duration) { stallPoll = d }(stallPoll)
+	stallPoll = 10 * time.Millisecond
+	for _, tt := range []struct {
+		name     string
+		stalls   int // boots that stall before one comes up
+		wantErr  bool
+		wantBoot int
+	}{
+		{"second boot comes up", 1, false, 2},
+		{"both stall", 2, true, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &fakeAgent{off: make(chan struct{})}
+			var boots atomic.Int32
+			var console string
+			boot := func(ctx context.Context, g *vmtest.Guest) error {
+				if int(boots.Add(1)) > tt.stalls {
+					// Long enough for the stall watch to read the console
+					// (the first boot's report is still in it) a few times.
+					time.Sleep(100 * time.Millisecond)
+					return goodGuest(a)(ctx, g)
+				}
+				f, _ := os.OpenFile(console, os.O_APPEND|os.O_WRONLY, 0)
+				f.WriteString("[   85.4] rcu: INFO: rcu_sched self-detected stall on CPU\n")
+				f.Close()
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			dir := t.TempDir()
+			console = filepath.Join(dir, "console.log")
+			os.WriteFile(console, nil, 0o644)
+			sb, err := Start(context.Background(), Options{
+				Image: Image{Kernel: "k", Initrd: "i"}, RunDir: dir, ConsoleLog: console, BootTimeout: time.Hour,
+				NewMachine: func(cfg vm.Config) (vm.Machine, error) { return vmtest.New(cfg, boot), nil },
+			})
+			if got := int(boots.Load()); got != tt.wantBoot {
+				t.Errorf("%d boots, want %d", got, tt.wantBoot)
+			}
+			if tt.wantErr {
+				if !errors.Is(err, ErrStalled) || !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "rcu: INFO") {
+					t.Fatalf("err = %v, want ErrStalled quoting the console", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			sb.Close(context.Background())
+		})
+	}
+}

@@ -26,25 +26,12 @@ func consoleHint(path string) string {
 // consoleTail returns at most the last n lines of the final max bytes of the
 // file at path, or "" when there is nothing to show.
 func consoleTail(path string, max int64, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	off := fi.Size() - max
-	if off < 0 {
-		off = 0
-	}
-	b, err := io.ReadAll(io.NewSectionReader(f, off, max))
-	if err != nil {
+	b, cut := readEnd(path, 0, max)
+	if len(b) == 0 {
 		return ""
 	}
 	lines := strings.Split(strings.TrimRight(strings.ToValidUTF8(string(b), "?"), "\n"), "\n")
-	if off > 0 && len(lines) > 1 {
+	if cut && len(lines) > 1 {
 		lines = lines[1:] // the first line is probably cut
 	}
 	if len(lines) > n {
@@ -54,6 +41,29 @@ func consoleTail(path string, max int64, n int) string {
 		lines[i] = strings.TrimRight(l, "\r")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// readEnd returns what the file at path holds after offset from, at most its
+// last max bytes (cut is set when that left out some of it); nil when it
+// cannot be read or holds nothing more.
+func readEnd(path string, from, max int64) (b []byte, cut bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() <= from {
+		return nil, false
+	}
+	if fi.Size()-from > max {
+		from, cut = fi.Size()-max, true
+	}
+	b, err = io.ReadAll(io.NewSectionReader(f, from, fi.Size()-from))
+	if err != nil {
+		return nil, false
+	}
+	return b, cut
 }
 
 // watchStall watches the console file at path, from its present end, for a
@@ -93,20 +103,7 @@ var stallPoll = time.Second
 // stallIn returns the first stall sign in the file at path after offset
 // from, reading at most its last 64 KiB, or "".
 func stallIn(path string, from int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || fi.Size() <= from {
-		return ""
-	}
-	from = max(from, fi.Size()-64<<10)
-	b, err := io.ReadAll(io.NewSectionReader(f, from, fi.Size()-from))
-	if err != nil {
-		return ""
-	}
+	b, _ := readEnd(path, from, 64<<10)
 	for _, sign := range stallSigns {
 		if bytes.Contains(b, []byte(sign)) {
 			return sign

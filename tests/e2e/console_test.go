@@ -4,11 +4,12 @@ package e2e
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 )
 
 // consoleTailBytes is how much of a console a failed boot prints: enough
@@ -51,32 +52,12 @@ func reportBootFailure(what, path string) {
 		return
 	}
 	keepConsoles = true
-	tail, err := consoleTail(path, consoleTailBytes)
+	tail, err := vmharness.ConsoleTail(path, consoleTailBytes)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: %s: no console: %v\n", what, err)
 		return
 	}
 	fmt.Fprintf(os.Stderr, "e2e: %s: the guest console (kept in %s) ends with:\n%s\n", what, path, tail)
-}
-
-// consoleTail returns at most the last max bytes of the file at path.
-func consoleTail(path string, max int64) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", err
-	}
-	if off := fi.Size() - max; off > 0 {
-		if _, err := f.Seek(off, io.SeekStart); err != nil {
-			return "", err
-		}
-	}
-	b, err := io.ReadAll(io.LimitReader(f, max))
-	return string(b), err
 }
 
 // logConsole logs the tail of the console an `airlock run` that failed
@@ -93,7 +74,7 @@ func logConsole(t *testing.T, args []string) {
 			path, ok = args[i+1], true
 		}
 		if ok {
-			if tail, err := consoleTail(path, consoleTailBytes); err == nil && tail != "" {
+			if tail, err := vmharness.ConsoleTail(path, consoleTailBytes); err == nil && tail != "" {
 				t.Logf("airlock run failed; the guest console ends with:\n%s", tail)
 			}
 			return

@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/settings"
 	"github.com/airlock-sandbox/airlock/app/tasks"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 )
 
 // served is one `airlock serve` process with its own folders under root.
@@ -143,11 +144,9 @@ func (s *served) consoleTail() string {
 	}
 	var out string
 	for _, p := range []string{st.Session.ConsoleLog + ".1", st.Session.ConsoleLog} {
-		b, err := os.ReadFile(p)
-		if err != nil || len(b) == 0 {
-			continue
+		if tail, err := vmharness.ConsoleTail(p, 6000); err == nil && tail != "" {
+			out += fmt.Sprintf("\nguest console %s ends with:\n%s", p, tail)
 		}
-		out += fmt.Sprintf("\nguest console %s ends with:\n%s", p, b[max(0, len(b)-6000):])
 	}
 	return out
 }

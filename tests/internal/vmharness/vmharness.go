@@ -197,3 +197,24 @@ func Leftovers(s string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// ConsoleTail returns at most the last max bytes of the guest console at
+// path, for a failure message: a guest that never became ready says why
+// only there.
+func ConsoleTail(path string, max int64) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	from := fi.Size() - max
+	if from < 0 {
+		from = 0
+	}
+	b, err := io.ReadAll(io.NewSectionReader(f, from, fi.Size()-from))
+	return string(b), err
+}

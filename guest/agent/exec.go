@@ -86,6 +86,9 @@ func (s *Server) Exec(stream ExecStream) error {
 	}
 	p, err := s.start(sp)
 	if err != nil {
+		if derr := checkDir(sp.dir); derr != nil {
+			return derr // the child's chdir failed, not its exec
+		}
 		if !errors.As(err, new(*execwire.Error)) {
 			err = execError(sp.argv[0], err)
 		}

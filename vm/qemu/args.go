@@ -16,6 +16,11 @@ type plan struct {
 	Accel string // "kvm" or "tcg"
 	// CPU overrides the -cpu model; empty picks one by Arch and Accel.
 	CPU string
+	// GuestTSCkHz is the rate of an amd64 guest's TSC under TCG (the
+	// host's, see tsc.go) when the host's TSC is a clock; the guest is then
+	// told the rate and keeps the TSC as its clock. 0 leaves the guest to
+	// calibrate it.
+	GuestTSCkHz int
 
 	Kernel, Initrd string
 	Cmdline        []string
@@ -70,6 +75,10 @@ func (p plan) kernelCmdline() string {
 		// timer ticks can miss and panic ("IO-APIC + timer doesn't work")
 		// 0.03 s into boot; the timer is QEMU's own and works.
 		words = append(words, "no_timer_check")
+		// The guest keeps the TSC as its clock (tsc.go).
+		if p.Accel == "tcg" && p.GuestTSCkHz > 0 {
+			words = append(words, fmt.Sprintf("tsc_early_khz=%d", p.GuestTSCkHz), "tsc=reliable")
+		}
 	}
 	words = append(words, p.bootConfig().Args()...)
 	words = append(words, p.Cmdline...)

@@ -127,6 +127,12 @@ func TestKernelCmdline(t *testing.T) {
 			"console=ttyAMA0 quiet panic=-1 airlock.transport=vsock airlock.share=virtiofs"},
 		{"no share", plan{Arch: "amd64", Transport: api.TransportSerial, ShareReadOnly: true},
 			"console=ttyS0 quiet panic=-1 no_timer_check airlock.transport=serial"},
+		{"amd64 under TCG on a host with a TSC clock", plan{Arch: "amd64", Accel: "tcg", GuestTSCkHz: 2600000, Transport: api.TransportSerial},
+			"console=ttyS0 quiet panic=-1 no_timer_check tsc_early_khz=2600000 tsc=reliable airlock.transport=serial"},
+		{"amd64 under KVM keeps its own clock", plan{Arch: "amd64", Accel: "kvm", GuestTSCkHz: 2600000, Transport: api.TransportSerial},
+			"console=ttyS0 quiet panic=-1 no_timer_check airlock.transport=serial"},
+		{"arm64 has no TSC", plan{Arch: "arm64", Accel: "tcg", GuestTSCkHz: 2600000, Transport: api.TransportSerial},
+			"console=ttyAMA0 quiet panic=-1 airlock.transport=serial"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,9 @@
+//go:build !linux || !amd64
+
+package qemu
+
+// hostTSCkHz: only an amd64 Linux host's TSC is measured (see tsc.go); a
+// guest elsewhere calibrates its own clock.
+func hostTSCkHz() int { return 0 }
+
+func timeHostTSC() int { return 0 }

@@ -54,6 +54,7 @@ type conn struct {
 	rseq      uint64 // numbers Read calls, so concurrent ones keep apart
 	waitOwner uint64 // the Read whose buffer waitBuf is
 	directFor uint64 // the Read whose buffer holds directN bytes
+	window    uint32 // our receive buffer: Config.Window or PeerWindow
 	recvAvail uint32 // credit the peer has
 	unacked   uint32 // bytes read, their credit not yet returned
 	recvFin   bool
@@ -71,8 +72,8 @@ type conn struct {
 	rtimer, wtimer   *time.Timer
 }
 
-func newConn(s *Session, ep *epoch, id uint32, local, remote Addr) *conn {
-	c := &conn{s: s, ep: ep, id: id, local: local, remote: remote, credit: minWindow, recvAvail: uint32(s.cfg.Window)}
+func newConn(s *Session, ep *epoch, id uint32, local, remote Addr, window int) *conn {
+	c := &conn{s: s, ep: ep, id: id, local: local, remote: remote, credit: minWindow, window: uint32(window), recvAvail: uint32(window)}
 	c.rcond.L = &c.mu
 	c.wcond.L = &c.mu
 	return c
@@ -96,7 +97,7 @@ func (c *conn) answer() {
 // it is time to: once half the window has been read. c.mu is held.
 func (c *conn) consumed(n int) uint32 {
 	c.unacked += uint32(n)
-	if c.unacked < uint32(c.s.cfg.Window/2) || c.recvFin || c.reset || c.dead {
+	if c.unacked < c.window/2 || c.recvFin || c.reset || c.dead {
 		return 0
 	}
 	d := c.unacked
@@ -501,7 +502,7 @@ func (l *listener) admit() {
 			l.mu.Unlock()
 			continue
 		}
-		c.s.enqueue(c.ep, flagACK, c.id, uint32(c.s.cfg.Window-minWindow), ctrlQueue)
+		c.s.enqueue(c.ep, flagACK, c.id, c.window-minWindow, ctrlQueue)
 		l.deliver(c)
 	}
 }

@@ -128,8 +128,8 @@ func (s *Session) recvData(ep *epoch, h *[frameHeaderSize]byte, flags uint16, id
 	if flags&^flagFIN != 0 {
 		return badFrame(h, "unknown data flags %#x", flags)
 	}
-	if length > uint32(s.cfg.Window) {
-		return badFrame(h, "data frame of %d bytes exceeds the %d-byte window", length, s.cfg.Window)
+	if w := max(s.cfg.Window, s.cfg.PeerWindow); length > uint32(w) {
+		return badFrame(h, "data frame of %d bytes exceeds the %d-byte window", length, w)
 	}
 	if length == 0 && flags == 0 {
 		return badFrame(h, "empty data frame")
@@ -210,7 +210,7 @@ func (s *Session) recvPayload(c *conn, n int) (credit uint32, err error) {
 		}
 		return credit + c.consumed(n), nil
 	}
-	a, b := c.in.space(n, s.cfg.Window)
+	a, b := c.in.space(n, int(c.window))
 	c.mu.Unlock()
 	err = s.br.ReadPayloadFull(a, b)
 	c.mu.Lock()
@@ -237,7 +237,7 @@ func (s *Session) fillReader(c *conn, n int) (int, uint32, error) {
 	c.waitBuf = nil
 	c.filling = true
 	c.directFor = c.waitOwner
-	a, b := c.in.space(n-len(p), s.cfg.Window)
+	a, b := c.in.space(n-len(p), int(c.window))
 	c.mu.Unlock()
 	m, err := s.br.ReadPayload(p, a, b)
 	if s.br.readv == nil {
@@ -352,7 +352,7 @@ func (s *Session) accept(ep *epoch, h *[frameHeaderSize]byte, id, port uint32) e
 		s.enqueue(ep, flagRST, id, 0, ctrlWait)
 		return nil
 	}
-	c := newConn(s, ep, id, Addr{Port: port}, Addr{})
+	c := newConn(s, ep, id, Addr{Port: port}, Addr{}, s.cfg.PeerWindow)
 	ep.mu.Lock()
 	ep.streams[id] = c
 	ep.peers++
@@ -373,7 +373,7 @@ func (s *Session) accept(ep *epoch, h *[frameHeaderSize]byte, id, port uint32) e
 		ep.mu.Unlock()
 		s.enqueue(ep, flagRST, id, 0, ctrlWait)
 	case slot:
-		s.enqueue(ep, flagACK, id, uint32(s.cfg.Window-minWindow), ctrlWait)
+		s.enqueue(ep, flagACK, id, c.window-minWindow, ctrlWait)
 		l.deliver(c)
 	}
 	return nil

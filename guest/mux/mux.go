@@ -65,9 +65,16 @@ type Config struct {
 	MaxStreams int
 	// AcceptBacklog bounds streams waiting in a listener's Accept (default 64).
 	AcceptBacklog int
-	// Window is the per-stream receive buffer in bytes (default 256 KiB,
-	// which is also the minimum; at most 16 MiB).
+	// Window is the receive buffer in bytes of each stream this side
+	// opens (default 256 KiB, which is also the minimum; at most 16 MiB):
+	// how far the peer may send ahead of our reads. A bigger window moves
+	// more per credit round trip; the buffer grows only while data waits.
 	Window int
+	// PeerWindow is the same for each stream the peer opens (default
+	// Window). Apart because the peer decides how many of those there
+	// are: the host gives its own task streams a big window and keeps the
+	// streams a hostile guest can open by the thousand at the minimum.
+	PeerWindow int
 	// PeerRestarts bounds how often a Client goes on with a restarted peer
 	// within RestartWindow (default 8; negative: never, a restart ends the
 	// session); the next restart ends the session as a protocol violation.
@@ -121,6 +128,10 @@ func (c Config) withDefaults() Config {
 		c.AcceptBacklog = defaultAcceptBacklog
 	}
 	c.Window = min(max(c.Window, minWindow), maxWindow)
+	if c.PeerWindow == 0 {
+		c.PeerWindow = c.Window
+	}
+	c.PeerWindow = min(max(c.PeerWindow, minWindow), maxWindow)
 	if c.PeerRestarts == 0 {
 		c.PeerRestarts = defaultPeerRestarts
 	}
@@ -546,14 +557,14 @@ func (s *Session) open(ctx context.Context, ep *epoch, port uint32) (*conn, erro
 		ep.mu.Unlock()
 		return nil, fmt.Errorf("%w: stream ids used up", ErrTooManyStreams)
 	}
-	c := newConn(s, ep, ep.nextID, Addr{}, Addr{Port: port})
+	c := newConn(s, ep, ep.nextID, Addr{}, Addr{Port: port}, s.cfg.Window)
 	c.opening = true
 	c.openc = make(chan struct{})
 	ep.nextID += 2
 	ep.streams[c.id] = c
 	// Under ep.mu, so that opens reach the peer in id order.
 	s.enqueue(ep, flagSYN, c.id, port, ctrlQueue)
-	if extra := uint32(s.cfg.Window - minWindow); extra > 0 {
+	if extra := c.window - minWindow; extra > 0 {
 		s.enqueue(ep, 0, c.id, extra, ctrlQueue)
 	}
 	ep.mu.Unlock()

@@ -262,6 +262,42 @@ func TestHalfClose(t *testing.T) {
 	}
 }
 
+// TestWindowByOpener: a stream's receive window depends on who opened it:
+// the peer may send Window ahead on the streams we open, only PeerWindow on
+// those it opens (the host keeps a hostile guest's many streams small).
+func TestWindowByOpener(t *testing.T) {
+	checkGoroutines(t)
+	a, b := socketPair(t)
+	host := Client(a, Config{Window: 1 << 20, PeerWindow: minWindow})
+	guest := Server(b, Config{})
+	defer host.Close()
+	defer guest.Close()
+	// ahead is how much w can write to a peer that does not read.
+	ahead := func(w net.Conn) int {
+		w.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+		n, err := w.Write(make([]byte, 4<<20))
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("write to a peer that does not read: %d bytes, %v", n, err)
+		}
+		return n
+	}
+	ours, theirs := dialAccepted(t, host, guest) // the host opens it
+	defer ours.Close()
+	defer theirs.Close()
+	if n := ahead(theirs); n != 1<<20 {
+		t.Errorf("the guest sent %d bytes ahead on a stream the host opened, want its window %d", n, 1<<20)
+	}
+	if n := ahead(ours); n != minWindow {
+		t.Errorf("the host sent %d bytes ahead, want the guest's window %d", n, minWindow)
+	}
+	gd, ha := dialAccepted(t, guest, host) // the guest opens it
+	defer gd.Close()
+	defer ha.Close()
+	if n := ahead(gd); n != minWindow {
+		t.Errorf("the guest sent %d bytes ahead on a stream it opened, want the host's PeerWindow %d", n, minWindow)
+	}
+}
+
 func TestDeadlines(t *testing.T) {
 	checkGoroutines(t)
 	host, guest := pair(t, "socketpair", Config{})

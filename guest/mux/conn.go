@@ -229,21 +229,7 @@ func (c *conn) Write(p []byte) (int, error) {
 		c.inflight++
 		c.mu.Unlock()
 		err = c.s.writeData(c.ep, c.id, p[:n])
-		c.mu.Lock()
-		c.inflight--
-		fin := c.inflight == 0 && c.finPending
-		if fin {
-			c.finPending = false
-		}
-		complete := fin && c.recvFin
-		c.mu.Unlock()
-		if fin {
-			// Close or CloseWrite came while this frame was on its way.
-			c.s.enqueue(c.ep, flagFIN, c.id, 0, ctrlQueue)
-		}
-		if complete {
-			c.remove()
-		}
+		c.sendDone()
 		if err != nil {
 			if err != ErrPeerRestarted {
 				c.s.fail(fmt.Errorf("%w: write: %w", ErrClosed, err))
@@ -254,6 +240,25 @@ func (c *conn) Write(p []byte) (int, error) {
 		p = p[n:]
 	}
 	return total, nil
+}
+
+// sendDone ends a frame's send (counted in inflight), sending the FIN
+// that Close or CloseWrite left pending meanwhile.
+func (c *conn) sendDone() {
+	c.mu.Lock()
+	c.inflight--
+	fin := c.inflight == 0 && c.finPending
+	if fin {
+		c.finPending = false
+	}
+	complete := fin && c.recvFin
+	c.mu.Unlock()
+	if fin {
+		c.s.enqueue(c.ep, flagFIN, c.id, 0, ctrlQueue)
+	}
+	if complete {
+		c.remove()
+	}
 }
 
 // writeErr says why c cannot send. c.mu is held.

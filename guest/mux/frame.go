@@ -409,7 +409,7 @@ func (s *Session) enqueue(ep *epoch, flags uint16, id, length uint32, mode int) 
 	s.cmu.Unlock()
 	if mode == ctrlSend && s.wmu.TryLock() {
 		// Nobody is writing: send it now rather than wake ctrlLoop.
-		err := s.writeLocked(nil, nil)
+		err := s.writeLocked(nil, nil, nil)
 		s.wmu.Unlock()
 		if err == nil {
 			return
@@ -430,7 +430,7 @@ func (s *Session) ctrlLoop() {
 			return
 		}
 		s.wmu.Lock()
-		err := s.writeLocked(nil, nil)
+		err := s.writeLocked(nil, nil, nil)
 		s.wmu.Unlock()
 		if err != nil {
 			s.fail(fmt.Errorf("%w: write: %w", ErrClosed, err))
@@ -446,12 +446,13 @@ func (s *Session) writeData(ep *epoch, id uint32, p []byte) error {
 		return ErrPeerRestarted
 	}
 	putHeader(s.hdr[:], typeData, 0, id, uint32(len(p)))
-	return s.writeLocked(s.hdr[:], p)
+	return s.writeLocked(s.hdr[:], p, nil)
 }
 
 // writeLocked writes the queued control frames, then hdr and body, in one
-// write where it can. s.wmu is held.
-func (s *Session) writeLocked(hdr, body []byte) error {
+// write where it can, then what tail moves from a pipe, if not nil. s.wmu
+// is held.
+func (s *Session) writeLocked(hdr, body []byte, tail *pipeTail) error {
 	s.cmu.Lock()
 	var ctrl []byte
 	if len(s.ctrl) > 0 && s.cepoch == s.wepoch && !s.cdead {
@@ -468,7 +469,12 @@ func (s *Session) writeLocked(hdr, body []byte) error {
 	if !s.wdog.Load() && s.wdog.CompareAndSwap(false, true) {
 		s.wtimer.Reset(s.wlimit)
 	}
-	err := s.put(ctrl, hdr, body)
+	var err error
+	if tail != nil {
+		err = s.putPipe(ctrl, hdr, body, tail)
+	} else {
+		err = s.put(ctrl, hdr, body)
+	}
 	s.wstart.Store(0)
 	if ctrl != nil && cap(ctrl) <= 64<<10 {
 		s.cspare = ctrl[:0]

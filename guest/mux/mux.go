@@ -81,6 +81,11 @@ type Config struct {
 	PeerRestarts int
 	// RestartWindow is the period PeerRestarts counts over (default 10 min).
 	RestartWindow time.Duration
+	// Splice says the connection is a file that takes splice(2) from a
+	// pipe (the guest's virtio-serial port, whose driver hands the pipe's
+	// pages to the device without copying them): streams then offer
+	// WritePipe (see PipeWriter). Linux only; ignored elsewhere.
+	Splice bool
 }
 
 // Limits the Config cannot change.
@@ -169,6 +174,10 @@ type Session struct {
 	vec    net.Buffers
 	wbuf   []byte
 	cspare []byte // a drained control buffer to reuse
+	// out is the connection as a splice(2) target (Config.Splice), nil if
+	// it is none; noSplice is set once splicing to it failed as unsupported.
+	out      *spliceOut
+	noSplice atomic.Bool
 
 	// Control frames wait in ctrl until the next data frame or ctrlLoop
 	// takes them.
@@ -351,6 +360,9 @@ func newSession(conn io.ReadWriteCloser, cfg Config, client bool) *Session {
 		ckick:     make(chan struct{}, 1),
 	}
 	s.nc, _ = conn.(net.Conn)
+	if s.cfg.Splice && s.nc == nil {
+		s.out = newSpliceOut(conn)
+	}
 	s.ccond.L = &s.cmu
 	s.t0, s.wlimit = time.Now(), writeTimeout
 	s.wtimer = time.AfterFunc(time.Hour, s.watchWrites)
@@ -436,6 +448,9 @@ func (s *Session) shutdown() {
 	s.ccond.Broadcast()
 	s.cmu.Unlock()
 	s.conn.Close()
+	if s.out != nil {
+		s.out.close() // after the connection: a splice in progress has been let go
+	}
 	s.wtimer.Stop() // a write in progress fails now
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 )
@@ -21,6 +22,9 @@ type Stream struct {
 
 	wmu  sync.Mutex
 	wbuf []byte
+	hdr  [HeaderSize]byte // a spliced frame's header
+	kind Kind             // a spliced frame's kind
+	setN func(n int)      // writes hdr for kind and n bytes
 }
 
 // NewStream wraps an accepted connection on api.PortExec.
@@ -75,6 +79,33 @@ func (s *Stream) SendOutput(k Kind, framed []byte) error {
 	defer s.wmu.Unlock()
 	_, err := s.conn.Write(framed)
 	return err
+}
+
+// pipeWriter is the stream of a transport that moves bytes from a pipe
+// without copying them (mux.PipeWriter, on the guest's serial port).
+type pipeWriter interface {
+	WritePipe(head []byte, setLen func(n int), pipe syscall.RawConn, avail int) (int, error)
+}
+
+// SpliceOutput sends one output frame of kind k whose payload, at most
+// avail bytes (as many as the transport's flow control lets go at once),
+// moves from the pipe behind pipe to the transport without passing through
+// the agent; the pipe must hold avail bytes and have no other reader. It
+// returns how many bytes it sent. Where the transport cannot do that it
+// returns an error matching errors.ErrUnsupported, having sent and
+// consumed nothing; avail 0 asks only that.
+func (s *Stream) SpliceOutput(k Kind, pipe syscall.RawConn, avail int) (int, error) {
+	pw, ok := s.conn.(pipeWriter)
+	if !ok {
+		return 0, fmt.Errorf("execwire: the stream cannot splice: %w", errors.ErrUnsupported)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.setN == nil {
+		s.setN = func(n int) { PutHeader(s.hdr[:], s.kind, n) }
+	}
+	s.kind = k
+	return pw.WritePipe(s.hdr[:], s.setN, pipe, min(avail, MaxPayload))
 }
 
 // SendError reports why the task could not run: err's Code and message

@@ -137,6 +137,7 @@ func (t *task) run() (*agentv1.Exit, error) {
 	done := make(chan struct{}) // closed when the task is over
 	stdout, stderr := newOutput(), newOutput()
 	exitEv := make(chan *agentv1.ExecEvent, 1)
+	started := make(chan struct{}) // closed once Started has gone: output may follow
 	var sendErr error
 	sent := make(chan struct{})
 	go func() { // the only caller of stream.Send
@@ -160,6 +161,7 @@ func (t *task) run() (*agentv1.Exit, error) {
 			o.recycle(data) // written: the buffer is free again
 		}
 		send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Started{Started: &agentv1.Started{Pid: int32(t.p.pgid)}}})
+		close(started)
 		for {
 			select {
 			case <-stdout.ready:
@@ -177,10 +179,10 @@ func (t *task) run() (*agentv1.Exit, error) {
 
 	var readers sync.WaitGroup
 	readers.Add(1)
-	go stdout.read(&readers, t.p.stdout, t.p.pty == nil)
+	go stdout.pump(&readers, t.p.stdout, t.p.pty == nil, execwire.KindStdout, t.stream, started)
 	if t.p.stderr != nil {
 		readers.Add(1)
-		go stderr.read(&readers, t.p.stderr, true)
+		go stderr.pump(&readers, t.p.stderr, true, execwire.KindStderr, t.stream, started)
 	}
 	readersDone := make(chan struct{})
 	go func() { readers.Wait(); close(readersDone) }()

@@ -5,6 +5,10 @@ package agent
 import (
 	"os"
 	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 )
@@ -177,4 +181,140 @@ func (o *output) read(wg *sync.WaitGroup, f *os.File, pipe bool) {
 			return
 		}
 	}
+}
+
+// spliceMin: a pipe holding less than this is read and sent as a copy.
+// Spliced, a frame costs three syscalls (its header into the mux's staging
+// pipe, the bytes into it, all of it to the port) against a read and a
+// write: copying a little is cheaper.
+const spliceMin = 16 << 10
+
+// spliced counts the output bytes that went by splice (for tests).
+var spliced atomic.Int64
+
+// outputSplicer is a task stream that moves output from a pipe to the
+// transport without copying it (execwire.Stream on the serial port).
+type outputSplicer interface {
+	SpliceOutput(k execwire.Kind, pipe syscall.RawConn, avail int) (int, error)
+}
+
+// pump sends what pipe f yields as output of kind k, once started is
+// closed (the task's Started has gone). Where st can splice, it sends
+// itself: a task's first bytes are read and sent as they come; once a read
+// shows it writing much, the pipe is grown and what piles up in it moves
+// to the transport with splice(2), no copy through the agent. Otherwise,
+// or once splicing is refused or a send fails, the rest is read and handed
+// to the sender (read). Either way o is closed at the end of the pipe.
+func (o *output) pump(wg *sync.WaitGroup, f *os.File, pipe bool, k execwire.Kind, st ExecStream, started <-chan struct{}) {
+	sp, ok := st.(outputSplicer)
+	var rc syscall.RawConn
+	if ok && pipe {
+		rc, _ = f.SyscallConn()
+	}
+	if rc != nil {
+		// Nothing asked: says whether the stream can splice at all.
+		if _, err := sp.SpliceOutput(k, rc, 0); err != nil {
+			rc = nil
+		}
+	}
+	if rc == nil || !o.splice(f, rc, k, st, sp, started) {
+		o.read(wg, f, pipe)
+		return
+	}
+	o.close()
+	wg.Done()
+}
+
+// splice sends f's output (see pump) until f ends (true) or must be read
+// instead (false).
+func (o *output) splice(f *os.File, rc syscall.RawConn, k execwire.Kind, st ExecStream, sp outputSplicer, started <-chan struct{}) bool {
+	var buf []byte
+	defer func() { putBuf(buf) }()
+	// copyOut reads up to n bytes and sends them: how many, why the read
+	// failed (the end of the pipe), why the send failed.
+	copyOut := func(n int) (m int, rerr, serr error) {
+		if buf == nil {
+			buf = getBuf()
+		}
+		m, rerr = f.Read(buf[room : room+n])
+		if m > 0 {
+			<-started
+			serr = st.SendOutput(k, buf[:room+m])
+		}
+		return m, rerr, serr
+	}
+	// After a failed send the rest is read for the sender, which finds the
+	// failure and drops it: the task never stalls on a full pipe.
+	for {
+		m, rerr, serr := copyOut(growAt)
+		if serr != nil {
+			return false
+		}
+		if rerr != nil {
+			return true
+		}
+		if m == growAt {
+			break
+		}
+	}
+	growPipe(f)
+	for {
+		n, err := waitPipe(rc)
+		if err != nil || n == 0 {
+			return true
+		}
+		if n < spliceMin {
+			_, rerr, serr := copyOut(n)
+			if serr != nil {
+				return false
+			}
+			if rerr != nil {
+				return true
+			}
+			continue
+		}
+		<-started
+		m, err := sp.SpliceOutput(k, rc, n)
+		if err != nil {
+			return false
+		}
+		spliced.Add(int64(m))
+	}
+}
+
+// waitPipe waits until the pipe behind rc holds bytes and says how many;
+// 0 once it is empty with no writer left.
+func waitPipe(rc syscall.RawConn) (n int, err error) {
+	var ierr error
+	err = rc.Read(func(fd uintptr) bool {
+		for {
+			v, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD
+			if err != nil {
+				ierr = os.NewSyscallError("ioctl FIONREAD", err)
+				return true
+			}
+			if v > 0 {
+				n = v
+				return true
+			}
+			p := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			_, err = unix.Poll(p[:], 0)
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err != nil:
+				ierr = os.NewSyscallError("poll", err)
+				return true
+			case p[0].Revents&unix.POLLIN != 0:
+				continue // written meanwhile
+			case p[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0:
+				return true // no writer left: the end
+			}
+			return false // wait until readable
+		}
+	})
+	if err == nil {
+		err = ierr
+	}
+	return n, err
 }

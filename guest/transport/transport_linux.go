@@ -42,7 +42,7 @@ func Open(ctx context.Context, kind api.Transport, p Paths) (*Transport, error) 
 		if err != nil {
 			return nil, err
 		}
-		return &Transport{kind: kind, port: f, session: mux.Server(f, mux.Config{})}, nil
+		return &Transport{kind: kind, port: f, session: mux.Server(f, mux.Config{Splice: true})}, nil
 	default:
 		return nil, fmt.Errorf("transport: unknown transport %q", kind)
 	}

@@ -206,29 +206,14 @@ func (c *conn) Write(p []byte) (int, error) {
 	total := 0
 	for len(p) > 0 {
 		c.mu.Lock()
-		var err error
-		for err == nil && c.credit == 0 {
-			err = c.writeErr()
-			if err == nil {
-				c.wcond.Wait()
-			}
-		}
-		if err == nil {
-			err = c.writeErr()
-		}
-		if err != nil {
-			dead := c.dead
-			c.mu.Unlock()
-			if dead {
-				err = c.deadErr()
-			}
+		if err := c.awaitCredit(0); err != nil {
 			return total, err
 		}
 		n := min(len(p), int(c.credit), maxFrame)
 		c.credit -= uint32(n)
 		c.inflight++
 		c.mu.Unlock()
-		err = c.s.writeData(c.ep, c.id, p[:n])
+		err := c.s.writeData(c.ep, c.id, p[:n])
 		c.sendDone()
 		if err != nil {
 			if err != ErrPeerRestarted {
@@ -240,6 +225,29 @@ func (c *conn) Write(p []byte) (int, error) {
 		p = p[n:]
 	}
 	return total, nil
+}
+
+// awaitCredit waits, c.mu held, until the peer's credit exceeds need. On
+// error, why c cannot send, c.mu has been released.
+func (c *conn) awaitCredit(need int) error {
+	var err error
+	for err == nil && int(c.credit) <= need {
+		err = c.writeErr()
+		if err == nil {
+			c.wcond.Wait()
+		}
+	}
+	if err == nil {
+		err = c.writeErr()
+	}
+	if err != nil {
+		dead := c.dead
+		c.mu.Unlock()
+		if dead {
+			err = c.deadErr()
+		}
+	}
+	return err
 }
 
 // sendDone ends a frame's send (counted in inflight), sending the FIN

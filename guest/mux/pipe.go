@@ -55,24 +55,9 @@ func (c *conn) WritePipe(head []byte, setLen func(n int), pipe syscall.RawConn, 
 		return 0, nil
 	}
 	c.mu.Lock()
-	var err error
 	// More credit than head takes; it comes: the peer returns credit once
 	// it has read half its window, and all but len(head) of it is unread.
-	for err == nil && int(c.credit) <= len(head) {
-		err = c.writeErr()
-		if err == nil {
-			c.wcond.Wait()
-		}
-	}
-	if err == nil {
-		err = c.writeErr()
-	}
-	if err != nil {
-		dead := c.dead
-		c.mu.Unlock()
-		if dead {
-			err = c.deadErr()
-		}
+	if err := c.awaitCredit(len(head)); err != nil {
 		return 0, err
 	}
 	n := min(avail, int(c.credit)-len(head), maxFrame)

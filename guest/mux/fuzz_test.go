@@ -38,7 +38,8 @@ func FuzzClientInput(f *testing.F) {
 		rawFrame(1, flagSYN, 8, 1024), rawFrame(1, flagSYN, 10, 1024), rawFrame(1, flagSYN, 12, 1023)))
 	f.Add(cat(hello(nonce{}), rawFrame(1, flagSYN, 2, 1024), hello(nonce{}), rawFrame(1, flagSYN, 2, 1024), rawFrame(0, 0, 2, 1), []byte{7}))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		s := Client(&scripted{bytes.NewReader(in)}, Config{MaxStreams: 4, AcceptBacklog: 2})
+		// The host's windows: its own streams 1 MiB, the guest's the minimum.
+		s := Client(&scripted{bytes.NewReader(in)}, Config{MaxStreams: 4, AcceptBacklog: 2, Window: 1 << 20, PeerWindow: minWindow})
 		for _, port := range []uint32{1023, 1024} {
 			ln, err := s.Listen(port)
 			if err != nil {

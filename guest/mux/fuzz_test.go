@@ -83,7 +83,7 @@ func FuzzServerInput(f *testing.F) {
 	nonceFor = func() nonce { return nonce{} }
 	f.Cleanup(func() { nonceFor = newNonce })
 	f.Fuzz(func(t *testing.T, in []byte) {
-		s := Server(&scripted{bytes.NewReader(in)}, Config{MaxStreams: 4, AcceptBacklog: 2, Window: 1 << 20} // the guest transport's window)
+		s := Server(&scripted{bytes.NewReader(in)}, Config{MaxStreams: 4, AcceptBacklog: 2, Window: 1 << 20}) // the guest transport's window
 		if ln, err := s.Listen(1024); err == nil {
 			go func() {
 				for {

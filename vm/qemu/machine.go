@@ -247,7 +247,7 @@ func (m *Machine) plan(accel, share string) plan {
 		Disks: m.cfg.Disks,
 	}
 	if accel == "tcg" && m.opts.Arch == "amd64" {
-		p.GuestTSCkHz = hostTSCkHz()
+		p.GuestTSCkHz = HostTSCkHz()
 	}
 	if s := m.cfg.Share; s != nil && share != "" {
 		p.SharePath, p.ShareReadOnly = s.HostPath, s.ReadOnly

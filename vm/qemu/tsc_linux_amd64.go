@@ -13,10 +13,10 @@ import (
 // rdtsc reads the time-stamp counter (rdtsc_amd64.s).
 func rdtsc() uint64
 
-// hostTSCkHz is the rate of this host's TSC in kHz when an x86 guest under
-// TCG can take it as its clock (see tsc.go), else 0. Measured once per
-// process: ~20 ms.
-var hostTSCkHz = sync.OnceValue(func() int {
+// HostTSCkHz is the rate of this host's TSC in kHz when an amd64 guest
+// under TCG can take it as its clock (see tsc.go), else 0: the rate such a
+// guest is booted with. Measured once per process: ~20 ms.
+var HostTSCkHz = sync.OnceValue(func() int {
 	cs, _ := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 	ci, _ := os.ReadFile("/proc/cpuinfo")
 	if !tscTrusted(string(cs), string(ci)) {

@@ -2,8 +2,8 @@
 
 package qemu
 
-// hostTSCkHz: only an amd64 Linux host's TSC is measured (see tsc.go); a
+// HostTSCkHz: only an amd64 Linux host's TSC is measured (see tsc.go); a
 // guest elsewhere calibrates its own clock.
-func hostTSCkHz() int { return 0 }
+func HostTSCkHz() int { return 0 }
 
 func timeHostTSC() int { return 0 }

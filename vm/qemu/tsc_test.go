@@ -112,7 +112,7 @@ func TestHostTSC(t *testing.T) {
 	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
 		t.Skip("the TSC is measured on amd64 Linux only")
 	}
-	khz := hostTSCkHz()
+	khz := HostTSCkHz()
 	if khz == 0 {
 		t.Skip("this host's TSC is not its clock (or could not be timed)")
 	}

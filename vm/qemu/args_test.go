@@ -129,6 +129,11 @@ func TestKernelCmdline(t *testing.T) {
 			"console=ttyS0 quiet panic=-1 no_timer_check airlock.transport=serial"},
 		{"amd64 under TCG on a host with a TSC clock", plan{Arch: "amd64", Accel: "tcg", GuestTSCkHz: 2600000, Transport: api.TransportSerial},
 			"console=ttyS0 quiet panic=-1 no_timer_check tsc_early_khz=2600000 tsc=reliable airlock.transport=serial"},
+		// The user's words come after the backend's, so a guest whose clock
+		// misbehaves can be given tsc=unstable (README), which the kernel
+		// applies after tsc=reliable.
+		{"a later tsc=unstable overrides", plan{Arch: "amd64", Accel: "tcg", GuestTSCkHz: 2600000, Transport: api.TransportSerial, Cmdline: []string{"tsc=unstable"}},
+			"console=ttyS0 quiet panic=-1 no_timer_check tsc_early_khz=2600000 tsc=reliable airlock.transport=serial tsc=unstable"},
 		{"amd64 under KVM keeps its own clock", plan{Arch: "amd64", Accel: "kvm", GuestTSCkHz: 2600000, Transport: api.TransportSerial},
 			"console=ttyS0 quiet panic=-1 no_timer_check airlock.transport=serial"},
 		{"arm64 has no TSC", plan{Arch: "arm64", Accel: "tcg", GuestTSCkHz: 2600000, Transport: api.TransportSerial},

@@ -9,7 +9,7 @@ import (
 )
 
 func TestAppletLinks(t *testing.T) {
-	links, err := appletLinks("usr/bin/[\nusr/bin/[[\nbin/ls\nbin/sh\nsbin/acpid\nusr/sbin/chroot\nusr/bin/env\nlinuxrc\n")
+	links, err := appletLinks("usr/bin/[\nusr/bin/[[\nbin/ls\nbin/sh\nsbin/acpid\nsbin/modprobe\nusr/sbin/chroot\nusr/bin/env\nlinuxrc\n")
 	if err != nil {
 		t.Fatal(err)
 	}

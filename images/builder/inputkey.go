@@ -11,7 +11,7 @@ import (
 // Version identifies the builder's output format. Change it whenever the
 // builder would produce different artifacts from the same inputs, so that
 // existing images are rebuilt.
-const Version = "airlock-image/3"
+const Version = "airlock-image/4"
 
 // keyInputs is everything a build's artifacts depend on.
 type keyInputs struct {

@@ -89,7 +89,8 @@ func (s Spec) KernelCmdline() string {
 	default:
 		w = append(w, "8250_core.nr_uarts=1", "8250_core.skip_txen_test=1", "console=ttyS0,115200")
 	}
-	w = append(w, "quiet", "panic=-1", "nr_cpus="+strconv.Itoa(s.CPUs), "pci=off", "brd.rd_nr=0")
+	w = append(w, api.KernelArgs...)
+	w = append(w, "nr_cpus="+strconv.Itoa(s.CPUs), "pci=off", "brd.rd_nr=0")
 	if s.Arch != "arm64" {
 		w = append(w, "pmtmr=0")
 	}

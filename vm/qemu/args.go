@@ -69,7 +69,7 @@ func (p plan) kernelCmdline() string {
 	if p.Arch == "arm64" {
 		console = "ttyAMA0"
 	}
-	words := []string{"console=" + console, "quiet", "panic=-1"}
+	words := append([]string{"console=" + console}, api.KernelArgs...)
 	if p.Arch != "arm64" {
 		// Under TCG on a loaded host the kernel's check that the IO-APIC
 		// timer ticks can miss and panic ("IO-APIC + timer doesn't work")

@@ -125,15 +125,15 @@ func consoleLog(cfg vm.Config) string {
 }
 
 // kernelCmdline is the boot loader's command line: the console on the
-// virtio-console port (hvc0; the framework offers no UART), the same
-// quiet/panic words as the QEMU backend, what the guest must know about
+// virtio-console port (hvc0; the framework offers no UART), the words
+// every backend uses (api.KernelArgs), what the guest must know about
 // its devices (guest/api.BootConfig), then the caller's words.
 func kernelCmdline(share *vm.Share, extra []string) string {
 	boot := api.BootConfig{Transport: api.TransportVsock}
 	if share != nil {
 		boot.Share, boot.ShareReadOnly = api.ShareVirtiofs, share.ReadOnly
 	}
-	words := []string{"console=hvc0", "quiet", "panic=-1"}
+	words := append([]string{"console=hvc0"}, api.KernelArgs...)
 	words = append(words, boot.Args()...)
 	words = append(words, extra...)
 	return strings.Join(words, " ")

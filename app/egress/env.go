@@ -4,6 +4,8 @@ import (
 	"net"
 	"net/url"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
 )
 
 // Guest addresses of the in-VM proxies that forward to the gate (see
@@ -34,10 +36,11 @@ func ProxyEnv(user, pass string) []string {
 }
 
 // Where the guest keeps the installation CA: its own file, and appended to
-// the system bundle every TLS library of the image reads.
+// the system bundle every TLS library of the image reads (the agent's
+// TrustCA call writes both).
 const (
-	GuestCAFile   = "/etc/ssl/certs/airlock-ca.pem"
-	GuestCABundle = "/etc/ssl/certs/ca-certificates.crt"
+	GuestCAFile   = api.CAFile
+	GuestCABundle = api.CABundle
 )
 
 // TrustEnv returns the variables that point a task's tools at the bundle

@@ -57,6 +57,10 @@ func (a *fakeAgent) SetTime(context.Context, *agentv1.SetTimeRequest) (*agentv1.
 	return &agentv1.SetTimeResponse{}, nil
 }
 
+func (a *fakeAgent) TrustCA(context.Context, *agentv1.TrustCARequest) (*agentv1.TrustCAResponse, error) {
+	return &agentv1.TrustCAResponse{}, nil
+}
+
 func (a *fakeAgent) Shutdown(context.Context, *agentv1.ShutdownRequest) (*agentv1.ShutdownResponse, error) {
 	a.offOnce.Do(func() { close(a.off) })
 	return &agentv1.ShutdownResponse{}, nil

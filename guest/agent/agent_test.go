@@ -115,7 +115,11 @@ func newEnv(t *testing.T) *env {
 	e := &env{workspace: accessibleDir(t), home: accessibleDir(t)}
 	cg := testCgroupRoot(t)
 	e.cgroups = cg != ""
+	// TrustCA must never write the host's own trust store.
+	ca := t.TempDir()
 	e.srv = New(Config{
+		CAFile:       filepath.Join(ca, "ssl", "certs", "airlock-ca.pem"),
+		CABundle:     filepath.Join(ca, "ssl", "certs", "ca-certificates.crt"),
 		Transport:    "test",
 		UID:          1000,
 		GID:          1000,

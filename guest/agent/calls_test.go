@@ -3,6 +3,9 @@
 package agent
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -44,6 +47,46 @@ func TestAgentCalls(t *testing.T) {
 	defer e.mu.Unlock()
 	if !slices.Equal(e.clock, []time.Time{at}) || !slices.Equal(e.poweroff, []bool{true}) {
 		t.Fatalf("clock set %v, power-offs %v", e.clock, e.poweroff)
+	}
+}
+
+// TrustCA writes the CA's own file (replacing it) and appends it to the
+// system bundle on a line of its own, making both and their folder when
+// missing; what is not a PEM certificate, or too large, changes nothing.
+func TestTrustCA(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	caFile, bundle := e.srv.cfg.CAFile, e.srv.cfg.CABundle
+	pem := "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----" // no final newline
+	if err := e.client.TrustCA(ctx, []byte(pem)); err != nil {
+		t.Fatal(err)
+	}
+	want := pem + "\n"
+	if b, err := os.ReadFile(bundle); err != nil || string(b) != want {
+		t.Fatalf("new bundle %q (%v), want %q", b, err, want)
+	}
+	// An existing bundle whose last line lacks its newline.
+	os.WriteFile(bundle, []byte("system CA"), 0o644)
+	if err := e.client.TrustCA(ctx, []byte(pem+"\n")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(bundle); string(b) != "system CA\n"+want {
+		t.Fatalf("bundle %q, want %q", b, "system CA\n"+want)
+	}
+	if b, err := os.ReadFile(caFile); err != nil || string(b) != want {
+		t.Fatalf("CA file %q (%v), want %q", b, err, want)
+	}
+	if fi, err := os.Stat(caFile); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("CA file mode %v (%v), want 0644 (tasks run unprivileged)", fi.Mode(), err)
+	}
+	for _, bad := range [][]byte{nil, []byte("not a certificate"), bytes.Repeat([]byte(pem), 64<<10/len(pem)+1)} {
+		wantCode(t, e.client.TrustCA(ctx, bad), codes.InvalidArgument, "trust_ca")
+	}
+	if b, _ := os.ReadFile(bundle); string(b) != "system CA\n"+want {
+		t.Fatalf("bundle after refused calls %q", b)
+	}
+	if names, _ := os.ReadDir(filepath.Dir(caFile)); len(names) != 2 {
+		t.Fatalf("left behind in the certificates folder: %v", names)
 	}
 }
 

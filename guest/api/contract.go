@@ -11,7 +11,7 @@ const (
 	// PortReady is dialled by the guest once the agent serves; it writes one
 	// Ready message and closes. The host waits for it instead of polling.
 	PortReady uint32 = 1023
-	// PortAgent serves the agent calls (Info, SetTime, Shutdown) in
+	// PortAgent serves the agent calls (Info, SetTime, TrustCA, Shutdown) in
 	// guest/api/execwire frames, one after another on a stream the host
 	// keeps.
 	PortAgent uint32 = 1024
@@ -36,6 +36,11 @@ const (
 	// DefaultUID and DefaultGID are the unprivileged task user's ids.
 	DefaultUID = 1000
 	DefaultGID = 1000
+	// CAFile is where the guest keeps the host's installation CA (the
+	// TrustCA call), and CABundle the system bundle every TLS library of
+	// the image reads, to which TrustCA appends it.
+	CAFile   = "/etc/ssl/certs/airlock-ca.pem"
+	CABundle = "/etc/ssl/certs/ca-certificates.crt"
 	// UserName and UserHome describe the unprivileged task user.
 	UserName = "agent"
 	UserHome = "/home/agent"

@@ -78,7 +78,7 @@ func (c *Client) Close() error {
 
 // Info reports the guest's state.
 //
-// Errors, for Info, SetTime and Shutdown alike, are gRPC status errors
+// Errors, for Info, SetTime, TrustCA and Shutdown alike, are gRPC status errors
 // wrapped with the call's name: the agent's own code (Unimplemented: a
 // call it does not serve, InvalidArgument, Internal); Unavailable when
 // the guest could not be reached or ended the stream without an answer;
@@ -99,6 +99,18 @@ func (c *Client) SetTime(ctx context.Context, t time.Time) error {
 		func(r *agentv1.AgentResponse) bool { return r.GetSetTime() != nil })
 	if err != nil {
 		return fmt.Errorf("agent set time: %w", err)
+	}
+	return nil
+}
+
+// TrustCA makes the guest trust the CA certificate pem (the host's
+// installation CA): the agent writes it to api.CAFile and appends it to the
+// system bundle, api.CABundle.
+func (c *Client) TrustCA(ctx context.Context, pem []byte) error {
+	_, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_TrustCa{TrustCa: &agentv1.TrustCARequest{Pem: pem}}},
+		func(r *agentv1.AgentResponse) bool { return r.GetTrustCa() != nil })
+	if err != nil {
+		return fmt.Errorf("agent trust CA: %w", err)
 	}
 	return nil
 }

@@ -29,6 +29,7 @@ const CallTimeout = 10 * time.Second
 type Agent interface {
 	Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoResponse, error)
 	SetTime(context.Context, *agentv1.SetTimeRequest) (*agentv1.SetTimeResponse, error)
+	TrustCA(context.Context, *agentv1.TrustCARequest) (*agentv1.TrustCAResponse, error)
 	Shutdown(context.Context, *agentv1.ShutdownRequest) (*agentv1.ShutdownResponse, error)
 }
 
@@ -42,6 +43,10 @@ func (UnimplementedAgent) Info(context.Context, *agentv1.InfoRequest) (*agentv1.
 
 func (UnimplementedAgent) SetTime(context.Context, *agentv1.SetTimeRequest) (*agentv1.SetTimeResponse, error) {
 	return nil, Errorf(Unimplemented, "set_time is not implemented")
+}
+
+func (UnimplementedAgent) TrustCA(context.Context, *agentv1.TrustCARequest) (*agentv1.TrustCAResponse, error) {
+	return nil, Errorf(Unimplemented, "trust_ca is not implemented")
 }
 
 func (UnimplementedAgent) Shutdown(context.Context, *agentv1.ShutdownRequest) (*agentv1.ShutdownResponse, error) {
@@ -143,6 +148,12 @@ func Dispatch(ctx context.Context, a Agent, req *agentv1.AgentRequest, onPanic f
 		var r *agentv1.SetTimeResponse
 		if r, err = a.SetTime(ctx, call.SetTime); err == nil {
 			resp.Result = &agentv1.AgentResponse_SetTime{SetTime: nonNil(r)}
+		}
+	case *agentv1.AgentRequest_TrustCa:
+		name = "TrustCA"
+		var r *agentv1.TrustCAResponse
+		if r, err = a.TrustCA(ctx, call.TrustCa); err == nil {
+			resp.Result = &agentv1.AgentResponse_TrustCa{TrustCa: nonNil(r)}
 		}
 	case *agentv1.AgentRequest_Shutdown:
 		name = "Shutdown"

@@ -3,7 +3,7 @@
 // vsock port 1027 (api.PortExec) carrying ExecRequest and ExecEvent
 // messages and raw output, because HTTP/2 and protobuf around every output
 // chunk and every task's few messages cost the guest more than the
-// transport itself. An agent call (Info, SetTime, Shutdown) is one stream
+// transport itself. An agent call (Info, SetTime, TrustCA, Shutdown) is one stream
 // on port 1024 (api.PortAgent): one AgentRequest from the host, one
 // AgentResponse back, then the stream ends; linking gRPC into the guest for
 // three small calls cost its start-up and memory more than they are worth.
@@ -43,6 +43,7 @@ type AgentRequest struct {
 	//	*AgentRequest_Info
 	//	*AgentRequest_SetTime
 	//	*AgentRequest_Shutdown
+	//	*AgentRequest_TrustCa
 	Call          isAgentRequest_Call `protobuf_oneof:"call"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -112,6 +113,15 @@ func (x *AgentRequest) GetShutdown() *ShutdownRequest {
 	return nil
 }
 
+func (x *AgentRequest) GetTrustCa() *TrustCARequest {
+	if x != nil {
+		if x, ok := x.Call.(*AgentRequest_TrustCa); ok {
+			return x.TrustCa
+		}
+	}
+	return nil
+}
+
 type isAgentRequest_Call interface {
 	isAgentRequest_Call()
 }
@@ -131,11 +141,18 @@ type AgentRequest_Shutdown struct {
 	Shutdown *ShutdownRequest `protobuf:"bytes,3,opt,name=shutdown,proto3,oneof"`
 }
 
+type AgentRequest_TrustCa struct {
+	// trust_ca makes the guest trust the host's installation CA.
+	TrustCa *TrustCARequest `protobuf:"bytes,4,opt,name=trust_ca,json=trustCa,proto3,oneof"`
+}
+
 func (*AgentRequest_Info) isAgentRequest_Call() {}
 
 func (*AgentRequest_SetTime) isAgentRequest_Call() {}
 
 func (*AgentRequest_Shutdown) isAgentRequest_Call() {}
+
+func (*AgentRequest_TrustCa) isAgentRequest_Call() {}
 
 // AgentResponse is the one message the guest answers with
 // (execwire.KindEvent): the result of the call asked, or why it failed.
@@ -147,6 +164,7 @@ type AgentResponse struct {
 	//	*AgentResponse_SetTime
 	//	*AgentResponse_Shutdown
 	//	*AgentResponse_Error
+	//	*AgentResponse_TrustCa
 	Result        isAgentResponse_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -225,6 +243,15 @@ func (x *AgentResponse) GetError() *Error {
 	return nil
 }
 
+func (x *AgentResponse) GetTrustCa() *TrustCAResponse {
+	if x != nil {
+		if x, ok := x.Result.(*AgentResponse_TrustCa); ok {
+			return x.TrustCa
+		}
+	}
+	return nil
+}
+
 type isAgentResponse_Result interface {
 	isAgentResponse_Result()
 }
@@ -245,6 +272,10 @@ type AgentResponse_Error struct {
 	Error *Error `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
 }
 
+type AgentResponse_TrustCa struct {
+	TrustCa *TrustCAResponse `protobuf:"bytes,5,opt,name=trust_ca,json=trustCa,proto3,oneof"`
+}
+
 func (*AgentResponse_Info) isAgentResponse_Result() {}
 
 func (*AgentResponse_SetTime) isAgentResponse_Result() {}
@@ -252,6 +283,8 @@ func (*AgentResponse_SetTime) isAgentResponse_Result() {}
 func (*AgentResponse_Shutdown) isAgentResponse_Result() {}
 
 func (*AgentResponse_Error) isAgentResponse_Result() {}
+
+func (*AgentResponse_TrustCa) isAgentResponse_Result() {}
 
 type ExecStart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1101,6 +1134,90 @@ func (*SetTimeResponse) Descriptor() ([]byte, []int) {
 	return file_agent_proto_rawDescGZIP(), []int{12}
 }
 
+// TrustCARequest carries the installation CA's certificate (PEM, the
+// certificate only: its key never leaves the host). The guest writes it to
+// its own file (guest/api.CAFile) and appends it to the system bundle
+// (guest/api.CABundle).
+type TrustCARequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pem           []byte                 `protobuf:"bytes,1,opt,name=pem,proto3" json:"pem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrustCARequest) Reset() {
+	*x = TrustCARequest{}
+	mi := &file_agent_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrustCARequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrustCARequest) ProtoMessage() {}
+
+func (x *TrustCARequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrustCARequest.ProtoReflect.Descriptor instead.
+func (*TrustCARequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TrustCARequest) GetPem() []byte {
+	if x != nil {
+		return x.Pem
+	}
+	return nil
+}
+
+type TrustCAResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrustCAResponse) Reset() {
+	*x = TrustCAResponse{}
+	mi := &file_agent_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrustCAResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrustCAResponse) ProtoMessage() {}
+
+func (x *TrustCAResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrustCAResponse.ProtoReflect.Descriptor instead.
+func (*TrustCAResponse) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{14}
+}
+
 type ShutdownRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// reboot restarts instead of powering off.
@@ -1111,7 +1228,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_agent_proto_msgTypes[13]
+	mi := &file_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1240,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[13]
+	mi := &file_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1253,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{13}
+	return file_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ShutdownRequest) GetReboot() bool {
@@ -1154,7 +1271,7 @@ type ShutdownResponse struct {
 
 func (x *ShutdownResponse) Reset() {
 	*x = ShutdownResponse{}
-	mi := &file_agent_proto_msgTypes[14]
+	mi := &file_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1283,7 @@ func (x *ShutdownResponse) String() string {
 func (*ShutdownResponse) ProtoMessage() {}
 
 func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_proto_msgTypes[14]
+	mi := &file_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,24 +1296,26 @@ func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_agent_proto_rawDescGZIP(), []int{14}
+	return file_agent_proto_rawDescGZIP(), []int{16}
 }
 
 var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
 	"\n" +
-	"\vagent.proto\x12\x10airlock.guest.v1\"\xcb\x01\n" +
+	"\vagent.proto\x12\x10airlock.guest.v1\"\x8a\x02\n" +
 	"\fAgentRequest\x123\n" +
 	"\x04info\x18\x01 \x01(\v2\x1d.airlock.guest.v1.InfoRequestH\x00R\x04info\x12=\n" +
 	"\bset_time\x18\x02 \x01(\v2 .airlock.guest.v1.SetTimeRequestH\x00R\asetTime\x12?\n" +
-	"\bshutdown\x18\x03 \x01(\v2!.airlock.guest.v1.ShutdownRequestH\x00R\bshutdownB\x06\n" +
-	"\x04call\"\x82\x02\n" +
+	"\bshutdown\x18\x03 \x01(\v2!.airlock.guest.v1.ShutdownRequestH\x00R\bshutdown\x12=\n" +
+	"\btrust_ca\x18\x04 \x01(\v2 .airlock.guest.v1.TrustCARequestH\x00R\atrustCaB\x06\n" +
+	"\x04call\"\xc2\x02\n" +
 	"\rAgentResponse\x124\n" +
 	"\x04info\x18\x01 \x01(\v2\x1e.airlock.guest.v1.InfoResponseH\x00R\x04info\x12>\n" +
 	"\bset_time\x18\x02 \x01(\v2!.airlock.guest.v1.SetTimeResponseH\x00R\asetTime\x12@\n" +
 	"\bshutdown\x18\x03 \x01(\v2\".airlock.guest.v1.ShutdownResponseH\x00R\bshutdown\x12/\n" +
-	"\x05error\x18\x04 \x01(\v2\x17.airlock.guest.v1.ErrorH\x00R\x05errorB\b\n" +
+	"\x05error\x18\x04 \x01(\v2\x17.airlock.guest.v1.ErrorH\x00R\x05error\x12>\n" +
+	"\btrust_ca\x18\x05 \x01(\v2!.airlock.guest.v1.TrustCAResponseH\x00R\atrustCaB\b\n" +
 	"\x06result\"\xec\x01\n" +
 	"\tExecStart\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
@@ -1257,7 +1376,10 @@ const file_agent_proto_rawDesc = "" +
 	"\x0eSetTimeRequest\x12\x1d\n" +
 	"\n" +
 	"unix_nanos\x18\x01 \x01(\x03R\tunixNanos\"\x11\n" +
-	"\x0fSetTimeResponse\")\n" +
+	"\x0fSetTimeResponse\"\"\n" +
+	"\x0eTrustCARequest\x12\x10\n" +
+	"\x03pem\x18\x01 \x01(\fR\x03pem\"\x11\n" +
+	"\x0fTrustCAResponse\")\n" +
 	"\x0fShutdownRequest\x12\x16\n" +
 	"\x06reboot\x18\x01 \x01(\bR\x06reboot\"\x12\n" +
 	"\x10ShutdownResponseB?Z=github.com/airlock-sandbox/airlock/guest/api/agent/v1;agentv1b\x06proto3"
@@ -1274,7 +1396,7 @@ func file_agent_proto_rawDescGZIP() []byte {
 	return file_agent_proto_rawDescData
 }
 
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_agent_proto_goTypes = []any{
 	(*AgentRequest)(nil),     // 0: airlock.guest.v1.AgentRequest
 	(*AgentResponse)(nil),    // 1: airlock.guest.v1.AgentResponse
@@ -1289,27 +1411,31 @@ var file_agent_proto_goTypes = []any{
 	(*InfoResponse)(nil),     // 10: airlock.guest.v1.InfoResponse
 	(*SetTimeRequest)(nil),   // 11: airlock.guest.v1.SetTimeRequest
 	(*SetTimeResponse)(nil),  // 12: airlock.guest.v1.SetTimeResponse
-	(*ShutdownRequest)(nil),  // 13: airlock.guest.v1.ShutdownRequest
-	(*ShutdownResponse)(nil), // 14: airlock.guest.v1.ShutdownResponse
+	(*TrustCARequest)(nil),   // 13: airlock.guest.v1.TrustCARequest
+	(*TrustCAResponse)(nil),  // 14: airlock.guest.v1.TrustCAResponse
+	(*ShutdownRequest)(nil),  // 15: airlock.guest.v1.ShutdownRequest
+	(*ShutdownResponse)(nil), // 16: airlock.guest.v1.ShutdownResponse
 }
 var file_agent_proto_depIdxs = []int32{
 	9,  // 0: airlock.guest.v1.AgentRequest.info:type_name -> airlock.guest.v1.InfoRequest
 	11, // 1: airlock.guest.v1.AgentRequest.set_time:type_name -> airlock.guest.v1.SetTimeRequest
-	13, // 2: airlock.guest.v1.AgentRequest.shutdown:type_name -> airlock.guest.v1.ShutdownRequest
-	10, // 3: airlock.guest.v1.AgentResponse.info:type_name -> airlock.guest.v1.InfoResponse
-	12, // 4: airlock.guest.v1.AgentResponse.set_time:type_name -> airlock.guest.v1.SetTimeResponse
-	14, // 5: airlock.guest.v1.AgentResponse.shutdown:type_name -> airlock.guest.v1.ShutdownResponse
-	7,  // 6: airlock.guest.v1.AgentResponse.error:type_name -> airlock.guest.v1.Error
-	2,  // 7: airlock.guest.v1.ExecRequest.start:type_name -> airlock.guest.v1.ExecStart
-	3,  // 8: airlock.guest.v1.ExecRequest.resize:type_name -> airlock.guest.v1.Resize
-	5,  // 9: airlock.guest.v1.ExecEvent.started:type_name -> airlock.guest.v1.Started
-	6,  // 10: airlock.guest.v1.ExecEvent.exit:type_name -> airlock.guest.v1.Exit
-	7,  // 11: airlock.guest.v1.ExecEvent.error:type_name -> airlock.guest.v1.Error
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	15, // 2: airlock.guest.v1.AgentRequest.shutdown:type_name -> airlock.guest.v1.ShutdownRequest
+	13, // 3: airlock.guest.v1.AgentRequest.trust_ca:type_name -> airlock.guest.v1.TrustCARequest
+	10, // 4: airlock.guest.v1.AgentResponse.info:type_name -> airlock.guest.v1.InfoResponse
+	12, // 5: airlock.guest.v1.AgentResponse.set_time:type_name -> airlock.guest.v1.SetTimeResponse
+	16, // 6: airlock.guest.v1.AgentResponse.shutdown:type_name -> airlock.guest.v1.ShutdownResponse
+	7,  // 7: airlock.guest.v1.AgentResponse.error:type_name -> airlock.guest.v1.Error
+	14, // 8: airlock.guest.v1.AgentResponse.trust_ca:type_name -> airlock.guest.v1.TrustCAResponse
+	2,  // 9: airlock.guest.v1.ExecRequest.start:type_name -> airlock.guest.v1.ExecStart
+	3,  // 10: airlock.guest.v1.ExecRequest.resize:type_name -> airlock.guest.v1.Resize
+	5,  // 11: airlock.guest.v1.ExecEvent.started:type_name -> airlock.guest.v1.Started
+	6,  // 12: airlock.guest.v1.ExecEvent.exit:type_name -> airlock.guest.v1.Exit
+	7,  // 13: airlock.guest.v1.ExecEvent.error:type_name -> airlock.guest.v1.Error
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -1321,12 +1447,14 @@ func file_agent_proto_init() {
 		(*AgentRequest_Info)(nil),
 		(*AgentRequest_SetTime)(nil),
 		(*AgentRequest_Shutdown)(nil),
+		(*AgentRequest_TrustCa)(nil),
 	}
 	file_agent_proto_msgTypes[1].OneofWrappers = []any{
 		(*AgentResponse_Info)(nil),
 		(*AgentResponse_SetTime)(nil),
 		(*AgentResponse_Shutdown)(nil),
 		(*AgentResponse_Error)(nil),
+		(*AgentResponse_TrustCa)(nil),
 	}
 	file_agent_proto_msgTypes[4].OneofWrappers = []any{
 		(*ExecRequest_Start)(nil),
@@ -1346,7 +1474,7 @@ func file_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

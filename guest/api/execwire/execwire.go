@@ -1,7 +1,7 @@
 // Package execwire is how tasks and agent calls travel between host and
 // guest. The host dials api.PortExec once per task; then both sides send
 // frames on that stream until the task's exit status has gone by. Agent
-// calls (Info, SetTime, Shutdown) go on a stream to api.PortAgent that the
+// calls (Info, SetTime, TrustCA, Shutdown) go on a stream to api.PortAgent that the
 // host keeps: an agentv1.AgentRequest in a KindRequest frame, an
 // agentv1.AgentResponse in a KindEvent frame back, one call after another
 // (see ServeAgent). A frame is a 5-byte

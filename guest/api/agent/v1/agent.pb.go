@@ -6,7 +6,7 @@
 // transport itself. An agent call (Info, SetTime, TrustCA, Shutdown) is one stream
 // on port 1024 (api.PortAgent): one AgentRequest from the host, one
 // AgentResponse back, then the stream ends; linking gRPC into the guest for
-// three small calls cost its start-up and memory more than they are worth.
+// four small calls cost its start-up and memory more than they are worth.
 // Version 3 (the Agent gRPC service became AgentRequest and AgentResponse;
 // version 2: Exec left the service, ExecEvent's stdout and stderr became
 // execwire frames): fields are otherwise only ever added, never renumbered.

@@ -246,7 +246,9 @@ func (m *Machine) plan(accel, share string) plan {
 		Transport:  m.transport, MuxFD: 3, CID: m.cid,
 		Disks: m.cfg.Disks,
 	}
-	p.GuestTSCkHz = guestTSCkHz(m.opts.Arch, accel)
+	if accel == "tcg" && m.opts.Arch == "amd64" {
+		p.GuestTSCkHz = HostTSCkHz()
+	}
 	if s := m.cfg.Share; s != nil && share != "" {
 		p.SharePath, p.ShareReadOnly = s.HostPath, s.ReadOnly
 		switch share {

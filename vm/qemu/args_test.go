@@ -29,10 +29,18 @@ func TestArgsGolden(t *testing.T) {
 	for _, arch := range []string{"amd64", "arm64"} {
 		for _, transport := range []api.Transport{api.TransportSerial, api.TransportVsock} {
 			for _, share := range []string{"virtiofs", "9p", "9p-ro", "none"} {
-				for _, accel := range []string{"tcg", "kvm"} {
+				// tcg-tsc: TCG on a host whose TSC rate was measured,
+				// which boots amd64 on microvm.
+				for _, accel := range []string{"tcg", "kvm", "tcg-tsc"} {
+					if accel == "tcg-tsc" && arch != "amd64" {
+						continue
+					}
 					name := fmt.Sprintf("%s-%s-%s-%s", arch, transport, share, accel)
 					t.Run(name, func(t *testing.T) {
-						p := basePlan(arch, accel)
+						p := basePlan(arch, strings.TrimSuffix(accel, "-tsc"))
+						if accel == "tcg-tsc" {
+							p.GuestTSCkHz = 2600000
+						}
 						p.Transport, p.MuxFD, p.CID = transport, 3, 42
 						switch share {
 						case "virtiofs":
@@ -224,5 +232,129 @@ func TestArgsDiskFDs(t *testing.T) {
 	}
 	if strings.Contains(got, "root.vhd") || strings.Contains(got, "disk.img") {
 		t.Errorf("QEMU would open a disk by path:\n%s", got)
+	}
+}
+
+func TestMachineChoice(t *testing.T) {
+	tests := []struct {
+		name    string
+		arch    string
+		accel   string
+		tsc     int
+		cmdline []string
+		want    string
+	}{
+		{"amd64 TCG with the host's TSC rate", "amd64", "tcg", 2600000, nil, "microvm"},
+		{"unrelated kernel arguments", "amd64", "tcg", 2600000, []string{"airlock.debug=1", "loglevel=7"}, "microvm"},
+		{"amd64 TCG, host TSC not a clock", "amd64", "tcg", 0, nil, "q35"},
+		{"amd64 KVM", "amd64", "kvm", 2600000, nil, "q35"},
+		{"amd64 KVM without a rate", "amd64", "kvm", 0, nil, "q35"},
+		{"arm64", "arm64", "tcg", 2600000, nil, "virt"},
+		{"arm64 KVM", "arm64", "kvm", 0, nil, "virt"},
+		// The README's remedy for a guest clock that misbehaves: the guest
+		// then has no clock but jiffies on microvm, so it gets q35's HPET.
+		{"user's tsc=unstable", "amd64", "tcg", 2600000, []string{"tsc=unstable"}, "q35"},
+		{"user's clocksource", "amd64", "tcg", 2600000, []string{"clocksource=hpet"}, "q35"},
+		{"user's notsc among others", "amd64", "tcg", 2600000, []string{"loglevel=7 notsc"}, "q35"},
+		{"user's own TSC rate", "amd64", "tcg", 2600000, []string{"tsc_early_khz=1000000"}, "q35"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := basePlan(tt.arch, tt.accel)
+			p.GuestTSCkHz, p.Cmdline, p.Transport = tt.tsc, tt.cmdline, api.TransportSerial
+			if got := p.machine(); got != tt.want {
+				t.Errorf("machine %s, want %s", got, tt.want)
+			}
+			a := p.args()
+			if m := a[slices.Index(a, "-M")+1]; !strings.HasPrefix(m, tt.want+",") {
+				t.Errorf("-M %s, want %s", m, tt.want)
+			}
+		})
+	}
+}
+
+// TestArgsDevicesPerMachine: every virtio device is on the machine's bus,
+// virtio-mmio (-device) on microvm and PCI (-pci) elsewhere, with every
+// device the product attaches present on both.
+func TestArgsDevicesPerMachine(t *testing.T) {
+	virtio := []string{"virtio-rng", "virtio-serial", "vhost-vsock", "vhost-user-fs", "virtio-9p", "virtio-blk"}
+	for _, tsc := range []int{0, 2600000} {
+		for _, transport := range []api.Transport{api.TransportSerial, api.TransportVsock} {
+			for _, share := range []api.ShareFS{api.ShareVirtiofs, api.Share9P, api.ShareNone} {
+				p := basePlan("amd64", "tcg")
+				p.GuestTSCkHz, p.Transport, p.MuxFD, p.CID = tsc, transport, 3, 42
+				p.Share, p.SharePath, p.VirtiofsSocket, p.SecurityModel = share, "/home/u/proj", "/run/m/vfs.sock", modelNone
+				p.Disks = []vm.Disk{{Path: "/img/root.vhd", ReadOnly: true}, {Path: "/state/data.img"}}
+				bus, other, machine := "-pci", "-device", "q35"
+				if tsc > 0 {
+					bus, other, machine = "-device", "-pci", "microvm"
+				}
+				t.Run(fmt.Sprintf("%s-%s-%s", machine, transport, share), func(t *testing.T) {
+					a := p.args()
+					checkInvariants(t, p, a)
+					var devs []string
+					for i, w := range a {
+						if i > 0 && a[i-1] == "-device" {
+							name, _, _ := strings.Cut(w, ",")
+							devs = append(devs, name)
+						}
+					}
+					for _, d := range devs {
+						for _, v := range virtio {
+							if d == v+other {
+								t.Errorf("%s on %s", d, machine)
+							}
+						}
+					}
+					want := []string{"virtio-rng" + bus, "virtio-blk" + bus}
+					switch transport {
+					case api.TransportSerial:
+						want = append(want, "virtio-serial"+bus, "virtserialport")
+					case api.TransportVsock:
+						want = append(want, "vhost-vsock"+bus)
+					}
+					switch share {
+					case api.ShareVirtiofs:
+						want = append(want, "vhost-user-fs"+bus)
+					case api.Share9P:
+						want = append(want, "virtio-9p"+bus)
+					}
+					for _, w := range want {
+						if !slices.Contains(devs, w) {
+							t.Errorf("no %s among %v", w, devs)
+						}
+					}
+					if n := strings.Count(strings.Join(devs, " "), "virtio-blk"+bus); n != 2 {
+						t.Errorf("%d disks, want 2: %v", n, devs)
+					}
+					// The console is the ISA serial port (ttyS0) on both.
+					if i := slices.Index(a, "-serial"); i < 0 || a[i+1] != "chardev:con" {
+						t.Error("no serial console")
+					}
+					// virtiofs's shared memory: a NUMA node on q35, the
+					// machine's memory on microvm (which takes no -numa).
+					m := a[slices.Index(a, "-M")+1]
+					hasNUMA := slices.Contains(a, "-numa")
+					switch {
+					case share == api.ShareVirtiofs && machine == "q35" && !hasNUMA:
+						t.Error("virtiofs on q35 without its NUMA node")
+					case share == api.ShareVirtiofs && machine == "microvm" && (hasNUMA || !strings.Contains(m, "memory-backend=mem")):
+						t.Errorf("virtiofs on microvm: -M %s, -numa %v", m, hasNUMA)
+					case share != api.ShareVirtiofs && (hasNUMA || strings.Contains(m, "memory-backend")):
+						t.Errorf("shared memory without virtiofs: -M %s", m)
+					}
+					// Nothing turns off what the guest needs: ACPI (its
+					// power-off ends QEMU) and the ISA serial port.
+					if strings.Contains(m, "acpi=off") || strings.Contains(m, "isa-serial=off") {
+						t.Errorf("-M %s", m)
+					}
+					// virtiofs hangs on legacy virtio-mmio.
+					modern := strings.Contains(strings.Join(a, " "), "-global virtio-mmio.force-legacy=false")
+					if modern != (machine == "microvm") {
+						t.Errorf("modern virtio-mmio %v on %s", modern, machine)
+					}
+				})
+			}
+		}
 	}
 }

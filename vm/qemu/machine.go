@@ -246,9 +246,7 @@ func (m *Machine) plan(accel, share string) plan {
 		Transport:  m.transport, MuxFD: 3, CID: m.cid,
 		Disks: m.cfg.Disks,
 	}
-	if accel == "tcg" && m.opts.Arch == "amd64" {
-		p.GuestTSCkHz = HostTSCkHz()
-	}
+	p.GuestTSCkHz = guestTSCkHz(m.opts.Arch, accel)
 	if s := m.cfg.Share; s != nil && share != "" {
 		p.SharePath, p.ShareReadOnly = s.HostPath, s.ReadOnly
 		switch share {

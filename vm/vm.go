@@ -166,6 +166,9 @@ type Info struct {
 	Backend string
 	// Accelerator is e.g. "kvm", "tcg", "hvf", "whp".
 	Accelerator string
+	// Machine is the hypervisor's machine type where it has a choice
+	// (QEMU: "q35", "microvm" or "virt"), else "".
+	Machine string
 	// Transport and Share are what the guest was told to use.
 	Transport string
 	Share     string

@@ -223,7 +223,7 @@ func start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 		}
 	}
 	s.watchClock()
-	s.log.Info("guest ready", "boot", s.bootTime, "agent", s.ready.AgentVersion, "accel", s.m.Info().Accelerator)
+	s.log.Info("guest ready", "boot", s.bootTime, "agent", s.ready.AgentVersion, "accel", s.m.Info().Accelerator, "machine", s.m.Info().Machine)
 	return s, nil
 }
 

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -21,7 +20,7 @@ import (
 type bootChoice struct {
 	key, name      string
 	kernel, initrd string
-	qemu           string // a wrapper that changes the machine type, or ""
+	machine        string // qemu.Options.Machine: "" for the default
 }
 
 // choices boots the floor guest (kernel and initramfs of the image, a
@@ -43,22 +42,20 @@ func (h *harness) choices() {
 	}
 	vmlinux := filepath.Join(h.imageDir, "vmlinux")
 	// Every choice runs with the accelerator a first, uncounted default
-	// boot settles on: with "auto", the first boot of another QEMU binary
-	// (the machine wrapper) would include the KVM probe (seconds, where KVM
-	// hangs) and be counted against the choice. The accelerator also
-	// decides the default machine (microvm under TCG on a host whose TSC
-	// rate the backend measured, else q35), which the other is set against.
-	accel := ""
+	// boot settles on, so that no counted boot includes the KVM probe. The
+	// accelerator also decides the default machine (microvm under TCG on a
+	// host whose TSC rate the backend measured, else q35), which the other
+	// is set against.
+	accel, machine := "", ""
 	warm := h.machineConfig("choice-warmup", plain, "", 0, 0)
 	warm.Kernel, warm.Share = vmlinux, nil
 	if bt, err := boot(ctx, warm, qemu.Options{}); err != nil {
 		h.logf("skip the boot choices: %v", err)
 		return
 	} else {
-		accel = bt.m.Info().Accelerator
+		accel, machine = bt.m.Info().Accelerator, bt.m.Info().Machine
 		bt.m.Stop(ctx)
 	}
-	machine := qemu.MachineType(runtime.GOARCH, accel)
 	def := bootChoice{"default", "vmlinux (PVH), plain cpio, " + machine, vmlinux, plain, ""}
 	var alts []bootChoice
 	for _, c := range []struct{ tool, ext string }{{"gzip", "gz"}, {"lz4", "lz4"}, {"zstd", "zst"}, {"xz", "xz"}} {
@@ -81,19 +78,14 @@ func (h *harness) choices() {
 	} else {
 		alts = append(alts, bootChoice{"kernel-bzimage", "kernel bzImage (via firmware)", bz, plain, ""})
 	}
+	// The other x86 machine, with the same devices on its bus. microvm
+	// needs the host's TSC rate under TCG; without it the backend refuses
+	// it, and the choice is skipped when its boots fail.
 	switch machine {
-	case "microvm":
-		if wrapper, err := machineWrapper(dir); err != nil {
-			h.logf("skip q35: %v", err)
-		} else {
-			alts = append(alts, bootChoice{"machine-q35", "machine q35 (PCI)", vmlinux, plain, wrapper})
-		}
-	case "q35":
-		if wrapper, err := machineWrapper(dir); err != nil {
-			h.logf("skip microvm: %v", err)
-		} else {
-			alts = append(alts, bootChoice{"machine-microvm", "machine microvm (virtio-mmio)", vmlinux, plain, wrapper})
-		}
+	case qemu.MachineMicrovm:
+		alts = append(alts, bootChoice{"machine-q35", "machine q35 (PCI)", vmlinux, plain, qemu.MachineQ35})
+	case qemu.MachineQ35:
+		alts = append(alts, bootChoice{"machine-microvm", "machine microvm (virtio-mmio)", vmlinux, plain, qemu.MachineMicrovm})
 	}
 	// The kernel built from linux-source (make image-kernel-source), when
 	// its image is there: its own initramfs (no modules) with the floor init.
@@ -112,7 +104,7 @@ func (h *harness) choices() {
 	bootOne := func(c bootChoice, i int, key string) {
 		cfg := h.machineConfig(fmt.Sprintf("choice-%s-%d", c.key, i), c.initrd, "", 0, 0)
 		cfg.Kernel, cfg.Share = c.kernel, nil
-		bt, err := boot(ctx, cfg, qemu.Options{QEMU: c.qemu, Accel: accel})
+		bt, err := boot(ctx, cfg, qemu.Options{Machine: c.machine, Accel: accel})
 		if err != nil {
 			h.logf("boot %s: %v", c.key, err)
 			return
@@ -224,64 +216,4 @@ func bzImage(imageDir, dir string) (string, error) {
 		return "", fmt.Errorf("no vmlinuz in %s", debs[len(debs)-1])
 	}
 	return bz[0], nil
-}
-
-// machineWrapper writes a QEMU wrapper that boots the backend's command
-// line on the other x86 machine: q35 (PCI) for the default microvm
-// (virtio-mmio), or microvm for the default q35, with the same devices.
-func machineWrapper(dir string) (string, error) {
-	bin, err := exec.LookPath("qemu-system-x86_64")
-	if err != nil {
-		return "", err
-	}
-	// microvm has a PIT but no HPET or ACPI PM timer. Under TCG the
-	// kernel's PIT calibration of the TSC misses now and then (q35 too),
-	// and q35 falls back on the HPET; microvm has nothing to fall back on
-	// and hangs ("No reference (HPET/PMTIMER) available": 2 boots in 13
-	// with pit=on,pic=on,rtc=on). So it boots only with the TSC rate the
-	// backend measured on the command line (vm/qemu/tsc.go: hosts whose
-	// TSC is their clock), and refuses at once without it rather than hang
-	// until the boot timeout. Its virtio-mmio transport is the modern one,
-	// as the backend's (virtiofs hangs on the legacy one).
-	script := `#!/bin/bash
-case " $* " in
-  *" microvm,accel="*) to=q35 ;;
-  *" q35,accel="*) to=microvm ;;
-  *) echo "neither q35 nor microvm on the command line" >&2; exit 1 ;;
-esac
-if [ $to = microvm ]; then
-  case " $* " in
-    *" tsc_early_khz="*) ;;
-    *) echo "microvm needs the TSC rate on the kernel command line, which this host does not qualify for" >&2; exit 1 ;;
-  esac
-  # virtiofs's shared memory: microvm's machine memory, not a NUMA node
-  mb=
-  case " $* " in *" memory-backend-memfd,id=mem,"*) mb=,memory-backend=mem ;; esac
-fi
-args=()
-skip=
-for a in "$@"; do
-  if [ -n "$skip" ]; then skip=; continue; fi
-  if [ $to = q35 ]; then
-    case "$a" in
-      -global) skip=1; continue ;; # virtio-mmio.force-legacy=false
-      microvm,accel=*,memory-backend=mem) a="q35,accel=${a#microvm,accel=}"; args+=("${a%,memory-backend=mem}" -numa node,memdev=mem); continue ;;
-      microvm,accel=*) a="q35,accel=${a#microvm,accel=}" ;;
-      virtio-*-device|vhost-*-device) a="${a%-device}-pci" ;;
-      virtio-*-device,*|vhost-*-device,*) a="${a%%-device,*}-pci,${a#*-device,}" ;;
-    esac
-  else
-    case "$a" in
-      -numa) skip=1; continue ;; # node,memdev=mem
-      q35,accel=*) args+=("microvm,accel=${a#q35,accel=}$mb" -global virtio-mmio.force-legacy=false); continue ;;
-      virtio-*-pci|vhost-*-pci) a="${a%-pci}-device" ;;
-      virtio-*-pci,*|vhost-*-pci,*) a="${a%%-pci,*}-device,${a#*-pci,}" ;;
-    esac
-  fi
-  args+=("$a")
-done
-exec ` + bin + ` "${args[@]}"
-`
-	p := filepath.Join(dir, "qemu-other-machine")
-	return p, os.WriteFile(p, []byte(script), 0o755)
 }

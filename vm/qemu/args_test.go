@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -243,27 +244,39 @@ func TestMachineChoice(t *testing.T) {
 		tsc     int
 		cmdline []string
 		want    string
+		asked   string // plan.Machine: the user's choice
+		refused bool   // checkMachine refuses it
 	}{
-		{"amd64 TCG with the host's TSC rate", "amd64", "tcg", 2600000, nil, "microvm"},
-		{"unrelated kernel arguments", "amd64", "tcg", 2600000, []string{"airlock.debug=1", "loglevel=7"}, "microvm"},
-		{"amd64 TCG, host TSC not a clock", "amd64", "tcg", 0, nil, "q35"},
-		{"amd64 KVM", "amd64", "kvm", 2600000, nil, "q35"},
-		{"amd64 KVM without a rate", "amd64", "kvm", 0, nil, "q35"},
-		{"arm64", "arm64", "tcg", 2600000, nil, "virt"},
-		{"arm64 KVM", "arm64", "kvm", 0, nil, "virt"},
+		{"amd64 TCG with the host's TSC rate", "amd64", "tcg", 2600000, nil, "microvm", "", false},
+		{"unrelated kernel arguments", "amd64", "tcg", 2600000, []string{"airlock.debug=1", "loglevel=7"}, "microvm", "", false},
+		{"amd64 TCG, host TSC not a clock", "amd64", "tcg", 0, nil, "q35", "", false},
+		{"amd64 KVM", "amd64", "kvm", 2600000, nil, "q35", "", false},
+		{"amd64 KVM without a rate", "amd64", "kvm", 0, nil, "q35", "", false},
+		{"arm64", "arm64", "tcg", 2600000, nil, "virt", "", false},
+		{"arm64 KVM", "arm64", "kvm", 0, nil, "virt", "", false},
 		// The README's remedy for a guest clock that misbehaves: the guest
 		// then has no clock but jiffies on microvm, so it gets q35's HPET.
-		{"user's tsc=unstable", "amd64", "tcg", 2600000, []string{"tsc=unstable"}, "q35"},
-		{"user's clocksource", "amd64", "tcg", 2600000, []string{"clocksource=hpet"}, "q35"},
-		{"user's notsc among others", "amd64", "tcg", 2600000, []string{"loglevel=7 notsc"}, "q35"},
-		{"user's own TSC rate", "amd64", "tcg", 2600000, []string{"tsc_early_khz=1000000"}, "q35"},
+		{"user's tsc=unstable", "amd64", "tcg", 2600000, []string{"tsc=unstable"}, "q35", "", false},
+		{"user's clocksource", "amd64", "tcg", 2600000, []string{"clocksource=hpet"}, "q35", "", false},
+		{"user's notsc among others", "amd64", "tcg", 2600000, []string{"loglevel=7 notsc"}, "q35", "", false},
+		{"user's own TSC rate", "amd64", "tcg", 2600000, []string{"tsc_early_khz=1000000"}, "q35", "", false},
+		// A machine asked for ($AIRLOCK_MACHINE) wins where it can boot.
+		{"q35 asked for", "amd64", "tcg", 2600000, nil, "q35", MachineQ35, false},
+		{"auto asked for", "amd64", "tcg", 2600000, nil, "microvm", MachineAuto, false},
+		{"microvm asked for under KVM", "amd64", "kvm", 0, nil, "microvm", MachineMicrovm, false},
+		{"microvm asked for with the user's clock", "amd64", "tcg", 2600000, []string{"clocksource=hpet"}, "microvm", MachineMicrovm, false},
+		{"microvm asked for, host TSC not a clock", "amd64", "tcg", 0, nil, "microvm", MachineMicrovm, true},
+		{"microvm asked for on arm64", "arm64", "tcg", 0, nil, "virt", MachineMicrovm, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := basePlan(tt.arch, tt.accel)
-			p.GuestTSCkHz, p.Cmdline, p.Transport = tt.tsc, tt.cmdline, api.TransportSerial
+			p.GuestTSCkHz, p.Cmdline, p.Transport, p.Machine = tt.tsc, tt.cmdline, api.TransportSerial, tt.asked
 			if got := p.machine(); got != tt.want {
 				t.Errorf("machine %s, want %s", got, tt.want)
+			}
+			if err := p.checkMachine(); (err != nil) != tt.refused || (err != nil && !errors.Is(err, vm.ErrInvalidConfig)) {
+				t.Errorf("checkMachine: %v, want refused %v", err, tt.refused)
 			}
 			a := p.args()
 			if m := a[slices.Index(a, "-M")+1]; !strings.HasPrefix(m, tt.want+",") {

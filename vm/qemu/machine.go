@@ -56,6 +56,7 @@ type Machine struct {
 	mu        sync.Mutex
 	share     string // "", "virtiofs" or "9p", once started
 	accel     string
+	machine   string // the machine type, once started
 	cmd       *exec.Cmd
 	virtiofsd *virtiofsd
 	stderr    *tail
@@ -163,6 +164,9 @@ func (m *Machine) start(ctx context.Context) error {
 	}
 	share := m.sp.FS
 	p := m.plan(accel, share)
+	if err := p.checkMachine(); err != nil {
+		return fmt.Errorf("qemu: start: %w", err)
+	}
 	if share == ShareVirtiofs {
 		d, err := startVirtiofsd(ctx, m.opts.Virtiofsd, p.VirtiofsSocket, p.SharePath, m.log)
 		switch {
@@ -216,7 +220,7 @@ func (m *Machine) start(ctx context.Context) error {
 		m.muxChild = nil
 	}
 	m.mu.Lock()
-	m.cmd, m.stderr, m.share, m.accel = cmd, stderr, share, accel
+	m.cmd, m.stderr, m.share, m.accel, m.machine = cmd, stderr, share, accel, p.machine()
 	m.mu.Unlock()
 	go m.reap()
 
@@ -247,6 +251,9 @@ func (m *Machine) plan(accel, share string) plan {
 		Disks: m.cfg.Disks,
 	}
 	p.GuestTSCkHz = guestTSCkHz(m.opts.Arch, accel)
+	if m.opts.Machine != MachineAuto {
+		p.Machine = m.opts.Machine
+	}
 	if s := m.cfg.Share; s != nil && share != "" {
 		p.SharePath, p.ShareReadOnly = s.HostPath, s.ReadOnly
 		switch share {
@@ -493,12 +500,12 @@ func (m *Machine) Listen(port uint32) (net.Listener, error) {
 	return l, nil
 }
 
-// Info describes the machine; the accelerator and share are known once
-// Start has picked them.
+// Info describes the machine; the accelerator, machine type and share are
+// known once Start has picked them.
 func (m *Machine) Info() vm.Info {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	i := vm.Info{Backend: "qemu", Accelerator: m.accel, Transport: string(m.transport), Share: m.share, ConsoleLog: m.cfg.ConsoleLog}
+	i := vm.Info{Backend: "qemu", Accelerator: m.accel, Machine: m.machine, Transport: string(m.transport), Share: m.share, ConsoleLog: m.cfg.ConsoleLog}
 	if m.cmd != nil && m.cmd.Process != nil {
 		i.PID = m.cmd.Process.Pid
 	}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/vm"
@@ -23,6 +24,11 @@ type Options struct {
 	// QEMU is the system emulator; empty means qemu-system-x86_64 or
 	// qemu-system-aarch64 from PATH.
 	QEMU string
+	// Machine is the x86 machine type: "auto", "q35" or "microvm"; empty
+	// means $AIRLOCK_MACHINE, else auto (microvm under TCG where the host's
+	// TSC rate is measured, q35 otherwise; see plan.machine). An arm64
+	// guest always boots on virt.
+	Machine string
 	// Virtiofsd is the virtio-fs daemon; empty means /usr/lib/qemu/virtiofsd
 	// or /usr/libexec/virtiofsd.
 	Virtiofsd string
@@ -42,6 +48,36 @@ type Options struct {
 	CacheDir string
 	// ProbeTimeout bounds the KVM probe (default 2s).
 	ProbeTimeout time.Duration
+}
+
+// Machine choices in Options.Machine and AIRLOCK_MACHINE.
+const (
+	MachineAuto    = "auto"
+	MachineQ35     = "q35"
+	MachineMicrovm = "microvm"
+)
+
+// EnvMachine overrides the machine type when Options.Machine is empty.
+const EnvMachine = "AIRLOCK_MACHINE"
+
+// machineMode is the requested machine type for a guest of arch:
+// Options.Machine, else $AIRLOCK_MACHINE, else auto.
+func machineMode(opt, arch string, getenv func(string) string) (string, error) {
+	mode := opt
+	if mode == "" {
+		mode = strings.ToLower(strings.TrimSpace(getenv(EnvMachine)))
+	}
+	switch mode {
+	case "", MachineAuto:
+		return MachineAuto, nil
+	case MachineQ35, MachineMicrovm:
+		if arch != "amd64" {
+			return "", fmt.Errorf("%w: machine %q is for amd64 guests; an %s guest boots on QEMU's virt machine (unset %s)",
+				vm.ErrInvalidConfig, mode, arch, EnvMachine)
+		}
+		return mode, nil
+	}
+	return "", fmt.Errorf("%w: machine %q: want auto, q35 or microvm", vm.ErrInvalidConfig, mode)
 }
 
 // Share choices in Options.Share.
@@ -74,6 +110,9 @@ func resolveOptions(o Options, getenv func(string) string, lookPath func(string)
 		return r, err
 	}
 	r.accelMode = mode
+	if r.Machine, err = machineMode(r.Machine, r.Arch, getenv); err != nil {
+		return r, err
+	}
 	switch r.Share {
 	case "":
 		r.Share = ShareAuto

@@ -37,6 +37,34 @@ func TestAccelMode(t *testing.T) {
 	}
 }
 
+func TestMachineMode(t *testing.T) {
+	tests := []struct {
+		opt, arch, env, want string
+		err                  string
+	}{
+		{"", "amd64", "", MachineAuto, ""},
+		{"", "amd64", " Q35 ", MachineQ35, ""},
+		{"", "amd64", "microvm", MachineMicrovm, ""},
+		{"q35", "amd64", "microvm", MachineQ35, ""}, // Options win over the environment
+		{"auto", "arm64", "", MachineAuto, ""},
+		{"", "arm64", "q35", "", "virt machine"},
+		{"microvm", "arm64", "", "", "virt machine"},
+		{"", "amd64", "pc", "", "want auto, q35 or microvm"},
+		{"virt", "amd64", "", "", "want auto, q35 or microvm"},
+	}
+	for _, tt := range tests {
+		got, err := machineMode(tt.opt, tt.arch, func(k string) string {
+			if k != EnvMachine {
+				t.Fatalf("reads %s", k)
+			}
+			return tt.env
+		})
+		if got != tt.want || (tt.err == "") != (err == nil) || (err != nil && (!contains(err, tt.err) || !errors.Is(err, vm.ErrInvalidConfig))) {
+			t.Errorf("machineMode(%q, %s, env %q) = %q, %v", tt.opt, tt.arch, tt.env, got, err)
+		}
+	}
+}
+
 func TestResolveOptions(t *testing.T) {
 	noEnv := func(string) string { return "" }
 	missing := func(string) (string, error) { return "", errors.New("not found") }
@@ -53,7 +81,10 @@ func TestResolveOptions(t *testing.T) {
 	if err != nil || r.QEMU != "/usr/bin/qemu-system-aarch64" || r.Share != ShareAuto || r.accelMode != AccelAuto || r.ProbeTimeout == 0 {
 		t.Errorf("resolve = %+v, %v", r, err)
 	}
-	for _, bad := range []Options{{Arch: "riscv64"}, {Share: "nfs"}, {Accel: "whp"}} {
+	if r.Machine != MachineAuto {
+		t.Errorf("machine %q, want auto", r.Machine)
+	}
+	for _, bad := range []Options{{Arch: "riscv64"}, {Share: "nfs"}, {Accel: "whp"}, {Machine: "pc"}, {Arch: "arm64", Machine: "q35"}} {
 		if _, err := resolveOptions(bad, noEnv, found); !errors.Is(err, vm.ErrInvalidConfig) {
 			t.Errorf("%+v: %v", bad, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/guest/agent"
 	"github.com/airlock-sandbox/airlock/guest/api"
 	"github.com/airlock-sandbox/airlock/guest/console"
+	"github.com/airlock-sandbox/airlock/guest/devices"
 )
 
 const (
@@ -29,9 +30,10 @@ const (
 
 // pid1 is the state of init.
 type pid1 struct {
-	log  *slog.Logger
-	cfg  api.BootConfig
-	boot time.Time // when init started, for the agent restart policy
+	log     *slog.Logger
+	cfg     api.BootConfig
+	cmdline string    // the kernel command line
+	boot    time.Time // when init started, for the agent restart policy
 
 	agentPid   int
 	agentStart time.Time
@@ -70,7 +72,8 @@ func (in *pid1) setup() error {
 	if err != nil {
 		return err
 	}
-	if in.cfg, err = api.ParseCmdline(string(cmdline)); err != nil {
+	in.cmdline = string(cmdline)
+	if in.cfg, err = api.ParseCmdline(in.cmdline); err != nil {
 		return err
 	}
 	in.log = console.NewLogger(os.Stderr, "", in.cfg.Debug)
@@ -188,6 +191,10 @@ func (in *pid1) loadModules(list string) {
 	for _, p := range paths {
 		if !ModuleNeeded(p, in.cfg) {
 			in.log.Debug("module not needed by this boot", "module", p)
+			continue
+		}
+		if why := devices.Absent(ModuleName(p), in.cmdline); why != "" {
+			in.log.Debug("module has no device in this VM", "module", p, "why", why)
 			continue
 		}
 		if err := loadModule(p); err != nil {

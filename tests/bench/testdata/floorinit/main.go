@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/guest/devices"
 	"github.com/airlock-sandbox/airlock/guest/transport"
 )
 
@@ -72,7 +73,7 @@ func run() error {
 	if cfg.Transport == "" {
 		cfg.Transport = api.TransportVsock
 	}
-	loadModules()
+	loadModules(string(b))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	tr, err := transport.Open(ctx, cfg.Transport, transport.Paths{})
@@ -114,14 +115,16 @@ func run() error {
 	return errors.New("could not announce readiness")
 }
 
-func loadModules() {
+// loadModules loads the transports' modules the VM has a device for,
+// skipping the others as init does (devices.Absent).
+func loadModules(cmdline string) {
 	b, err := os.ReadFile("/lib/modules/airlock.load")
 	if err != nil {
 		return
 	}
 	for _, p := range strings.Fields(string(b)) {
 		name := strings.TrimSuffix(path.Base(p), ".ko")
-		if !transportModules[name] {
+		if !transportModules[name] || devices.Absent(name, cmdline) != "" {
 			continue
 		}
 		f, err := os.Open(p)

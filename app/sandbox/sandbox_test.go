@@ -237,3 +237,49 @@ func TestStartStalledKernel(t *testing.T) {
 		})
 	}
 }
+
+// caAgent is fakeAgent with TrustCA: it keeps the certificate it was given.
+type caAgent struct {
+	*fakeAgent
+	pem atomic.Pointer[[]byte]
+}
+
+func (a *caAgent) TrustCA(_ context.Context, r *agentv1.TrustCARequest) (*agentv1.TrustCAResponse, error) {
+	a.pem.Store(&r.Pem)
+	return &agentv1.TrustCAResponse{}, nil
+}
+
+// TestInstallCA: the CA reaches the agent's TrustCA; an agent without the
+// call (an image built before it) gets an error that says to rebuild the
+// image, not a bare "unimplemented".
+func TestInstallCA(t *testing.T) {
+	pem := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+	t.Run("installed", func(t *testing.T) {
+		a := &caAgent{fakeAgent: &fakeAgent{off: make(chan struct{})}}
+		sb, _, err := startWith(t, func(ctx context.Context, g *vmtest.Guest) error {
+			return g.ServeAgent(ctx, a, nil, api.Ready{AgentVersion: "test"}, a.off)
+		}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close(context.Background())
+		if err := sb.installCA(context.Background(), pem); err != nil {
+			t.Fatal(err)
+		}
+		if got := a.pem.Load(); got == nil || string(*got) != string(pem) {
+			t.Errorf("the agent got %v", got)
+		}
+	})
+	t.Run("older agent", func(t *testing.T) {
+		a := &fakeAgent{off: make(chan struct{})}
+		sb, _, err := startWith(t, goodGuest(a), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close(context.Background())
+		err = sb.installCA(context.Background(), pem)
+		if err == nil || !strings.Contains(err.Error(), "rebuild the image (make image)") {
+			t.Errorf("installCA with an agent that lacks TrustCA: %v", err)
+		}
+	})
+}

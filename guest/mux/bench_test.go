@@ -95,13 +95,13 @@ func benchStream(b *testing.B, write, read int) {
 
 // benchStreamPair runs a session over hostConn and guestConn and returns
 // one stream's two ends: the host's (w) and the guest's (r). The sessions
-// have the product's windows (vm/qemu's for the host, guest/transport's for
-// the guest): 1 MiB each way on a stream the host opens. With the 256 KiB
+// have the product's windows (HostConfig, GuestConfig): 1 MiB each way on
+// a stream the host opens. With the 256 KiB
 // default the writer here waits for credit on about a third of its frames,
 // which no stream of the product does. The sessions close with b.
 func benchStreamPair(b *testing.B, hostConn, guestConn io.ReadWriteCloser) (w, r net.Conn) {
-	host := Client(hostConn, Config{Window: 1 << 20, PeerWindow: 256 << 10})
-	guest := Server(guestConn, Config{Window: 1 << 20})
+	host := Client(hostConn, HostConfig())
+	guest := Server(guestConn, GuestConfig())
 	b.Cleanup(func() { host.Close(); guest.Close() })
 	ln, _ := guest.Listen(1)
 	accepted := make(chan net.Conn, 1)

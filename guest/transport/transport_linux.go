@@ -47,7 +47,9 @@ func Open(ctx context.Context, kind api.Transport, p Paths) (*Transport, error) 
 		// guest's reads (egress +37-43 % over 256 KiB, guest context
 		// switches per MiB 100-114 -> 63-67). It costs only the guest's
 		// memory, and only while a reader lags.
-		return &Transport{kind: kind, port: f, session: mux.Server(f, mux.Config{Splice: true, Window: guestWindow})}, nil
+		cfg := mux.GuestConfig()
+		cfg.Splice = true
+		return &Transport{kind: kind, port: f, session: mux.Server(f, cfg)}, nil
 	default:
 		return nil, fmt.Errorf("transport: unknown transport %q", kind)
 	}
@@ -124,6 +126,3 @@ func (t *Transport) Close() error {
 	}
 	return nil
 }
-
-// guestWindow is the guest's receive window on every stream.
-const guestWindow = 1 << 20

@@ -200,8 +200,8 @@ func muxVsRaw(b *testing.B, size int64) (muxRate, rawRate float64) {
 		return time.Since(start)
 	}
 	a, c := socketPair(b)
-	host := mux.Client(a, mux.Config{Window: 1 << 20, PeerWindow: 256 << 10})
-	guest := mux.Server(c, mux.Config{Window: 1 << 20})
+	host := mux.Client(a, mux.HostConfig())
+	guest := mux.Server(c, mux.GuestConfig())
 	defer host.Close()
 	defer guest.Close()
 	ln, _ := guest.Listen(1)

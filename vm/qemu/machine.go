@@ -107,21 +107,10 @@ func New(cfg vm.Config, opts Options) (*Machine, error) {
 		}
 		m.transport = api.TransportSerial
 		m.muxChild = child
-		m.sess = mux.Client(c, mux.Config{Window: hostWindow, PeerWindow: guestOpenedWindow})
+		m.sess = mux.Client(c, mux.HostConfig())
 	}
 	return m, nil
 }
-
-// The mux's receive windows on the host. A task's output comes on a stream
-// the host opens: 1 MiB ahead lets the guest send for longer between the
-// host's credit returns (per MiB of output, half the guest's context
-// switches, and 35-60 % more stdout than with the 256 KiB minimum). A
-// stream the guest opens (egress) keeps the minimum: the guest opens up to
-// MaxStreams of those, and each may hold its window on the host.
-const (
-	hostWindow        = 1 << 20
-	guestOpenedWindow = 256 << 10
-)
 
 // randomCID picks a vsock context id; ids below 3 are reserved, and
 // 0xffffffff is VMADDR_CID_ANY.

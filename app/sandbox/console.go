@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
 )
 
 // consoleHint returns the last lines of the guest console, formatted to be
@@ -68,42 +70,60 @@ func readEnd(path string, from, max int64) (b []byte, cut bool) {
 
 // watchStall watches the console file at path, from its present end, for a
 // kernel's stall report (stallSigns) until ctx ends, and sends the first it
-// finds. Only the part written after the call counts: an earlier boot's
-// report in the same file (the console is appended to) is not this one's.
-func watchStall(ctx context.Context, path string) <-chan string {
+// finds, described. With initDeadline > 0 it also reports a kernel that has
+// not started init by then (no api.InitRunning line): under TCG on a loaded
+// host a kernel now and then hangs early with nothing on its quiet console.
+// Only the part from offset from on counts (consoleEnd before the machine
+// starts): an earlier boot's lines in the same file (the console is
+// appended to) are not this one's.
+func watchStall(ctx context.Context, path string, from int64, initDeadline time.Duration) <-chan string {
 	found := make(chan string, 1)
 	if path == "" {
 		return found
 	}
-	var from int64
-	if fi, err := os.Stat(path); err == nil {
-		from = fi.Size()
-	}
+	began := time.Now()
 	go func() {
 		tick := time.NewTicker(stallPoll)
 		defer tick.Stop()
+		initSeen := initDeadline <= 0
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
 			}
-			if sign := stallIn(path, from); sign != "" {
-				found <- sign
+			b, _ := readEnd(path, from, 64<<10)
+			if sign := stallIn(b); sign != "" {
+				found <- fmt.Sprintf("the console says %q", sign)
 				return
+			}
+			if !initSeen {
+				// The line comes early and the boot's output is small, so
+				// the last 64 KiB hold it until long after the deadline.
+				initSeen = bytes.Contains(b, []byte(api.InitRunning))
+				if !initSeen && time.Since(began) >= initDeadline {
+					found <- fmt.Sprintf("the kernel had not started init after %s", initDeadline)
+					return
+				}
 			}
 		}
 	}()
 	return found
 }
 
+// consoleEnd is the size of the console file at path, 0 if there is none.
+func consoleEnd(path string) int64 {
+	if fi, err := os.Stat(path); err == nil {
+		return fi.Size()
+	}
+	return 0
+}
+
 // stallPoll is how often watchStall reads the console.
 var stallPoll = time.Second
 
-// stallIn returns the first stall sign in the file at path after offset
-// from, reading at most its last 64 KiB, or "".
-func stallIn(path string, from int64) string {
-	b, _ := readEnd(path, from, 64<<10)
+// stallIn returns the first stall sign in b, or "".
+func stallIn(b []byte) string {
 	for _, sign := range stallSigns {
 		if bytes.Contains(b, []byte(sign)) {
 			return sign

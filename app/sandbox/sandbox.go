@@ -99,20 +99,28 @@ type Sandbox struct {
 
 // Start boots a guest and waits until its agent is ready. On failure nothing
 // is left running. A boot whose kernel stalls (ErrStalled: seen now and then
-// under TCG on a loaded host) is abandoned as soon as the console says so
-// and tried once more.
+// under TCG on a loaded host) is abandoned as soon as the console says so,
+// or when the kernel has not started init after initDeadline, and tried
+// once more (that one waits out the whole boot timeout).
 func Start(ctx context.Context, o Options) (*Sandbox, error) {
-	sb, err := start(ctx, o)
+	sb, err := start(ctx, o, initDeadline)
 	if errors.Is(err, ErrStalled) && ctx.Err() == nil {
 		if o.Logger != nil {
 			o.Logger.Warn("the guest kernel stalled during boot; booting it once more", "err", err)
 		}
-		sb, err = start(ctx, o)
+		sb, err = start(ctx, o, 0)
 	}
 	return sb, err
 }
 
-func start(ctx context.Context, o Options) (_ *Sandbox, err error) {
+// initDeadline is how long a first boot may take to start init (the
+// api.InitRunning console line) before it counts as stalled. A guest's
+// kernel starts init within about 1.5 s under TCG on an idle host and
+// 3-4 s on a loaded one; only boot timeouts longer than twice this use
+// it.
+var initDeadline = 30 * time.Second
+
+func start(ctx context.Context, o Options, initBy time.Duration) (_ *Sandbox, err error) {
 	if o.CPUs == 0 {
 		o.CPUs = DefaultCPUs
 	}
@@ -192,11 +200,15 @@ func start(ctx context.Context, o Options) (_ *Sandbox, err error) {
 	}
 	defer readyL.Close()
 	began := time.Now()
+	consoleFrom := consoleEnd(o.ConsoleLog)
 	if err := s.m.Start(ctx); err != nil {
 		s.stopMachine()
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	if s.ready, err = s.awaitReady(ctx, readyL, o.BootTimeout); err != nil {
+	if 2*initBy > o.BootTimeout {
+		initBy = 0
+	}
+	if s.ready, err = s.awaitReady(ctx, readyL, o.BootTimeout, consoleFrom, initBy); err != nil {
 		s.stopMachine()
 		return nil, err
 	}
@@ -245,8 +257,10 @@ func (s *Sandbox) installCA(ctx context.Context, pem []byte) error {
 }
 
 // awaitReady waits for the guest's readiness message, the machine's exit,
-// the boot timeout or ctx, whichever comes first.
-func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.Duration) (api.Ready, error) {
+// the boot timeout or ctx, whichever comes first; or for a sign on the
+// console, from offset consoleFrom on, that the kernel stalled or (with
+// initBy > 0) had not started init after initBy (ErrStalled).
+func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.Duration, consoleFrom int64, initBy time.Duration) (api.Ready, error) {
 	began := time.Now()
 	got := make(chan api.Ready, 1)
 	broken := make(chan error, 1)
@@ -280,7 +294,7 @@ func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.D
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	info := s.m.Info()
-	stalled := watchStall(wctx, info.ConsoleLog)
+	stalled := watchStall(wctx, info.ConsoleLog, consoleFrom, initBy)
 	stopped := func(err error) (api.Ready, error) {
 		if ctx.Err() != nil {
 			return api.Ready{}, ctx.Err()
@@ -308,8 +322,8 @@ func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.D
 		return api.Ready{}, fmt.Errorf("%w: the transport to the guest failed before it was ready (%v)%s", ErrNotReady, berr, consoleHint(info.ConsoleLog))
 	case <-timer.C:
 		return api.Ready{}, fmt.Errorf("%w within %s (accelerator %s)%s", ErrNotReady, timeout, info.Accelerator, consoleHint(info.ConsoleLog))
-	case sign := <-stalled:
-		return api.Ready{}, fmt.Errorf("%w after %s (the console says %q)%s", ErrStalled, time.Since(began).Round(time.Second), sign, consoleHint(info.ConsoleLog))
+	case why := <-stalled:
+		return api.Ready{}, fmt.Errorf("%w after %s (%s)%s", ErrStalled, time.Since(began).Round(time.Second), why, consoleHint(info.ConsoleLog))
 	case <-ctx.Done():
 		return api.Ready{}, ctx.Err()
 	}

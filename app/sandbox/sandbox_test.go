@@ -283,3 +283,72 @@ func TestInstallCA(t *testing.T) {
 		}
 	})
 }
+
+// TestStartKernelNeverReachesInit: a first boot whose kernel has not
+// started init (no api.InitRunning line on the console) by the deadline
+// counts as stalled and is booted once more; the second boot gets the
+// whole boot timeout, and a boot that printed the line is left alone.
+func TestStartKernelNeverReachesInit(t *testing.T) {
+	defer func(d, p time.Duration) { initDeadline, stallPoll = d, p }(initDeadline, stallPoll)
+	initDeadline, stallPoll = 150*time.Millisecond, 10*time.Millisecond
+	for _, tt := range []struct {
+		name     string
+		hangs    int  // first boots that hang before init
+		initLine bool // a slow boot that has started init
+		wantErr  bool
+		wantBoot int
+	}{
+		{"second boot comes up", 1, false, false, 2},
+		// The second boot is slower than the deadline yet not given up on.
+		{"slow second boot", 1, false, false, 2},
+		{"slow boot past init", 0, true, false, 1},
+		{"both hang", 2, false, true, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &fakeAgent{off: make(chan struct{})}
+			var boots atomic.Int32
+			var console string
+			boot := func(ctx context.Context, g *vmtest.Guest) error {
+				n := int(boots.Add(1))
+				if n <= tt.hangs {
+					<-ctx.Done()
+					return ctx.Err()
+				}
+				if tt.initLine {
+					f, _ := os.OpenFile(console, os.O_APPEND|os.O_WRONLY, 0)
+					f.WriteString(api.InitRunning + "\n")
+					f.Close()
+				}
+				if tt.initLine || tt.name == "slow second boot" {
+					time.Sleep(4 * initDeadline)
+				}
+				return goodGuest(a)(ctx, g)
+			}
+			dir := t.TempDir()
+			console = filepath.Join(dir, "console.log")
+			os.WriteFile(console, nil, 0o644)
+			timeout := time.Hour
+			if tt.wantErr {
+				timeout = 10 * initDeadline // the second boot's wait ends here
+			}
+			sb, err := Start(context.Background(), Options{
+				Image: Image{Kernel: "k", Initrd: "i"}, RunDir: dir, ConsoleLog: console, BootTimeout: timeout,
+				NewMachine: func(cfg vm.Config) (vm.Machine, error) { return vmtest.New(cfg, boot), nil },
+			})
+			if got := int(boots.Load()); got != tt.wantBoot {
+				t.Errorf("%d boots, want %d", got, tt.wantBoot)
+			}
+			if tt.wantErr {
+				// The second boot timed out: not a stall, a plain NotReady.
+				if err == nil || errors.Is(err, ErrStalled) || !errors.Is(err, ErrNotReady) {
+					t.Fatalf("err = %v, want the second boot's timeout", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			sb.Close(context.Background())
+		})
+	}
+}

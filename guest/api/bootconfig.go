@@ -37,6 +37,14 @@ const (
 // encryption); module signatures are still checked.
 var KernelArgs = []string{"quiet", "panic=-1", "cryptomgr.notests=1"}
 
+// InitRunning is the console line init writes once it runs and the
+// console exists (after its modules load: on Apple's framework the
+// console is a module). A host that has not seen it long after the start
+// knows the kernel hung before init, which under TCG on a loaded host
+// happens now and then with nothing on the quiet console, and can boot
+// once more instead of waiting out its boot timeout.
+const InitRunning = "airlock-guest: init running"
+
 // Kernel command line keys. Values never contain spaces.
 const (
 	keyTransport = "airlock.transport"

@@ -93,8 +93,10 @@ func (in *pid1) setup() error {
 	}
 	in.loadModules(ModulesList)
 	// The console may be a module (virtio_console for hvc0 on Apple's
-	// framework): open it again now that it exists.
+	// framework): open it again now that it exists, and tell the host init
+	// runs (api.InitRunning: exactly this line, whatever the log format).
 	in.openConsole()
+	fmt.Fprintln(os.Stderr, api.InitRunning)
 	if err := loopbackUp(); err != nil {
 		in.log.Warn("loopback", "err", err)
 	}

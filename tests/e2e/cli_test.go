@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
 )
 
 // airlock runs the CLI and returns its exit code, stdout and stderr.
@@ -69,6 +71,11 @@ func TestRunTheIssueExample(t *testing.T) {
 	}
 	if l := leftovers(console); l != "" {
 		t.Fatalf("processes left behind: %s", l)
+	}
+	// The line the host's boot watch looks for (sandbox: a kernel that
+	// never starts init is booted once more).
+	if b, _ := os.ReadFile(console); !strings.Contains(string(b), api.InitRunning) {
+		t.Errorf("the console has no %q line:\n%s", api.InitRunning, b)
 	}
 }
 

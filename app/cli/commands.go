@@ -49,8 +49,12 @@ func newStatusCmd(stdio Stdio, g *globals) *cobra.Command {
 			fmt.Fprintln(stdio.Out)
 			fmt.Fprintf(stdio.Out, "workspace: %s\n", ws)
 			fmt.Fprintf(stdio.Out, "image:     %s%s\n", orDash(s.Image), map[bool]string{true: " (changes kept on the workspace's disk)"}[s.KeepDisk])
+			accel := orDash(s.Accelerator)
+			if s.MachineType != "" {
+				accel += " on " + s.MachineType
+			}
 			fmt.Fprintf(stdio.Out, "machine:   %d CPUs, %d MiB, %s, generation %d, booted in %s, up %s\n",
-				s.CPUs, s.MemoryMiB, orDash(s.Accelerator), s.Generation, s.BootTime.Round(time.Millisecond), s.Uptime.Round(time.Second))
+				s.CPUs, s.MemoryMiB, accel, s.Generation, s.BootTime.Round(time.Millisecond), s.Uptime.Round(time.Second))
 			fmt.Fprintf(stdio.Out, "tasks:     %d running\n", st.RunningTasks)
 			fmt.Fprintf(stdio.Out, "egress:    allow %s; deny %s\n", list(st.Settings.Allow), list(st.Settings.Deny))
 			if s.LastError != "" {

@@ -56,7 +56,7 @@ func TestSessionRealVM(t *testing.T) {
 	}
 	cold := time.Since(began)
 	st := s.Status()
-	if st.State != StateRunning || st.Generation != 1 || st.PID == 0 {
+	if st.State != StateRunning || st.Generation != 1 || st.PID == 0 || st.MachineType == "" {
 		t.Fatalf("after Start: %+v", st)
 	}
 
@@ -75,8 +75,8 @@ func TestSessionRealVM(t *testing.T) {
 	}
 	warm1, _ := task()
 	warm2, _ := task()
-	t.Logf("boot %s (Start returned after %s, accelerator %s); warm task round trips %s and %s: %.0fx faster than a boot",
-		st.BootTime.Round(time.Millisecond), cold.Round(time.Millisecond), st.Accelerator,
+	t.Logf("boot %s (Start returned after %s, accelerator %s on %s); warm task round trips %s and %s: %.0fx faster than a boot",
+		st.BootTime.Round(time.Millisecond), cold.Round(time.Millisecond), st.Accelerator, st.MachineType,
 		warm1.Round(time.Microsecond), warm2.Round(time.Microsecond), float64(st.BootTime)/float64(warm2))
 
 	// Kill QEMU as the OOM killer would.

@@ -67,8 +67,11 @@ type Status struct {
 	// KeepDisk whether its changes are kept on the workspace's disk.
 	Image    string `json:"image,omitempty"`
 	KeepDisk bool   `json:"keep_disk,omitempty"`
-	// Accelerator and PID describe the current (or last) VM.
+	// Accelerator, MachineType and PID describe the current (or last) VM;
+	// MachineType is the hypervisor's machine where it has a choice (QEMU:
+	// "q35", "microvm", "virt").
 	Accelerator string `json:"accelerator,omitempty"`
+	MachineType string `json:"machine_type,omitempty"`
 	PID         int    `json:"pid,omitempty"`
 	// BootTime is how long the last successful boot took.
 	BootTime time.Duration `json:"boot_time_ns"`
@@ -105,6 +108,7 @@ type snapshot struct {
 	keepDisk  bool
 
 	accel    string
+	machine  string
 	pid      int
 	bootTime time.Duration
 	upSince  time.Time
@@ -123,7 +127,7 @@ func (s *snapshot) status(now time.Time) Status {
 		State: s.state, Phase: s.phase, Elapsed: now.Sub(s.since), Generation: s.gen,
 		Workspace: s.workspace, ReadOnly: s.readOnly, CPUs: s.cpus, MemoryMiB: s.mem,
 		Image: s.image, KeepDisk: s.keepDisk,
-		Accelerator: s.accel, PID: s.pid, BootTime: s.bootTime,
+		Accelerator: s.accel, MachineType: s.machine, PID: s.pid, BootTime: s.bootTime,
 		Restarts: s.restarts, AgentRestarts: s.agentRestarts, Failures: s.failures, ConsoleLog: s.consoleLog,
 	}
 	if s.state == StateRunning {

@@ -251,10 +251,10 @@ func (l *supervisor) booted(r bootResult) {
 	})
 	info := r.sb.Machine().Info()
 	boot := now.Sub(b.began)
-	l.s.log.Info("VM running", "generation", l.gen, "boot", boot, "accel", info.Accelerator, "pid", info.PID)
+	l.s.log.Info("VM running", "generation", l.gen, "boot", boot, "accel", info.Accelerator, "machine", info.Machine, "pid", info.PID)
 	l.s.update(func(sn *snapshot) {
 		sn.state, sn.phase, sn.since, sn.gen = StateRunning, "", now, l.gen
-		sn.accel, sn.pid, sn.bootTime, sn.upSince = info.Accelerator, info.PID, boot, now
+		sn.accel, sn.machine, sn.pid, sn.bootTime, sn.upSince = info.Accelerator, info.Machine, info.PID, boot, now
 		sn.agentRestarts = 0
 		sn.agent, sn.failures = r.sb.Agent(), l.backoff.failures
 		if info.ConsoleLog != "" {

@@ -78,6 +78,10 @@ type Server struct {
 	// devNull is the stdin of tasks without one, opened once and shared.
 	devNull func() (*os.File, error)
 	wg      sync.WaitGroup // shutdown goroutine
+	// shutdownSent is closed once a Shutdown answer has been written
+	// (Replied): the power-off waits for it.
+	shutdownSent     chan struct{}
+	shutdownSentOnce sync.Once
 }
 
 // New returns a Server for cfg.
@@ -112,7 +116,7 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, instance: rand.Uint64() | 1}
+	s := &Server{cfg: cfg, log: cfg.Logger, instance: rand.Uint64() | 1, shutdownSent: make(chan struct{})}
 	s.wsMounted = sync.OnceValue(func() bool { return s.workspace().mounted })
 	s.devNull = sync.OnceValues(func() (*os.File, error) {
 		// Blocking and outside the netpoller, as a child's stdin should be.
@@ -356,11 +360,15 @@ func setRealtime(t time.Time) error {
 	return unix.ClockSettime(unix.CLOCK_REALTIME, &ts)
 }
 
-// shutdownDelay lets the Shutdown reply leave before init starts tearing
-// the guest down; the host treats the VM's exit as the real answer anyway.
-const shutdownDelay = 100 * time.Millisecond
+// shutdownDelay bounds how long the power-off waits for the Shutdown
+// answer to be written (Replied): an answer that cannot be written (the
+// host went) does not keep the guest up. The host waits for the VM's exit
+// once it has the answer; without one it stops the machine itself.
+var shutdownDelay = 100 * time.Millisecond
 
-// Shutdown syncs file systems, replies, then asks init to power off.
+// Shutdown syncs file systems, replies, then, once the reply is written,
+// asks init to power off. It used to sleep shutdownDelay every time: ~100
+// ms of every `airlock run` and every VM replacement.
 func (s *Server) Shutdown(_ context.Context, req *agentv1.ShutdownRequest) (*agentv1.ShutdownResponse, error) {
 	if s.cfg.PowerOff == nil {
 		return nil, execwire.Errorf(execwire.Unimplemented, "shutdown: this agent cannot power the guest off")
@@ -371,10 +379,23 @@ func (s *Server) Shutdown(_ context.Context, req *agentv1.ShutdownRequest) (*age
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		time.Sleep(shutdownDelay)
+		t := time.NewTimer(shutdownDelay)
+		defer t.Stop()
+		select {
+		case <-s.shutdownSent:
+		case <-t.C:
+		}
 		if err := s.cfg.PowerOff(reboot); err != nil {
 			s.log.Error("power off", "err", err)
 		}
 	}()
 	return &agentv1.ShutdownResponse{}, nil
+}
+
+// Replied implements execwire.Replied: a Shutdown answer written lets the
+// power-off go ahead.
+func (s *Server) Replied(req *agentv1.AgentRequest) {
+	if req.GetShutdown() != nil {
+		s.shutdownSentOnce.Do(func() { close(s.shutdownSent) })
+	}
 }

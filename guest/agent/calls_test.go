@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 )
 
 // The agent calls over the host's client, as the host makes them.
@@ -95,4 +97,45 @@ func TestShutdownUnimplemented(t *testing.T) {
 	e := newEnv(t)
 	e.srv.cfg.PowerOff = nil
 	wantCode(t, e.client.Shutdown(testCtx(t), false), codes.Unimplemented, "cannot power the guest off")
+}
+
+// The power-off follows the Shutdown answer as soon as it is written, not
+// after shutdownDelay; an answer that is never written (the host went)
+// still powers off after shutdownDelay.
+func TestShutdownAfterReply(t *testing.T) {
+	defer func(d time.Duration) { shutdownDelay = d }(shutdownDelay)
+	poweredOff := func(e *env) bool {
+		deadline := time.Now().Add(10 * time.Second) // a bound for a broken test, not a timing
+		for time.Now().Before(deadline) {
+			e.mu.Lock()
+			n := len(e.poweroff)
+			e.mu.Unlock()
+			if n > 0 {
+				return true
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return false
+	}
+
+	shutdownDelay = time.Hour // only the written answer can let it go
+	e := newEnv(t)
+	if err := e.client.Shutdown(testCtx(t), false); err != nil {
+		t.Fatal(err)
+	}
+	if !poweredOff(e) {
+		// Let the waiting power-off go, so the test ends.
+		e.srv.Replied(&agentv1.AgentRequest{Call: &agentv1.AgentRequest_Shutdown{Shutdown: &agentv1.ShutdownRequest{}}})
+		t.Fatal("no power-off after the Shutdown answer was written")
+	}
+
+	shutdownDelay = time.Millisecond
+	e = newEnv(t)
+	if _, err := e.srv.Shutdown(testCtx(t), &agentv1.ShutdownRequest{}); err != nil { // answered to nobody
+		t.Fatal(err)
+	}
+	if !poweredOff(e) {
+		t.Fatal("no power-off without an answer written")
+	}
+	e.srv.Wait()
 }

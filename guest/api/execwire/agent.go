@@ -118,7 +118,18 @@ func serveCalls(c net.Conn, a Agent, onPanic func(string, any)) {
 		if _, err := c.Write(b); err != nil {
 			return
 		}
+		if r, ok := a.(Replied); ok {
+			r.Replied(req)
+		}
 	}
+}
+
+// Replied is an Agent that is told when its answer to a call has been
+// written to the transport (the guest's agent powers off only once its
+// Shutdown answer is on its way, instead of after a fixed delay). It is
+// not called when the answer could not be written.
+type Replied interface {
+	Replied(req *agentv1.AgentRequest)
 }
 
 // Dispatch answers one call with a: its result, or the error it returned

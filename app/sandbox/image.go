@@ -106,6 +106,17 @@ func FindNamedImage(name string, dirs []string) (Image, error) {
 	return Image{}, fmt.Errorf("no %s guest image found (looked in %s); build it with `%s`", name, strings.Join(dirs, ", "), hint)
 }
 
+// imageDigests remembers the digests of image artifacts that LoadImage
+// verified, in the user's cache folder, so that an unchanged image is not
+// hashed at every start (manifest.DigestCache).
+var imageDigests = func() *manifest.DigestCache {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return nil
+	}
+	return &manifest.DigestCache{Path: filepath.Join(dir, "airlock", "image-digests.json")}
+}()
+
 // LoadImage reads and verifies the image in dir: every artifact must match
 // its manifest, and the kernel must be in the form the platform boots.
 func LoadImage(dir string) (Image, error) {
@@ -117,7 +128,7 @@ func LoadImage(dir string) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	if err := m.Verify(dir); err != nil {
+	if err := m.VerifyCached(dir, imageDigests); err != nil {
 		return Image{}, err
 	}
 	img := Image{Dir: dir, Kernel: m.KernelPath(dir), Initrd: m.InitrdPath(dir), Name: m.Name(), RootDisk: m.RootDiskPath(dir)}

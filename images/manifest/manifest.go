@@ -240,7 +240,11 @@ func (m *Manifest) RootDiskPath(dir string) string {
 // Verify checks that every artifact exists in dir with its recorded size and
 // sha256, and that the kernel is in a format the host can boot directly.
 // Errors wrap ErrIncomplete or ErrCorrupt and say how to fix them.
-func (m *Manifest) Verify(dir string) error {
+func (m *Manifest) Verify(dir string) error { return m.VerifyCached(dir, nil) }
+
+// VerifyCached is Verify with the artifacts' digests remembered in c (nil:
+// none), so that an unchanged image is not hashed again at every start.
+func (m *Manifest) VerifyCached(dir string, c *DigestCache) error {
 	if err := m.validate(); err != nil {
 		return imageErr(ErrCorrupt, "guest image in %s: %v; rebuild with %s", dir, err, m.rebuildHint())
 	}
@@ -259,7 +263,7 @@ func (m *Manifest) Verify(dir string) error {
 		if fi.Size() != a.Size {
 			return imageErr(ErrCorrupt, "%s in %s does not match its manifest (size %d, manifest says %d); rebuild with %s", m.role(a.Name), dir, fi.Size(), a.Size, m.rebuildHint())
 		}
-		sum, err := FileSHA256(path)
+		sum, err := c.sum(path, fi)
 		if err != nil {
 			return fmt.Errorf("manifest: verify: %w", err)
 		}

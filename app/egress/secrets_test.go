@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
@@ -525,3 +526,31 @@ func TestUpstreamProxyChaining(t *testing.T) {
 }
 
 func bufioReader(c net.Conn) *bufio.Reader { return bufio.NewReader(c) }
+
+// UpstreamRoots: nil (crypto/tls then loads the system's roots on first
+// use) without files; the system's plus each file's certificates with
+// them; a file without a certificate, or missing, is an error naming it.
+func TestUpstreamRoots(t *testing.T) {
+	if pool, err := UpstreamRoots(nil); pool != nil || err != nil {
+		t.Fatalf("no files: %v, %v; want nil, nil", pool, err)
+	}
+	pki := newTestPKI(t)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "corp.pem")
+	os.WriteFile(good, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: pki.cert.Raw}), 0o644)
+	pool, err := UpstreamRoots([]string{good})
+	if err != nil || pool == nil {
+		t.Fatalf("with a CA file: %v, %v", pool, err)
+	}
+	leaf := pki.server(t, "corp.test", http.NotFoundHandler()).Certificate()
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "corp.test"}); err != nil {
+		t.Errorf("a server of the file's CA does not verify: %v", err)
+	}
+	bad := filepath.Join(dir, "notes.txt")
+	os.WriteFile(bad, []byte("not a certificate"), 0o644)
+	for _, f := range []string{bad, filepath.Join(dir, "missing.pem")} {
+		if _, err := UpstreamRoots([]string{good, f}); err == nil || !strings.Contains(err.Error(), "upstream CA") {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}

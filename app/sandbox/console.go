@@ -68,7 +68,7 @@ func readEnd(path string, from, max int64) (b []byte, cut bool) {
 	return b, cut
 }
 
-// watchStall watches the console file at path, from its present end, for a
+// watchStall watches the console file at path for a
 // kernel's stall report (stallSigns) until ctx ends, and sends the first it
 // finds, described. With initDeadline > 0 it also reports a kernel that has
 // not started init by then (no api.InitRunning line): under TCG on a loaded

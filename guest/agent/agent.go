@@ -367,8 +367,8 @@ func setRealtime(t time.Time) error {
 var shutdownDelay = 100 * time.Millisecond
 
 // Shutdown syncs file systems, replies, then, once the reply is written,
-// asks init to power off. It used to sleep shutdownDelay every time: ~100
-// ms of every `airlock run` and every VM replacement.
+// asks init to power off: every `airlock run` and VM replacement waits for
+// the power-off.
 func (s *Server) Shutdown(_ context.Context, req *agentv1.ShutdownRequest) (*agentv1.ShutdownResponse, error) {
 	if s.cfg.PowerOff == nil {
 		return nil, execwire.Errorf(execwire.Unimplemented, "shutdown: this agent cannot power the guest off")

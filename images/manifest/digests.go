@@ -2,7 +2,7 @@ package manifest
 
 import (
 	"encoding/json"
-	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -95,8 +95,9 @@ func (c *DigestCache) load() map[string]digestEntry {
 		return entries
 	}
 	defer f.Close()
+	// A file cut at the bound does not decode: an oversized cache is empty.
 	var onDisk map[string]digestEntry
-	if json.NewDecoder(&limitedReader{f, maxDigestFile}).Decode(&onDisk) == nil {
+	if json.NewDecoder(io.LimitReader(f, maxDigestFile)).Decode(&onDisk) == nil {
 		for k, e := range onDisk {
 			if e.ID != "" && len(e.SHA256) == 64 {
 				entries[k] = e
@@ -127,23 +128,4 @@ func (c *DigestCache) save(entries map[string]digestEntry) {
 		return
 	}
 	_ = atomicfile.Write(c.Path, b, 0o600, atomicfile.Unsynced)
-}
-
-// limitedReader fails a read past n bytes, so an oversized cache file
-// decodes as malformed (an empty cache) rather than being read whole.
-type limitedReader struct {
-	f *os.File
-	n int64
-}
-
-func (l *limitedReader) Read(p []byte) (int, error) {
-	if l.n <= 0 {
-		return 0, fmt.Errorf("digest cache over %d bytes", maxDigestFile)
-	}
-	if int64(len(p)) > l.n {
-		p = p[:l.n]
-	}
-	n, err := l.f.Read(p)
-	l.n -= int64(n)
-	return n, err
 }

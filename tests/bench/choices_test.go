@@ -49,13 +49,13 @@ func (h *harness) choices() {
 	accel, machine := "", ""
 	warm := h.machineConfig("choice-warmup", plain, "", 0, 0)
 	warm.Kernel, warm.Share = vmlinux, nil
-	if bt, err := boot(ctx, warm, qemu.Options{}); err != nil {
+	bt, err := boot(ctx, warm, qemu.Options{})
+	if err != nil {
 		h.logf("skip the boot choices: %v", err)
 		return
-	} else {
-		accel, machine = bt.m.Info().Accelerator, bt.m.Info().Machine
-		bt.m.Stop(ctx)
 	}
+	accel, machine = bt.m.Info().Accelerator, bt.m.Info().Machine
+	bt.m.Stop(ctx)
 	def := bootChoice{"default", "vmlinux (PVH), plain cpio, " + machine, vmlinux, plain, ""}
 	var alts []bootChoice
 	for _, c := range []struct{ tool, ext string }{{"gzip", "gz"}, {"lz4", "lz4"}, {"zstd", "zst"}, {"xz", "xz"}} {

@@ -27,10 +27,7 @@ const EnvAccel = "AIRLOCK_ACCEL"
 // accelMode is the requested accelerator: Options.Accel, else $AIRLOCK_ACCEL,
 // else auto.
 func accelMode(opt string, getenv func(string) string) (string, error) {
-	mode := opt
-	if mode == "" {
-		mode = strings.ToLower(strings.TrimSpace(getenv(EnvAccel)))
-	}
+	mode := optOrEnv(opt, EnvAccel, getenv)
 	switch mode {
 	case "":
 		return AccelAuto, nil
@@ -38,6 +35,15 @@ func accelMode(opt string, getenv func(string) string) (string, error) {
 		return mode, nil
 	}
 	return "", fmt.Errorf("%w: accelerator %q: want auto, kvm or tcg", vm.ErrInvalidConfig, mode)
+}
+
+// optOrEnv is an option's value, else the environment variable key's
+// (trimmed, lower case).
+func optOrEnv(opt, key string, getenv func(string) string) string {
+	if opt != "" {
+		return opt
+	}
+	return strings.ToLower(strings.TrimSpace(getenv(key)))
 }
 
 // kvmHost says what the host offers for KVM; the machine's tests replace it.

@@ -107,9 +107,9 @@ func (p plan) machine() string {
 	case p.Machine == MachineQ35 || p.Machine == MachineMicrovm:
 		return p.Machine
 	case p.Accel == "tcg" && p.GuestTSCkHz > 0 && !p.userClock():
-		return "microvm"
+		return MachineMicrovm
 	default:
-		return "q35"
+		return MachineQ35
 	}
 }
 
@@ -155,7 +155,7 @@ func (p plan) userClock() bool {
 // virtio-rng-pci on q35 and virt, virtio-rng-device (virtio-mmio) on
 // microvm.
 func (p plan) device(virtio string) string {
-	if p.machine() == "microvm" {
+	if p.machine() == MachineMicrovm {
 		return virtio + "-device"
 	}
 	return virtio + "-pci"
@@ -171,7 +171,7 @@ func (p plan) args() []string {
 	switch machine := p.machine(); machine {
 	case "virt":
 		a = append(a, "-M", "virt,gic-version=max,accel="+p.Accel)
-	case "microvm":
+	case MachineMicrovm:
 		// The defaults keep what the guest needs: ACPI (a hardware-reduced
 		// table set whose sleep register powers the machine off, so the
 		// guest's power-off ends QEMU), the ISA serial port (ttyS0), and
@@ -236,7 +236,7 @@ func (p plan) args() []string {
 			// vhost-user needs guest memory the daemon can map.
 			"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", p.MemoryMiB),
 		)
-		if p.machine() != "microvm" {
+		if p.machine() != MachineMicrovm {
 			a = append(a, "-numa", "node,memdev=mem")
 		}
 	case api.Share9P:

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/vm"
@@ -63,10 +62,7 @@ const EnvMachine = "AIRLOCK_MACHINE"
 // machineMode is the requested machine type for a guest of arch:
 // Options.Machine, else $AIRLOCK_MACHINE, else auto.
 func machineMode(opt, arch string, getenv func(string) string) (string, error) {
-	mode := opt
-	if mode == "" {
-		mode = strings.ToLower(strings.TrimSpace(getenv(EnvMachine)))
-	}
+	mode := optOrEnv(opt, EnvMachine, getenv)
 	switch mode {
 	case "", MachineAuto:
 		return MachineAuto, nil

@@ -226,8 +226,9 @@ func medianOf(n int, f func() time.Duration) float64 {
 func (g *guest) roundTrips() {
 	ctx := context.Background()
 	a := g.sb.Agent()
-	var echo, tru, info, inGuest []float64
+	var echo, tru, info, inGuest, spawn []float64
 	for range g.h.rounds {
+		spawn = append(spawn, g.probe("spawn", "/bin/true", "20")["us"])
 		echo = append(echo, g.h.floor.echoRTT(g.h.b, 200))
 		tru = append(tru, medianOf(20, func() time.Duration {
 			start := time.Now()
@@ -250,6 +251,8 @@ func (g *guest) roundTrips() {
 	g.h.t.add("rtt-exec-true", "task round trip `true` (agent Exec)", "µs", tru, "transport echo RTT", echo, atMost(3))
 	g.h.t.add("rtt-exec-true-guest", "  of which the task's run time (guest clock)", "µs", []float64{median(inGuest)}, "transport echo RTT", echo, nil)
 	g.h.t.add("rtt-info", "  agent Info RPC round trip", "µs", info, "transport echo RTT", echo, nil)
+	g.h.t.add("rtt-bare-spawn", "  a bare fork+exec+wait of `true` in the guest", "µs", spawn, "transport echo RTT", echo, nil).Note =
+		"the floor under the task round trip: what starting a process costs the guest itself (gprobe spawn, syscall.ForkExec)"
 }
 
 type countWriter struct{ n int64 }

@@ -4,6 +4,8 @@
 //	gprobe write PATH MIB      write MIB MiB in 1 MiB chunks, fsync, close
 //	gprobe read PATH           read PATH to the end
 //	gprobe meta DIR N          create, stat and unlink N empty files in DIR
+//	gprobe spawn PROG N        N bare fork+exec+wait of PROG (no arguments), their
+//	                           median in µs: the guest's own cost of a process
 //	gprobe rss                 VmRSS of the agent ("/init agent") and of PID 1, in KiB
 //	gprobe socks URL           GET URL through ALL_PROXY (SOCKS5), body to io.Discard;
 //	                           the time is also printed as secs= for the shell
@@ -18,8 +20,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/proxy"
@@ -27,7 +31,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: gprobe write|read|meta|rss ...")
+		fail("usage: gprobe write|read|meta|spawn|rss ...")
 	}
 	out := map[string]any{"op": os.Args[1]}
 	switch os.Args[1] {
@@ -97,6 +101,22 @@ func main() {
 		os.Remove(dir)
 		out["create_secs"], out["stat_secs"], out["unlink_secs"] = t1.Sub(start).Seconds(), t2.Sub(t1).Seconds(), t3.Sub(t2).Seconds()
 		out["n"] = n
+	case "spawn":
+		// syscall.ForkExec and Wait4, as lean as Go starts a process (no
+		// pipes, no os/exec bookkeeping): what any agent would pay.
+		n, _ := strconv.Atoi(os.Args[3])
+		ts := make([]float64, n)
+		for i := range ts {
+			start := time.Now()
+			pid, err := syscall.ForkExec(os.Args[2], []string{os.Args[2]}, &syscall.ProcAttr{})
+			check(err)
+			var ws syscall.WaitStatus
+			_, err = syscall.Wait4(pid, &ws, 0, nil)
+			check(err)
+			ts[i] = float64(time.Since(start).Nanoseconds()) / 1e3
+		}
+		slices.Sort(ts)
+		out["us"], out["n"] = ts[n/2], n
 	case "rss":
 		ents, _ := os.ReadDir("/proc")
 		for _, e := range ents {

@@ -131,22 +131,22 @@ func TestKernelCmdline(t *testing.T) {
 		want string
 	}{
 		{"amd64 serial 9p ro", plan{Arch: "amd64", Transport: api.TransportSerial, Share: api.Share9P, ShareReadOnly: true, Cmdline: []string{"x=1"}},
-			"console=ttyS0 quiet panic=-1 cryptomgr.notests=1 lockdown=confidentiality no_timer_check airlock.transport=serial airlock.share=9p airlock.share_ro=1 x=1"},
+			"console=ttyS0 quiet panic=-1 cryptomgr.notests=1 initcall_blacklist=crypto_kdf108_init lockdown=confidentiality no_timer_check airlock.transport=serial airlock.share=9p airlock.share_ro=1 x=1"},
 		{"arm64 vsock virtiofs", plan{Arch: "arm64", Transport: api.TransportVsock, Share: api.ShareVirtiofs},
-			"console=ttyAMA0 quiet panic=-1 cryptomgr.notests=1 lockdown=confidentiality airlock.transport=vsock airlock.share=virtiofs"},
+			"console=ttyAMA0 quiet panic=-1 cryptomgr.notests=1 initcall_blacklist=crypto_kdf108_init lockdown=confidentiality airlock.transport=vsock airlock.share=virtiofs"},
 		{"no share", plan{Arch: "amd64", Transport: api.TransportSerial, ShareReadOnly: true},
-			"console=ttyS0 quiet panic=-1 cryptomgr.notests=1 lockdown=confidentiality no_timer_check airlock.transport=serial"},
+			"console=ttyS0 quiet panic=-1 cryptomgr.notests=1 initcall_blacklist=crypto_kdf108_init lockdown=confidentiality no_timer_check airlock.transport=serial"},
 		{"amd64 under TCG on a host with a TSC clock", plan{Arch: "amd64", Accel: "tcg", GuestTSCkHz: 2600000, Transport: api.TransportSerial},
-			"console=ttyS0 quiet panic=-1 cryptomgr.notests=1 lockdown=confidentiality no_timer_check tsc_early_khz=2600000 tsc=reliable airlock.transport=serial"},
+			"console=ttyS0 quiet panic=-1 cryptomgr.notests=1 initcall_blacklist=crypto_kdf108_init lockdown=confidentiality no_timer_check tsc_early_khz=2600000 tsc=reliable airlock.transport=serial"},
 		// The user's words come after the backend's, so a guest whose clock
 		// misbehaves can be given tsc=unstable (README), which the kernel
 		// applies after tsc=reliable.
 		{"a later tsc=unstable overrides", plan{Arch: "amd64", Accel: "tcg", GuestTSCkHz: 2600000, Transport: api.TransportSerial, Cmdline: []string{"tsc=unstable"}},
-			"console=ttyS0 quiet panic=-1 cryptomgr.notests=1 lockdown=confidentiality no_timer_check tsc_early_khz=2600000 tsc=reliable airlock.transport=serial tsc=unstable"},
+			"console=ttyS0 quiet panic=-1 cryptomgr.notests=1 initcall_blacklist=crypto_kdf108_init lockdown=confidentiality no_timer_check tsc_early_khz=2600000 tsc=reliable airlock.transport=serial tsc=unstable"},
 		{"amd64 under KVM keeps its own clock", plan{Arch: "amd64", Accel: "kvm", GuestTSCkHz: 2600000, Transport: api.TransportSerial},
-			"console=ttyS0 quiet panic=-1 cryptomgr.notests=1 lockdown=confidentiality no_timer_check airlock.transport=serial"},
+			"console=ttyS0 quiet panic=-1 cryptomgr.notests=1 initcall_blacklist=crypto_kdf108_init lockdown=confidentiality no_timer_check airlock.transport=serial"},
 		{"arm64 has no TSC", plan{Arch: "arm64", Accel: "tcg", GuestTSCkHz: 2600000, Transport: api.TransportSerial},
-			"console=ttyAMA0 quiet panic=-1 cryptomgr.notests=1 lockdown=confidentiality airlock.transport=serial"},
+			"console=ttyAMA0 quiet panic=-1 cryptomgr.notests=1 initcall_blacklist=crypto_kdf108_init lockdown=confidentiality airlock.transport=serial"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

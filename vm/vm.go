@@ -38,6 +38,10 @@ type Config struct {
 	// Cmdline holds extra kernel command line words; backends add their own
 	// (console, transport and share keys from guest/api).
 	Cmdline []string
+	// KernelHZ is the kernel's timer rate (CONFIG_HZ, from the image's
+	// manifest), or 0 when unknown. A backend that tells the kernel its
+	// TSC rate can then also tell it its delay-loop calibration.
+	KernelHZ int
 	// CPUs and MemoryMiB size the machine.
 	CPUs      int
 	MemoryMiB int

@@ -21,6 +21,9 @@ type Image struct {
 	// RootDisk is the read-only root disk (raw ext4 with a VHD footer) of
 	// an image that has one, and RootLabel its label; "" otherwise.
 	RootDisk, RootLabel string
+	// KernelHZ is the kernel's timer rate, 0 when the manifest predates it
+	// (vm.Config.KernelHZ).
+	KernelHZ int
 }
 
 // ImageNames are the images Airlock knows, the default first.
@@ -131,7 +134,7 @@ func LoadImage(dir string) (Image, error) {
 	if err := m.VerifyCached(dir, imageDigests); err != nil {
 		return Image{}, err
 	}
-	img := Image{Dir: dir, Kernel: m.KernelPath(dir), Initrd: m.InitrdPath(dir), Name: m.Name(), RootDisk: m.RootDiskPath(dir)}
+	img := Image{Dir: dir, Kernel: m.KernelPath(dir), Initrd: m.InitrdPath(dir), Name: m.Name(), RootDisk: m.RootDiskPath(dir), KernelHZ: m.KernelHZ}
 	if m.RootDisk != nil {
 		img.RootLabel = m.RootDisk.Label
 	}

@@ -177,8 +177,8 @@ func start(ctx context.Context, o Options, initBy time.Duration) (_ *Sandbox, er
 	}
 	cfg := vm.Config{
 		Kernel: o.Image.Kernel, Initrd: o.Image.Initrd,
-		Cmdline: append(boot.Args(), o.KernelArgs...),
-		CPUs:    o.CPUs, MemoryMiB: o.MemoryMiB,
+		Cmdline: append(boot.Args(), o.KernelArgs...), KernelHZ: o.Image.KernelHZ,
+		CPUs: o.CPUs, MemoryMiB: o.MemoryMiB,
 		Dir: s.runDir, ConsoleLog: o.ConsoleLog, Logger: o.Logger,
 		Disks: disks,
 	}

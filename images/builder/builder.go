@@ -251,11 +251,11 @@ func assemble(ctx context.Context, arch, dir, tmp, agent string, kernel, busybox
 	kname := kernelFile[arch]
 	ktmp := filepath.Join(dir, "."+kname+".tmp")
 	defer os.Remove(ktmp)
-	var kver string
+	var kver, kconfig string
 	var order []string
 	var mods []cpioEntry
 	if built != nil {
-		kver = built.Release
+		kver, kconfig = built.Release, built.Config
 		if err := copyFile(built.Vmlinux, ktmp); err != nil {
 			return nil, fmt.Errorf("images: kernel: %w", err)
 		}
@@ -269,6 +269,7 @@ func assemble(ctx context.Context, arch, dir, tmp, agent string, kernel, busybox
 		if kver, order, mods, err = packagedKernel(ctx, arch, root, tmp, ktmp, log); err != nil {
 			return nil, err
 		}
+		kconfig = filepath.Join(root, "boot", "config-"+kver)
 		log.Info("extracted", "kernel", kver, "ca_certificates", ncerts)
 	}
 
@@ -293,10 +294,16 @@ func assemble(ctx context.Context, arch, dir, tmp, agent string, kernel, busybox
 		return nil, fmt.Errorf("images: initramfs: %w", err)
 	}
 
+	// Without the timer rate the guest only boots a little slower.
+	hz, err := kernelHZ(kconfig)
+	if err != nil {
+		log.Warn("kernel timer rate unknown; the guest's CPUs calibrate their delay loop at boot", "err", err)
+	}
 	m := &manifest.Manifest{
 		SchemaVersion:  manifest.SchemaVersion,
 		Arch:           arch,
 		KernelVersion:  kver,
+		KernelHZ:       hz,
 		Kernel:         kname,
 		Initrd:         initrdFile,
 		Modules:        order,

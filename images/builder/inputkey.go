@@ -9,9 +9,10 @@ import (
 )
 
 // Version identifies the builder's output format. Change it whenever the
-// builder would produce different artifacts from the same inputs, so that
-// existing images are rebuilt.
-const Version = "airlock-image/4"
+// builder would produce different artifacts (or manifests: 5 records the
+// kernel's timer rate) from the same inputs, so that existing images are
+// rebuilt.
+const Version = "airlock-image/5"
 
 // keyInputs is everything a build's artifacts depend on.
 type keyInputs struct {

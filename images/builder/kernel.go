@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/images/manifest"
@@ -22,6 +24,32 @@ var kernelFile = map[string]string{
 }
 
 var xzMagic = []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}
+
+// kernelHZ reads CONFIG_HZ, the kernel's timer rate, from its build
+// config (Debian's /boot/config-<release>, or a source build's .config).
+func kernelHZ(config string) (int, error) {
+	f, err := os.Open(config)
+	if err != nil {
+		return 0, fmt.Errorf("images: kernel config: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		v, ok := strings.CutPrefix(sc.Text(), "CONFIG_HZ=")
+		if !ok {
+			continue
+		}
+		hz, err := strconv.Atoi(v)
+		if err != nil || hz <= 0 || hz > manifest.MaxKernelHZ {
+			return 0, fmt.Errorf("images: kernel config %s: CONFIG_HZ=%q is not a timer rate", config, v)
+		}
+		return hz, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("images: kernel config %s: %w", config, err)
+	}
+	return 0, fmt.Errorf("images: kernel config %s has no CONFIG_HZ", config)
+}
 
 // writeKernel turns the packaged kernel (Debian's /boot/vmlinuz-*) into a
 // directly bootable one at dst and checks its format.

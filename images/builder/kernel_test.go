@@ -201,3 +201,33 @@ func TestModuleEntriesDecompress(t *testing.T) {
 		t.Errorf("load list %q, want %q", entries[2].Data, want)
 	}
 }
+
+// TestKernelHZ reads the timer rate from a kernel's build config, and
+// refuses a config without one or with a value no kernel has.
+func TestKernelHZ(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	debian := write("config-debian", "# CONFIG_HZ_100 is not set\nCONFIG_HZ_250=y\n# CONFIG_HZ_1000 is not set\nCONFIG_HZ=250\nCONFIG_SCHED_HRTICK=y\n")
+	if hz, err := kernelHZ(debian); hz != 250 || err != nil {
+		t.Errorf("Debian's config: %d, %v", hz, err)
+	}
+	for name, body := range map[string]string{
+		"none":       "CONFIG_HZ_250=y\n",
+		"zero":       "CONFIG_HZ=0\n",
+		"absurd":     "CONFIG_HZ=1000000\n",
+		"not a rate": "CONFIG_HZ=fast\n",
+	} {
+		if hz, err := kernelHZ(write("config-"+name, body)); hz != 0 || err == nil {
+			t.Errorf("%s: %d, %v", name, hz, err)
+		}
+	}
+	if _, err := kernelHZ(filepath.Join(dir, "missing")); err == nil {
+		t.Error("a missing config: no error")
+	}
+}

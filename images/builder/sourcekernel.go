@@ -115,6 +115,8 @@ type builtKernel struct {
 	Key string
 	// ConfigSHA is the sha256 of the config fragment.
 	ConfigSHA string
+	// Config is the kernel's full .config, kept beside Vmlinux.
+	Config string
 	// Cached is true when the kernel came from the cache.
 	Cached bool
 }
@@ -149,7 +151,7 @@ func buildSourceKernel(ctx context.Context, cache, arch string, src debPackage, 
 	key := sourceKernelKey(src, arch, sourceKernelConfig, compiler)
 	bk := &builtKernel{Key: key, ConfigSHA: sha256Hex(sourceKernelConfig)}
 	dir := filepath.Join(cache, "kernels", fmt.Sprintf("%s_%s_%s-%s", src.Name, src.Version, arch, key[:16]))
-	bk.Vmlinux = filepath.Join(dir, "vmlinux")
+	bk.Vmlinux, bk.Config = filepath.Join(dir, "vmlinux"), filepath.Join(dir, "config")
 	if rel, err := os.ReadFile(filepath.Join(dir, "kernel.release")); err == nil {
 		if err := manifest.CheckKernelFile(arch, bk.Vmlinux); err == nil {
 			bk.Release, bk.Cached = strings.TrimSpace(string(rel)), true

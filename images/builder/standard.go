@@ -123,7 +123,7 @@ func buildStandard(ctx context.Context, opts Options, min Result, log *slog.Logg
 	}
 	m := &manifest.Manifest{
 		SchemaVersion: manifest.SchemaVersion, Arch: arch, Image: manifest.ImageStandard,
-		KernelVersion: min.Manifest.KernelVersion, Kernel: min.Manifest.Kernel, Initrd: min.Manifest.Initrd,
+		KernelVersion: min.Manifest.KernelVersion, KernelHZ: min.Manifest.KernelHZ, Kernel: min.Manifest.Kernel, Initrd: min.Manifest.Initrd,
 		Packages: min.Manifest.Packages, Modules: min.Manifest.Modules,
 		InputKey: key, BuilderVersion: Version, RootDisk: disk,
 	}

@@ -67,6 +67,10 @@ type Manifest struct {
 	Artifacts []Artifact `json:"artifacts"`
 	// Modules are the kernel module names in the order the guest loads them.
 	Modules []string `json:"modules"`
+	// KernelHZ is the kernel's timer rate (CONFIG_HZ) from its build
+	// config; 0 in images written before it was recorded. The host needs
+	// it to tell the guest kernel its delay-loop calibration (vm/qemu).
+	KernelHZ int `json:"kernel_hz,omitempty"`
 	// KernelConfig is set when the kernel was built from Debian's
 	// linux-source (airlock-image -kernel source; Packages then names
 	// linux-source-* instead of linux-image-*): the sha256 of the config
@@ -84,6 +88,9 @@ type Manifest struct {
 	// from one (standard); nil for an initramfs-only image.
 	RootDisk *RootDisk `json:"root_disk,omitempty"`
 }
+
+// MaxKernelHZ bounds Manifest.KernelHZ (Linux offers 100 to 1000).
+const MaxKernelHZ = 10000
 
 // Image names.
 const (
@@ -182,6 +189,8 @@ func (m *Manifest) validate() error {
 		return fmt.Errorf("kernel %q is not among the artifacts", m.Kernel)
 	case m.artifact(m.Initrd) == nil:
 		return fmt.Errorf("initrd %q is not among the artifacts", m.Initrd)
+	case m.KernelHZ < 0 || m.KernelHZ > MaxKernelHZ:
+		return fmt.Errorf("kernel timer rate %d Hz, want 0 (unknown) to %d", m.KernelHZ, MaxKernelHZ)
 	case m.Image != "" && m.Image != ImageMinimal && m.Image != ImageStandard:
 		return fmt.Errorf("unknown image %q", m.Image)
 	case m.RootDisk != nil && m.artifact(m.RootDisk.File) == nil:

@@ -220,6 +220,8 @@ func TestStandardManifest(t *testing.T) {
 		"no label":              func(m *Manifest) { m.RootDisk.Label = "" },
 		"standard without disk": func(m *Manifest) { m.RootDisk = nil },
 		"unknown image":         func(m *Manifest) { m.Image = "huge" },
+		"negative timer rate":   func(m *Manifest) { m.KernelHZ = -250 },
+		"absurd timer rate":     func(m *Manifest) { m.KernelHZ = MaxKernelHZ + 1 },
 	} {
 		bad := *got
 		rd := *got.RootDisk

@@ -48,7 +48,7 @@ func (h *harness) choices() {
 	// is set against.
 	accel, machine := "", ""
 	warm := h.machineConfig("choice-warmup", plain, "", 0, 0)
-	warm.Kernel, warm.Share = vmlinux, nil
+	warm.Kernel, warm.Share = vmlinux, nil // same kernel: KernelHZ stays
 	bt, err := boot(ctx, warm, qemu.Options{})
 	if err != nil {
 		h.logf("skip the boot choices: %v", err)
@@ -103,7 +103,7 @@ func (h *harness) choices() {
 	samples := map[string][]float64{}
 	bootOne := func(c bootChoice, i int, key string) {
 		cfg := h.machineConfig(fmt.Sprintf("choice-%s-%d", c.key, i), c.initrd, "", 0, 0)
-		cfg.Kernel, cfg.Share = c.kernel, nil
+		cfg.Kernel, cfg.Share, cfg.KernelHZ = c.kernel, nil, kernelHZ(c.kernel, h.imageDir)
 		bt, err := boot(ctx, cfg, qemu.Options{Machine: c.machine, Accel: accel})
 		if err != nil {
 			h.logf("boot %s: %v", c.key, err)
@@ -163,7 +163,7 @@ func (h *harness) sourceKernelAgent(src string) {
 	for i := range h.rounds {
 		for _, im := range imgs {
 			cfg := h.machineConfig(fmt.Sprintf("agent-%s-%d", im.key, i), im.initrd, ws, uid, gid)
-			cfg.Kernel = im.kernel
+			cfg.Kernel, cfg.KernelHZ = im.kernel, kernelHZ(im.kernel, h.imageDir)
 			bt, err := boot(ctx, cfg, qemu.Options{})
 			if err != nil {
 				h.logf("boot the agent image, %s kernel: %v", im.key, err)

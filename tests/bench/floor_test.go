@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/images/manifest"
 	"github.com/airlock-sandbox/airlock/vm"
 	"github.com/airlock-sandbox/airlock/vm/qemu"
 )
@@ -219,13 +220,27 @@ func (f *floorVM) rssKiB(b *testing.B) float64 {
 	return -1
 }
 
+// kernelHZ is the timer rate of the image kernel belongs to, as the
+// sandbox passes it (vm.Config.KernelHZ): from the manifest beside kernel,
+// else from the one in dflt (a kernel made from the image's own, such as
+// the bzImage choice); 0 when neither says.
+func kernelHZ(kernel, dflt string) int {
+	for _, dir := range []string{filepath.Dir(kernel), dflt} {
+		if m, err := manifest.Load(dir); err == nil {
+			return m.KernelHZ
+		}
+	}
+	return 0
+}
+
 // machineConfig is the VM both the floor and the agent boot in: the
 // sandbox's defaults, with the workspace shared.
 func (h *harness) machineConfig(name, initrd, ws string, uid, gid uint32) vm.Config {
 	dir := filepath.Join(h.work, name)
 	os.MkdirAll(dir, 0o700)
+	kernel := filepath.Join(h.imageDir, "vmlinux")
 	return vm.Config{
-		Kernel: filepath.Join(h.imageDir, "vmlinux"), Initrd: initrd,
+		Kernel: kernel, Initrd: initrd, KernelHZ: kernelHZ(kernel, h.imageDir),
 		Cmdline: api.BootConfig{UID: uid, GID: gid}.Args(),
 		CPUs:    2, MemoryMiB: 1024, Dir: dir, ConsoleLog: filepath.Join(dir, "console.log"),
 		Share: &vm.Share{HostPath: ws},

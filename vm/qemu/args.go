@@ -21,6 +21,9 @@ type plan struct {
 	// told the rate and keeps the TSC as its clock. 0 leaves the guest to
 	// calibrate it.
 	GuestTSCkHz int
+	// KernelHZ is the guest kernel's CONFIG_HZ (vm.Config.KernelHZ), 0
+	// when unknown.
+	KernelHZ int
 	// Machine is the machine type the user asked for (Options.Machine,
 	// $AIRLOCK_MACHINE): MachineQ35 or MachineMicrovm; "" or MachineAuto
 	// lets machine choose.
@@ -82,11 +85,29 @@ func (p plan) kernelCmdline() string {
 		// The guest keeps the TSC as its clock (tsc.go).
 		if p.Accel == "tcg" && p.GuestTSCkHz > 0 {
 			words = append(words, fmt.Sprintf("tsc_early_khz=%d", p.GuestTSCkHz), "tsc=reliable")
+			if lpj := p.loopsPerJiffy(); lpj > 0 {
+				words = append(words, fmt.Sprintf("lpj=%d", lpj))
+			}
 		}
 	}
 	words = append(words, p.bootConfig().Args()...)
 	words = append(words, p.Cmdline...)
 	return strings.Join(words, " ")
+}
+
+// loopsPerJiffy is the guest kernel's delay-loop calibration for its TSC
+// rate: the TSC cycles in one timer tick, which is what the kernel's
+// delay loop counts on a CPU with a TSC. The boot CPU works it out from the
+// TSC rate it is given, but every other CPU measures it again against the
+// timer tick unless the TSC is flagged constant, which QEMU's TCG CPUs
+// never are: ~75 ms of a two-CPU guest's boot under TCG. 0 when the
+// kernel's tick rate is unknown: a calibration for the wrong rate would
+// make its delays too short or too long.
+func (p plan) loopsPerJiffy() int {
+	if p.GuestTSCkHz <= 0 || p.KernelHZ <= 0 {
+		return 0
+	}
+	return p.GuestTSCkHz * 1000 / p.KernelHZ
 }
 
 // machine is the QEMU machine type. An amd64 guest under TCG whose TSC rate

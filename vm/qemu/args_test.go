@@ -19,7 +19,7 @@ var update = os.Getenv("UPDATE_GOLDEN") != ""
 func basePlan(arch, accel string) plan {
 	return plan{
 		Arch: arch, Accel: accel,
-		Kernel: "/img/vmlinux", Initrd: "/img/initramfs.cpio",
+		Kernel: "/img/vmlinux", Initrd: "/img/initramfs.cpio", KernelHZ: 250,
 		Cmdline: []string{"airlock.debug=1"},
 		CPUs:    2, MemoryMiB: 1024,
 		ConsoleLog: "/run/m/console.log", PIDFile: "/run/m/qemu.pid", Name: "airlock",
@@ -145,7 +145,17 @@ func TestKernelCmdline(t *testing.T) {
 			"console=ttyS0 quiet panic=-1 cryptomgr.notests=1 initcall_blacklist=crypto_kdf108_init lockdown=confidentiality no_timer_check tsc_early_khz=2600000 tsc=reliable airlock.transport=serial tsc=unstable"},
 		{"amd64 under KVM keeps its own clock", plan{Arch: "amd64", Accel: "kvm", GuestTSCkHz: 2600000, Transport: api.TransportSerial},
 			"console=ttyS0 quiet panic=-1 cryptomgr.notests=1 initcall_blacklist=crypto_kdf108_init lockdown=confidentiality no_timer_check airlock.transport=serial"},
-		{"arm64 has no TSC", plan{Arch: "arm64", Accel: "tcg", GuestTSCkHz: 2600000, Transport: api.TransportSerial},
+		// With the kernel's tick rate the calibration goes too: the TSC
+		// cycles per tick, 2600000 kHz at 250 Hz and at 1000 Hz.
+		{"the delay loop's calibration at 250 Hz", plan{Arch: "amd64", Accel: "tcg", GuestTSCkHz: 2600000, KernelHZ: 250, Transport: api.TransportSerial},
+			"console=ttyS0 quiet panic=-1 cryptomgr.notests=1 initcall_blacklist=crypto_kdf108_init lockdown=confidentiality no_timer_check tsc_early_khz=2600000 tsc=reliable lpj=10400000 airlock.transport=serial"},
+		{"the delay loop's calibration at 1000 Hz", plan{Arch: "amd64", Accel: "tcg", GuestTSCkHz: 2600000, KernelHZ: 1000, Transport: api.TransportSerial},
+			"console=ttyS0 quiet panic=-1 cryptomgr.notests=1 initcall_blacklist=crypto_kdf108_init lockdown=confidentiality no_timer_check tsc_early_khz=2600000 tsc=reliable lpj=2600000 airlock.transport=serial"},
+		{"no calibration without the TSC rate", plan{Arch: "amd64", Accel: "tcg", KernelHZ: 250, Transport: api.TransportSerial},
+			"console=ttyS0 quiet panic=-1 cryptomgr.notests=1 initcall_blacklist=crypto_kdf108_init lockdown=confidentiality no_timer_check airlock.transport=serial"},
+		{"no calibration under KVM", plan{Arch: "amd64", Accel: "kvm", GuestTSCkHz: 2600000, KernelHZ: 250, Transport: api.TransportSerial},
+			"console=ttyS0 quiet panic=-1 cryptomgr.notests=1 initcall_blacklist=crypto_kdf108_init lockdown=confidentiality no_timer_check airlock.transport=serial"},
+		{"arm64 has no TSC", plan{Arch: "arm64", Accel: "tcg", GuestTSCkHz: 2600000, KernelHZ: 250, Transport: api.TransportSerial},
 			"console=ttyAMA0 quiet panic=-1 cryptomgr.notests=1 initcall_blacklist=crypto_kdf108_init lockdown=confidentiality airlock.transport=serial"},
 	}
 	for _, tt := range tests {

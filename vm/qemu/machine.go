@@ -240,6 +240,7 @@ func (m *Machine) plan(accel, share string) plan {
 		Disks: m.cfg.Disks,
 	}
 	p.GuestTSCkHz = guestTSCkHz(m.opts.Arch, accel)
+	p.KernelHZ = m.cfg.KernelHZ
 	if m.opts.Machine != MachineAuto {
 		p.Machine = m.opts.Machine
 	}

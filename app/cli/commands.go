@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/tasks"
 	"github.com/spf13/cobra"
 )
@@ -35,35 +36,40 @@ func newStatusCmd(stdio Stdio, g *globals) *cobra.Command {
 			if g.json {
 				return printJSON(stdio.Out, st)
 			}
-			s := st.Session
-			ws := s.Workspace
-			if ws == "" {
-				ws = "(none)"
-			} else if s.ReadOnly {
-				ws += " (read-only)"
-			}
-			fmt.Fprintf(stdio.Out, "vm:        %s", s.State)
-			if s.Phase != "" {
-				fmt.Fprintf(stdio.Out, " (%s, %s)", s.Phase, s.Elapsed.Round(100*time.Millisecond))
-			}
-			fmt.Fprintln(stdio.Out)
-			fmt.Fprintf(stdio.Out, "workspace: %s\n", ws)
-			fmt.Fprintf(stdio.Out, "image:     %s%s\n", orDash(s.Image), map[bool]string{true: " (changes kept on the workspace's disk)"}[s.KeepDisk])
-			accel := orDash(s.Accelerator)
-			if s.MachineType != "" {
-				accel += " on " + s.MachineType
-			}
-			fmt.Fprintf(stdio.Out, "machine:   %d CPUs, %d MiB, %s, generation %d, booted in %s, up %s\n",
-				s.CPUs, s.MemoryMiB, accel, s.Generation, s.BootTime.Round(time.Millisecond), s.Uptime.Round(time.Second))
-			fmt.Fprintf(stdio.Out, "tasks:     %d running\n", st.RunningTasks)
-			fmt.Fprintf(stdio.Out, "egress:    allow %s; deny %s\n", list(st.Settings.Allow), list(st.Settings.Deny))
-			if s.LastError != "" {
-				fmt.Fprintf(stdio.Out, "last error: %s\n", s.LastError)
-			}
-			fmt.Fprintf(stdio.Out, "data:      %s\nconsole:   %s\n", st.StateDir, orDash(s.ConsoleLog))
+			writeStatus(stdio.Out, st)
 			return nil
 		},
 	}
+}
+
+// writeStatus prints st the way `airlock status` shows it.
+func writeStatus(w io.Writer, st service.Status) {
+	s := st.Session
+	ws := s.Workspace
+	if ws == "" {
+		ws = "(none)"
+	} else if s.ReadOnly {
+		ws += " (read-only)"
+	}
+	fmt.Fprintf(w, "vm:        %s", s.State)
+	if s.Phase != "" {
+		fmt.Fprintf(w, " (%s, %s)", s.Phase, s.Elapsed.Round(100*time.Millisecond))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "workspace: %s\n", ws)
+	fmt.Fprintf(w, "image:     %s%s\n", orDash(s.Image), map[bool]string{true: " (changes kept on the workspace's disk)"}[s.KeepDisk])
+	accel := orDash(s.Accelerator)
+	if s.MachineType != "" {
+		accel += " on " + s.MachineType
+	}
+	fmt.Fprintf(w, "machine:   %d CPUs, %d MiB, %s, generation %d, booted in %s, up %s\n",
+		s.CPUs, s.MemoryMiB, accel, s.Generation, s.BootTime.Round(time.Millisecond), s.Uptime.Round(time.Second))
+	fmt.Fprintf(w, "tasks:     %d running\n", st.RunningTasks)
+	fmt.Fprintf(w, "egress:    allow %s; deny %s\n", list(st.Settings.Allow), list(st.Settings.Deny))
+	if s.LastError != "" {
+		fmt.Fprintf(w, "last error: %s\n", s.LastError)
+	}
+	fmt.Fprintf(w, "data:      %s\nconsole:   %s\n", st.StateDir, orDash(s.ConsoleLog))
 }
 
 func orDash(s string) string {

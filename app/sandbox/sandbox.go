@@ -176,9 +176,9 @@ func start(ctx context.Context, o Options, initBy time.Duration) (_ *Sandbox, er
 		return nil, fmt.Errorf("sandbox: a persistent disk needs an image with a root disk (standard); the %s image has none", o.Image.Name)
 	}
 	cfg := vm.Config{
-		Kernel: o.Image.Kernel, Initrd: o.Image.Initrd,
-		Cmdline: append(boot.Args(), o.KernelArgs...), KernelHZ: o.Image.KernelHZ,
-		CPUs: o.CPUs, MemoryMiB: o.MemoryMiB,
+		Kernel: o.Image.Kernel, Initrd: o.Image.Initrd, KernelHZ: o.Image.KernelHZ,
+		Cmdline: append(boot.Args(), o.KernelArgs...),
+		CPUs:    o.CPUs, MemoryMiB: o.MemoryMiB,
 		Dir: s.runDir, ConsoleLog: o.ConsoleLog, Logger: o.Logger,
 		Disks: disks,
 	}

@@ -9,7 +9,9 @@ IMAGE_DIR := images/out
 WORKSPACE ?= $(HOME)/airlock-demo
 E2E_TIMEOUT ?= 40m
 
-APT_PACKAGES := qemu-system-x86 qemu-system-arm busybox-static kmod cpio xz-utils protobuf-compiler debootstrap e2fsprogs qemu-utils qemu-user-static binfmt-support
+# gcc ... libssl-dev build the amd64 guest kernel from Debian's linux-source (images/README.md)
+APT_PACKAGES := qemu-system-x86 qemu-system-arm busybox-static kmod cpio xz-utils protobuf-compiler debootstrap e2fsprogs qemu-utils qemu-user-static binfmt-support \
+	gcc make bc flex bison libelf-dev libssl-dev
 
 .PHONY: all build airlock image image-all image-kernel-source image-standard image-standard-all deps run test test-unit test-e2e bench vet proto check-proto clean
 
@@ -21,17 +23,22 @@ build: frontend airlock image
 airlock:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/airlock ./app/cmd/airlock
 
+## image: the minimal guest image for this machine's architecture in $(IMAGE_DIR)/$(ARCH) (Debian's
+## kernel, its drivers as modules) and, on amd64, also in $(IMAGE_DIR)/kernel-source/amd64 with a
+## kernel built from Debian's linux-source, every driver built in: what QEMU boots on Linux, ready
+## in about half the time. The kernel is cached in $(IMAGE_DIR)/cache/kernels; its first build takes
+## minutes (images/README.md)
 image:
 	$(GO) run ./images/cmd/airlock-image -arch $(ARCH) -out $(IMAGE_DIR)
 
 image-all:
 	$(GO) run ./images/cmd/airlock-image -arch all -out $(IMAGE_DIR)
 
-## image-kernel-source: the amd64 minimal image with a kernel built from Debian's linux-source
+## image-kernel-source: only the amd64 minimal image with a kernel built from Debian's linux-source
 ## (same version as the packaged kernel; every driver built in, no modules, QEMU only) in
-## $(IMAGE_DIR)/kernel-source/amd64; the kernel is cached in $(IMAGE_DIR)/cache/kernels (cold
-## build: see images/README.md; needs gcc make bc flex bison libelf-dev libssl-dev). Niced: it
-## shares the machine.
+## $(IMAGE_DIR)/kernel-source/amd64 (make image builds it too); the kernel is cached in
+## $(IMAGE_DIR)/cache/kernels (cold build: see images/README.md; needs gcc make bc flex bison
+## libelf-dev libssl-dev). Niced: it shares the machine.
 image-kernel-source:
 	nice -n 19 $(GO) run ./images/cmd/airlock-image -arch amd64 -kernel source -out $(IMAGE_DIR)
 

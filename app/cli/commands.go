@@ -57,7 +57,11 @@ func writeStatus(w io.Writer, st service.Status) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "workspace: %s\n", ws)
-	fmt.Fprintf(w, "image:     %s%s\n", orDash(s.Image), map[bool]string{true: " (changes kept on the workspace's disk)"}[s.KeepDisk])
+	image := orDash(s.Image)
+	if s.Kernel != "" {
+		image += ", kernel " + s.Kernel
+	}
+	fmt.Fprintf(w, "image:     %s%s\n", image, map[bool]string{true: " (changes kept on the workspace's disk)"}[s.KeepDisk])
 	accel := orDash(s.Accelerator)
 	if s.MachineType != "" {
 		accel += " on " + s.MachineType

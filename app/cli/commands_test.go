@@ -10,13 +10,13 @@ import (
 	"github.com/airlock-sandbox/airlock/app/settings"
 )
 
-// TestWriteStatus: `airlock status` names the machine type beside the
-// accelerator when the backend reports one, and the accelerator alone
-// otherwise.
+// TestWriteStatus: `airlock status` names the image's kernel, and the
+// machine type beside the accelerator when the backend reports one, and
+// the accelerator alone otherwise.
 func TestWriteStatus(t *testing.T) {
 	st := service.Status{
 		Session: session.Status{
-			State: session.StateRunning, Workspace: "/home/u/reports", ReadOnly: true, Image: "minimal",
+			State: session.StateRunning, Workspace: "/home/u/reports", ReadOnly: true, Image: "minimal", Kernel: "6.1.192-airlock",
 			CPUs: 2, MemoryMiB: 1024, Accelerator: "tcg", MachineType: "microvm", Generation: 3,
 			BootTime: 1712 * time.Millisecond, Uptime: 42 * time.Second, ConsoleLog: "/run/console.log",
 		},
@@ -29,6 +29,7 @@ func TestWriteStatus(t *testing.T) {
 	for _, want := range []string{
 		"vm:        running\n",
 		"workspace: /home/u/reports (read-only)\n",
+		"image:     minimal, kernel 6.1.192-airlock\n",
 		"machine:   2 CPUs, 1024 MiB, tcg on microvm, generation 3, booted in 1.712s, up 42s\n",
 		"tasks:     1 running\n",
 		"egress:    allow pypi.org; deny (none)\n",
@@ -39,9 +40,12 @@ func TestWriteStatus(t *testing.T) {
 		}
 	}
 
-	st.Session.MachineType = ""
+	st.Session.MachineType, st.Session.Kernel = "", ""
 	b.Reset()
 	writeStatus(&b, st)
+	if !strings.Contains(b.String(), "image:     minimal\n") {
+		t.Errorf("without a kernel release:\n%s", b.String())
+	}
 	if !strings.Contains(b.String(), " MiB, tcg, generation") {
 		t.Errorf("without a machine type:\n%s", b.String())
 	}

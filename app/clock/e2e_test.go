@@ -45,7 +45,7 @@ func TestE2EResyncAfterJump(t *testing.T) {
 	if root == "" {
 		root = filepath.Join("..", "..", "images", "out")
 	}
-	img, err := sandbox.LoadImage(filepath.Join(root, runtime.GOARCH))
+	img, err := sandbox.LoadImage(sandbox.ImageDirUnder(root, sandbox.DefaultImage, runtime.GOARCH))
 	if err != nil {
 		t.Skipf("no guest image: %v", err)
 	}

@@ -24,6 +24,9 @@ type Image struct {
 	// KernelHZ is the kernel's timer rate, 0 when the manifest predates it
 	// (vm.Config.KernelHZ).
 	KernelHZ int
+	// KernelRelease is the kernel's release ("6.1.0-57-amd64" for
+	// Debian's, "6.1.192-airlock" for one built from linux-source).
+	KernelRelease string
 }
 
 // ImageNames are the images Airlock knows, the default first.
@@ -41,14 +44,26 @@ func CheckImageName(name string) error {
 	return fmt.Errorf("unknown image %q: choose %s", name, strings.Join(ImageNames, " or "))
 }
 
-// imageSub is the folder of image name for arch, relative to an images
-// folder: <arch> for minimal, standard/<arch> for standard.
-func imageSub(name, arch string) string {
-	if name == "" || name == manifest.ImageMinimal {
-		return arch
+// imageSubs are the folders of image name for arch, relative to an images
+// folder, the preferred first: standard/<arch> for standard; <arch> for
+// minimal, after kernel-source/<arch> where QEMU boots it (sourceKernelFirst).
+func imageSubs(name, arch string) []string {
+	if name != "" && name != manifest.ImageMinimal {
+		return []string{filepath.Join(name, arch)}
 	}
-	return filepath.Join(name, arch)
+	if sourceKernelFirst(runtime.GOOS, arch) {
+		return []string{filepath.Join(manifest.KernelSourceDir, arch), arch}
+	}
+	return []string{arch}
 }
+
+// sourceKernelFirst reports whether a minimal image with the kernel built
+// from linux-source (amd64 only, every driver built in, no Hyper-V
+// drivers) is preferred to Debian's kernel: on a Linux host, where QEMU
+// boots it, it is ready in about half the time (no modules to load under
+// emulation; README "Performance"). Windows (Hyper-V) and macOS keep
+// Debian's kernel.
+func sourceKernelFirst(goos, arch string) bool { return goos == "linux" && arch == "amd64" }
 
 // ImageSearchPath lists the folders a minimal guest image for arch is
 // looked for in (ImageSearchPathFor).
@@ -57,26 +72,46 @@ func ImageSearchPath(arch string) []string { return ImageSearchPathFor(DefaultIm
 // ImageSearchPathFor lists the folders image name for arch is looked for
 // in, in order: $AIRLOCK_IMAGE_DIR, next to the executable (a source
 // checkout's bin/, an installed prefix, a macOS app bundle's Resources),
-// then the current folder's images/out.
+// then the current folder's images/out; under each, the preferred form
+// first (imageSubs).
 func ImageSearchPathFor(name, arch string) []string {
-	sub := imageSub(name, arch)
+	subs := imageSubs(name, arch)
 	var dirs []string
+	under := func(base string) {
+		for _, sub := range subs {
+			dirs = append(dirs, filepath.Join(base, sub))
+		}
+	}
 	if d := os.Getenv("AIRLOCK_IMAGE_DIR"); d != "" {
-		dirs = append(dirs, d, filepath.Join(d, sub))
+		dirs = append(dirs, d)
+		under(d)
 	}
 	if exe, err := os.Executable(); err == nil {
 		if exe, err = filepath.EvalSymlinks(exe); err == nil {
 			base := filepath.Dir(exe)
-			dirs = append(dirs,
-				filepath.Join(base, "..", "images", "out", sub),
-				filepath.Join(base, "..", "share", "airlock", "images", sub),
-				// Inside a macOS app bundle: Contents/MacOS/<exe> → Contents/Resources.
-				filepath.Join(base, "..", "Resources", "images", sub),
-				filepath.Join(base, "images", sub))
+			under(filepath.Join(base, "..", "images", "out"))
+			under(filepath.Join(base, "..", "share", "airlock", "images"))
+			// Inside a macOS app bundle: Contents/MacOS/<exe> → Contents/Resources.
+			under(filepath.Join(base, "..", "Resources", "images"))
+			under(filepath.Join(base, "images"))
 		}
 	}
-	dirs = append(dirs, filepath.Join("images", "out", sub))
+	under(filepath.Join("images", "out"))
 	return dirs
+}
+
+// ImageDirUnder is the folder under the images folder root that image name
+// for arch is taken from: the first of its forms (imageSubs) that has a
+// manifest, else the last form (whose absence the caller then reports).
+// The tests and the benchmark boot what the product boots with it.
+func ImageDirUnder(root, name, arch string) string {
+	subs := imageSubs(name, arch)
+	for _, sub := range subs {
+		if _, err := os.Stat(filepath.Join(root, sub, manifest.FileName)); err == nil {
+			return filepath.Join(root, sub)
+		}
+	}
+	return filepath.Join(root, subs[len(subs)-1])
 }
 
 // FindImage returns the verified minimal image (FindNamedImage).
@@ -134,7 +169,7 @@ func LoadImage(dir string) (Image, error) {
 	if err := m.VerifyCached(dir, imageDigests); err != nil {
 		return Image{}, err
 	}
-	img := Image{Dir: dir, Kernel: m.KernelPath(dir), Initrd: m.InitrdPath(dir), Name: m.Name(), RootDisk: m.RootDiskPath(dir), KernelHZ: m.KernelHZ}
+	img := Image{Dir: dir, Kernel: m.KernelPath(dir), Initrd: m.InitrdPath(dir), Name: m.Name(), RootDisk: m.RootDiskPath(dir), KernelHZ: m.KernelHZ, KernelRelease: m.KernelVersion}
 	if m.RootDisk != nil {
 		img.RootLabel = m.RootDisk.Label
 	}

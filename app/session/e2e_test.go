@@ -30,7 +30,7 @@ func TestSessionRealVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := sandbox.LoadImage(filepath.Join(root, runtime.GOARCH))
+	img, err := sandbox.LoadImage(sandbox.ImageDirUnder(root, sandbox.DefaultImage, runtime.GOARCH))
 	if err != nil {
 		t.Fatalf("guest image: %v (build it with `go run ./images/cmd/airlock-image -arch %s -q`)", err, runtime.GOARCH)
 	}

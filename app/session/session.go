@@ -176,7 +176,7 @@ func New(cfg Config) *Session {
 	s.snap = snapshot{
 		state: StateStopped, since: s.clock.Now(),
 		workspace: cfg.Sandbox.Workspace, readOnly: cfg.Sandbox.ReadOnly,
-		cpus: cfg.Sandbox.CPUs, mem: cfg.Sandbox.MemoryMiB, image: cfg.Sandbox.Image.Name, keepDisk: cfg.Sandbox.DiskDir != "", consoleLog: cfg.Sandbox.ConsoleLog,
+		cpus: cfg.Sandbox.CPUs, mem: cfg.Sandbox.MemoryMiB, image: cfg.Sandbox.Image.Name, kernel: cfg.Sandbox.Image.KernelRelease, keepDisk: cfg.Sandbox.DiskDir != "", consoleLog: cfg.Sandbox.ConsoleLog,
 	}
 	sup := newSupervisor(s)
 	go sup.run()

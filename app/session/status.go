@@ -67,6 +67,8 @@ type Status struct {
 	// KeepDisk whether its changes are kept on the workspace's disk.
 	Image    string `json:"image,omitempty"`
 	KeepDisk bool   `json:"keep_disk,omitempty"`
+	// Kernel is the image's kernel release (sandbox.Image.KernelRelease).
+	Kernel string `json:"kernel,omitempty"`
 	// Accelerator, MachineType and PID describe the current (or last) VM;
 	// MachineType is the hypervisor's machine where it has a choice (QEMU:
 	// "q35", "microvm", "virt").
@@ -105,6 +107,7 @@ type snapshot struct {
 	readOnly  bool
 	cpus, mem int
 	image     string
+	kernel    string
 	keepDisk  bool
 
 	accel    string
@@ -126,7 +129,7 @@ func (s *snapshot) status(now time.Time) Status {
 	st := Status{
 		State: s.state, Phase: s.phase, Elapsed: now.Sub(s.since), Generation: s.gen,
 		Workspace: s.workspace, ReadOnly: s.readOnly, CPUs: s.cpus, MemoryMiB: s.mem,
-		Image: s.image, KeepDisk: s.keepDisk,
+		Image: s.image, KeepDisk: s.keepDisk, Kernel: s.kernel,
 		Accelerator: s.accel, MachineType: s.machine, PID: s.pid, BootTime: s.bootTime,
 		Restarts: s.restarts, AgentRestarts: s.agentRestarts, Failures: s.failures, ConsoleLog: s.consoleLog,
 	}

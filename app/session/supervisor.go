@@ -126,7 +126,9 @@ func (l *supervisor) handle(c command) error {
 		}
 	case opImage:
 		l.tmpl.Image, l.tmpl.DiskDir = c.image, c.diskDir
-		l.s.update(func(sn *snapshot) { sn.image, sn.keepDisk = c.image.Name, c.diskDir != "" })
+		l.s.update(func(sn *snapshot) {
+			sn.image, sn.kernel, sn.keepDisk = c.image.Name, c.image.KernelRelease, c.diskDir != ""
+		})
 		l.s.log.Info("image set", "image", c.image.Name, "keep_disk", c.diskDir != "", "restart", l.want)
 		if !l.want {
 			return nil

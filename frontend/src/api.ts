@@ -16,6 +16,8 @@ export interface SessionStatus {
   memory_mib: number;
   image?: string;
   keep_disk?: boolean;
+  /** The image's kernel release: "6.1.192-airlock" when built from linux-source (Linux amd64). */
+  kernel?: string;
   accelerator?: string;
   pid?: number;
   boot_time_ns: number;

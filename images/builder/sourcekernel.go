@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,12 +29,18 @@ const (
 	// built in and no module support (amd64, QEMU only: no Hyper-V
 	// drivers).
 	KernelSource = "source"
+	// KernelAuto is what airlock-image builds by default: Debian's kernel
+	// for every architecture and, for amd64, also the source-built one
+	// (what QEMU on a Linux host boots: manifest.KernelSourceDir), unless
+	// the host lacks the compiler and the kernel is not cached, which is
+	// then a warning: the image with Debian's kernel works everywhere.
+	KernelAuto = "auto"
 )
 
 // KernelSourceDir is the folder under the output folder that receives the
-// images with a source-built kernel (<out>/kernel-source/<arch>/), so they
-// never replace the default ones.
-const KernelSourceDir = "kernel-source"
+// images with a source-built kernel (<out>/kernel-source/<arch>/), beside
+// the Debian-kernel ones (manifest.KernelSourceDir).
+const KernelSourceDir = manifest.KernelSourceDir
 
 // sourceKernelConfig is the config fragment of the source-built kernel:
 // allnoconfig plus these lines.
@@ -54,6 +61,10 @@ const sourceKernelLocalVersion = "-airlock"
 // bison, bc; certs/ needs libssl's headers).
 var kernelBuildPackages = []string{"gcc", "make", "bc", "flex", "bison", "libelf-dev", "libssl-dev"}
 
+// errNoKernelBuildTools marks a kernel build refused for missing host
+// packages (checkKernelBuildTools).
+var errNoKernelBuildTools = errors.New("kernel build packages missing")
+
 // checkKernelBuildTools reports the missing build packages with the exact
 // command that installs them.
 func checkKernelBuildTools(ctx context.Context) error {
@@ -65,8 +76,8 @@ func checkKernelBuildTools(ctx context.Context) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("images: building the kernel from source needs %s; run `apt-get install %s` and try again",
-			strings.Join(missing, ", "), strings.Join(missing, " "))
+		return fmt.Errorf("images: building the kernel from source needs %s; run `apt-get install %s` and try again (%w)",
+			strings.Join(missing, ", "), strings.Join(missing, " "), errNoKernelBuildTools)
 	}
 	return nil
 }
@@ -145,6 +156,11 @@ func buildSourceKernel(ctx context.Context, cache, arch string, src debPackage, 
 	}
 	cc, err := run(ctx, "", nil, "gcc", "--version")
 	if err != nil {
+		// The cache key needs the compiler's version, so even a cached
+		// kernel needs gcc: name what to install.
+		if terr := checkKernelBuildTools(ctx); terr != nil {
+			return nil, terr
+		}
 		return nil, fmt.Errorf("images: kernel build: %w", err)
 	}
 	compiler, _, _ := strings.Cut(string(cc), "\n")

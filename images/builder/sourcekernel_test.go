@@ -1,6 +1,10 @@
 package builder
 
 import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -81,5 +85,44 @@ func TestSourceKernelKey(t *testing.T) {
 		if k == base {
 			t.Errorf("changing the %s leaves the kernel's cache key unchanged", name)
 		}
+	}
+}
+
+// TestBuildRefusesKernelChoice: a kernel choice Build cannot make is
+// refused before anything is downloaded or built, naming the choices.
+func TestBuildRefusesKernelChoice(t *testing.T) {
+	for _, tool := range []string{"apt-get", "apt-cache", "dpkg", "dpkg-deb", "depmod", "xz", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("Build checks for %s first: %v", tool, err)
+		}
+	}
+	out := t.TempDir()
+	for _, tt := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{Arches: []string{"amd64"}, Kernel: "custom"}, `unknown kernel "custom" (want auto, debian or source)`},
+		{Options{Arches: []string{"arm64"}, Kernel: KernelSource}, "only for amd64, not arm64"},
+		{Options{Arches: []string{"amd64"}, Kernel: KernelSource, Standard: true}, "builds the minimal image only"},
+	} {
+		tt.opts.OutDir, tt.opts.CacheDir = out, out
+		if _, err := Build(context.Background(), tt.opts); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Build(kernel %q, arches %v, standard %v) = %v; want an error with %q", tt.opts.Kernel, tt.opts.Arches, tt.opts.Standard, err, tt.want)
+		}
+	}
+	if entries, _ := os.ReadDir(out); len(entries) > 0 {
+		t.Errorf("a refused build wrote %d entries in the output folder", len(entries))
+	}
+}
+
+// TestMissingBuildToolsAreMarked: auto mode skips the source kernel only
+// for missing packages, which it tells apart from a failed build.
+func TestMissingBuildToolsAreMarked(t *testing.T) {
+	saved := kernelBuildPackages
+	defer func() { kernelBuildPackages = saved }()
+	kernelBuildPackages = []string{"airlock-no-such-package"}
+	err := checkKernelBuildTools(context.Background())
+	if !errors.Is(err, errNoKernelBuildTools) || !strings.Contains(err.Error(), "apt-get install airlock-no-such-package") {
+		t.Fatalf("checkKernelBuildTools = %v; want errNoKernelBuildTools naming the apt-get line", err)
 	}
 }

@@ -103,6 +103,14 @@ const (
 // ImageNames are the images Airlock knows, default first.
 var ImageNames = []string{ImageMinimal, ImageStandard}
 
+// KernelSourceDir is the folder, under an images folder, of the minimal
+// images whose kernel was built from Debian's linux-source with every
+// driver built in (<images>/kernel-source/<arch>/, amd64 only): what QEMU
+// boots on a Linux amd64 host when it is there. <images>/<arch>/ keeps
+// Debian's packaged kernel and its modules: the portable image (Hyper-V's
+// drivers, the standard image's kernel).
+const KernelSourceDir = "kernel-source"
+
 // RootDisk is a read-only root file system the guest's init mounts below
 // a writable layer.
 type RootDisk struct {

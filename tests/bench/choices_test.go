@@ -23,10 +23,10 @@ type bootChoice struct {
 	machine        string // qemu.Options.Machine: "" for the default
 }
 
-// choices boots the floor guest (kernel and initramfs of the image, a
-// trivial init) in each image choice issue 9 asks about, alternating
-// rounds, against the image's default: an uncompressed PVH vmlinux, an
-// uncompressed initramfs, q35. Only with -only choices: it costs about
+// choices boots the floor guest (kernel and initramfs of the image with
+// Debian's kernel, a trivial init) in each image choice issue 9 asks
+// about, alternating rounds, against that image's form: an uncompressed
+// PVH vmlinux, an uncompressed initramfs, the default machine. Only with -only choices: it costs about
 // 20 boots.
 func (h *harness) choices() {
 	ctx := context.Background()
@@ -37,10 +37,10 @@ func (h *harness) choices() {
 	dir := filepath.Join(h.work, "choices")
 	os.MkdirAll(dir, 0o755)
 	plain := filepath.Join(dir, "floor.cpio")
-	if err := floorInitramfs(filepath.Join(h.imageDir, "initramfs.cpio"), floorBin, plain); err != nil {
+	if err := floorInitramfs(filepath.Join(h.debianDir, "initramfs.cpio"), floorBin, plain); err != nil {
 		h.b.Fatal(err)
 	}
-	vmlinux := filepath.Join(h.imageDir, "vmlinux")
+	vmlinux := filepath.Join(h.debianDir, "vmlinux")
 	// Every choice runs with the accelerator a first, uncounted default
 	// boot settles on, so that no counted boot includes the KVM probe. The
 	// accelerator also decides the default machine (microvm under TCG on a
@@ -73,7 +73,7 @@ func (h *harness) choices() {
 		}
 		alts = append(alts, bootChoice{"initramfs-" + c.tool, "initramfs " + c.tool, vmlinux, out, ""})
 	}
-	if bz, err := bzImage(h.imageDir, dir); err != nil {
+	if bz, err := bzImage(h.debianDir, dir); err != nil {
 		h.logf("skip bzImage: %v", err)
 	} else {
 		alts = append(alts, bootChoice{"kernel-bzimage", "kernel bzImage (via firmware)", bz, plain, ""})
@@ -89,7 +89,7 @@ func (h *harness) choices() {
 	}
 	// The kernel built from linux-source (make image-kernel-source), when
 	// its image is there: its own initramfs (no modules) with the floor init.
-	src := sourceKernelImage(h.imageDir)
+	src := sourceKernelImage(h.debianDir)
 	if src != "" {
 		srcFloor := filepath.Join(dir, "floor-kernel-source.cpio")
 		if err := floorInitramfs(filepath.Join(src, "initramfs.cpio"), floorBin, srcFloor); err != nil {
@@ -97,13 +97,13 @@ func (h *harness) choices() {
 		}
 		alts = append(alts, bootChoice{"kernel-source", "kernel from linux-source, drivers built in", filepath.Join(src, "vmlinux"), srcFloor, ""})
 	} else {
-		h.logf("skip the linux-source kernel: no image in %s (make image-kernel-source)", filepath.Join(h.imageDir, "..", "kernel-source"))
+		h.logf("skip the linux-source kernel: no image in %s (make image-kernel-source)", filepath.Join(h.debianDir, "..", "kernel-source"))
 	}
 
 	samples := map[string][]float64{}
 	bootOne := func(c bootChoice, i int, key string) {
 		cfg := h.machineConfig(fmt.Sprintf("choice-%s-%d", c.key, i), c.initrd, "", 0, 0)
-		cfg.Kernel, cfg.Share, cfg.KernelHZ = c.kernel, nil, kernelHZ(c.kernel, h.imageDir)
+		cfg.Kernel, cfg.Share, cfg.KernelHZ = c.kernel, nil, kernelHZ(c.kernel, h.debianDir)
 		bt, err := boot(ctx, cfg, qemu.Options{Machine: c.machine, Accel: accel})
 		if err != nil {
 			h.logf("boot %s: %v", c.key, err)
@@ -156,14 +156,14 @@ func (h *harness) sourceKernelAgent(src string) {
 	uid, gid := workspace.Owner(ws)
 	type img struct{ key, kernel, initrd string }
 	imgs := []img{
-		{"debian", filepath.Join(h.imageDir, "vmlinux"), filepath.Join(h.imageDir, "initramfs.cpio")},
+		{"debian", filepath.Join(h.debianDir, "vmlinux"), filepath.Join(h.debianDir, "initramfs.cpio")},
 		{"source", filepath.Join(src, "vmlinux"), filepath.Join(src, "initramfs.cpio")},
 	}
 	readyMS, uptime := map[string][]float64{}, map[string][]float64{}
 	for i := range h.rounds {
 		for _, im := range imgs {
 			cfg := h.machineConfig(fmt.Sprintf("agent-%s-%d", im.key, i), im.initrd, ws, uid, gid)
-			cfg.Kernel, cfg.KernelHZ = im.kernel, kernelHZ(im.kernel, h.imageDir)
+			cfg.Kernel, cfg.KernelHZ = im.kernel, kernelHZ(im.kernel, h.debianDir)
 			bt, err := boot(ctx, cfg, qemu.Options{})
 			if err != nil {
 				h.logf("boot the agent image, %s kernel: %v", im.key, err)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/guest/mux"
 	"github.com/airlock-sandbox/airlock/internal/relaytest"
 )
@@ -32,7 +33,8 @@ type harness struct {
 	accel    string
 	cleanups []func()
 
-	imageDir  string // images/out/<arch>
+	imageDir  string // the minimal image the product boots here (sandbox.ImageDirUnder)
+	debianDir string // images/out/<arch>: Debian's kernel and modules (the choices phase)
 	work      string // scratch folder, removed at the end
 	floor     *floorVM
 	echoRTT   []float64 // per-round medians, µs (the transport's own echo)
@@ -50,7 +52,8 @@ func (h *harness) logf(format string, a ...any) {
 }
 
 func (h *harness) run() {
-	h.imageDir = imageDir(h.b)
+	h.imageDir, h.debianDir = imageDir(h.b)
+	h.logf("image %s", h.imageDir)
 	var err error
 	if h.work, err = os.MkdirTemp("", "airlock-bench-"); err != nil {
 		h.b.Fatal(err)
@@ -74,16 +77,22 @@ func (h *harness) run() {
 	}
 }
 
-func imageDir(b *testing.B) string {
+// imageDir finds the minimal image the product boots here (on a Linux amd64
+// host the one with the kernel built from linux-source, when it was
+// built) and the one with Debian's kernel.
+func imageDir(b *testing.B) (product, debian string) {
 	root := os.Getenv("AIRLOCK_IMAGE_DIR")
 	if root == "" {
 		root = filepath.Join("..", "..", "images", "out")
 	}
-	dir, _ := filepath.Abs(filepath.Join(root, runtime.GOARCH))
-	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
-		b.Fatalf("no guest image in %s (make image; make bench builds it): %v", dir, err)
+	root, _ = filepath.Abs(root)
+	product, debian = sandbox.ImageDirUnder(root, sandbox.DefaultImage, runtime.GOARCH), filepath.Join(root, runtime.GOARCH)
+	for _, dir := range []string{product, debian} {
+		if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
+			b.Fatalf("no guest image in %s (make image; make bench builds it): %v", dir, err)
+		}
 	}
-	return dir
+	return product, debian
 }
 
 // hostOnly measures what needs no VM: the multiplexer against a bare

@@ -32,7 +32,7 @@ func (h *harness) service() {
 	os.MkdirAll(ws, 0o755)
 	ws = ownedByTaskUser(ws)
 	env := append(os.Environ(),
-		"AIRLOCK_IMAGE_DIR="+filepath.Dir(h.imageDir),
+		"AIRLOCK_IMAGE_DIR="+h.imageDir,
 		"XDG_RUNTIME_DIR="+filepath.Join(root, "run"),
 		"XDG_CONFIG_HOME="+filepath.Join(root, "config"),
 		"XDG_STATE_HOME="+filepath.Join(root, "state"),

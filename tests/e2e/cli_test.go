@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/guest/api"
 )
 
@@ -228,7 +229,7 @@ func TestRunKilledLeavesNoQEMU(t *testing.T) {
 
 // TestRunRefusesBrokenImage: a damaged artifact is caught before boot.
 func TestRunRefusesBrokenImage(t *testing.T) {
-	src := filepath.Join(imageRoot, runtime.GOARCH)
+	src := sandbox.ImageDirUnder(imageRoot, sandbox.DefaultImage, runtime.GOARCH)
 	dst := t.TempDir()
 	entries, err := os.ReadDir(src)
 	if err != nil {

@@ -130,7 +130,7 @@ func newCredWorld(t *testing.T) *credWorld {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build credprobe: %v\n%s", err, out)
 	}
-	img, err := sandbox.LoadImage(filepath.Join(imageRoot, runtime.GOARCH))
+	img, err := sandbox.LoadImage(sandbox.ImageDirUnder(imageRoot, sandbox.DefaultImage, runtime.GOARCH))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestE2ECPUModelBootTime(t *testing.T) {
 	if os.Getenv("AIRLOCK_E2E_MEASURE") == "" {
 		t.Skip("set AIRLOCK_E2E_MEASURE=1")
 	}
-	img := imagesDir(t)
+	img := imagesDir(t, false)
 	for round := range 3 {
 		for _, cpu := range []string{"max", "qemu64"} {
 			cfg := e2eConfig(t)

@@ -36,7 +36,8 @@ export function imageCard(): { el: HTMLElement; render: () => void } {
     const s = store.session;
     const image = s?.image || "minimal";
     if (document.activeElement !== select) select.value = image;
-    about.textContent = IMAGES.find((i) => i.id === select.value)?.about ?? "";
+    const kernel = s?.kernel && select.value === image ? ` Kernel ${s.kernel}.` : "";
+    about.textContent = (IMAGES.find((i) => i.id === select.value)?.about ?? "") + kernel;
     keep.checked = !!s?.keep_disk;
     keep.disabled = select.value !== "standard";
     reset.disabled = select.value !== "standard";

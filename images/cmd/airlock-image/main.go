@@ -26,7 +26,7 @@ func main() {
 	src := flag.String("guest-src", ".", "module root the guest agent is built from")
 	quiet := flag.Bool("q", false, "print only the summary")
 	image := flag.String("image", "minimal", "minimal, or standard (minimal plus a Debian root disk; needs debootstrap and e2fsprogs)")
-	kernel := flag.String("kernel", builder.KernelDebian, "debian: Debian's packaged kernel, drivers as modules; source: amd64 only, a kernel built from Debian's linux-source of the same version with every driver built in (cached in the cache folder; the first build takes minutes and needs gcc make bc flex bison libelf-dev libssl-dev), written to <out>/"+builder.KernelSourceDir+"/<arch>/")
+	kernel := flag.String("kernel", builder.KernelAuto, "debian: Debian's packaged kernel, drivers as modules, in <out>/<arch>/; source: amd64 only, a kernel built from Debian's linux-source of the same version with every driver built in (cached in the cache folder; the first build takes minutes and needs gcc make bc flex bison libelf-dev libssl-dev), in <out>/"+builder.KernelSourceDir+"/<arch>/, which QEMU on a Linux host boots first; auto: both for amd64 (the source build skipped with a warning when those packages are missing), debian for arm64")
 	jobs := flag.Int("kernel-jobs", 0, "make -j for a -kernel source build (default: one per CPU)")
 	flag.Parse()
 
@@ -88,7 +88,11 @@ func run(arch, out, cache, src string, quiet, standard bool, kernel string, jobs
 		if d := m.RootDisk; d != nil {
 			fmt.Printf("%s %s: %s in %s (Debian %s, %d packages, root disk %.1f MiB)\n", r.Arch, r.Image, state, r.Took.Round(10*time.Millisecond), d.Suite, len(d.Packages), float64(d.DiskSize)/(1<<20))
 		} else {
-			fmt.Printf("%s: %s in %s (kernel %s, %d modules)\n", r.Arch, state, r.Took.Round(10*time.Millisecond), m.KernelVersion, len(m.Modules))
+			label := r.Arch
+			if rel, err := filepath.Rel(out, r.Dir); err == nil && rel != r.Arch {
+				label = rel
+			}
+			fmt.Printf("%s: %s in %s (kernel %s, %d modules)\n", label, state, r.Took.Round(10*time.Millisecond), m.KernelVersion, len(m.Modules))
 		}
 		if len(r.Downloaded) > 0 {
 			fmt.Printf("  downloaded %v into %s\n", r.Downloaded, cache)

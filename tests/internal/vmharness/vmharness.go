@@ -42,7 +42,7 @@ func FromEnv(suite string) (Env, error) {
 	if e.Bin == "" || e.ImageRoot == "" {
 		return e, fmt.Errorf("%s: set AIRLOCK_E2E_BIN and AIRLOCK_IMAGE_DIR (make test-%s does)", suite, suite)
 	}
-	img, err := sandbox.LoadImage(filepath.Join(e.ImageRoot, runtime.GOARCH))
+	img, err := sandbox.LoadImage(sandbox.ImageDirUnder(e.ImageRoot, sandbox.DefaultImage, runtime.GOARCH))
 	if err != nil {
 		return e, fmt.Errorf("%s: %w", suite, err)
 	}

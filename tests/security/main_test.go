@@ -276,9 +276,9 @@ func runLine(began time.Time) string {
 	if uid, err := processUID(info.PID); err == nil {
 		served = fmt.Sprintf(" served by QEMU as uid %d", uid)
 	}
-	return fmt.Sprintf("%s, DURATION; Linux %s %s; Airlock as %s; QEMU %s, %s transport, %s workspace share%s",
+	return fmt.Sprintf("%s, DURATION; Linux %s %s; Airlock as %s; QEMU %s, %s transport, %s workspace share%s; guest kernel %s",
 		began.UTC().Format("2006-01-02 15:04 UTC"), strings.TrimSpace(string(kernel)), runtime.GOARCH, who,
-		info.Accelerator, info.Transport, info.Share, served)
+		info.Accelerator, info.Transport, info.Share, served, image.KernelRelease)
 }
 
 // lanAddress is one non-loopback IPv4 address of this host.

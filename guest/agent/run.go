@@ -6,9 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -30,6 +32,45 @@ const (
 	SignalReboot   = unix.SIGINT
 )
 
+// HoldFDEnv names the environment variable by which init, starting the
+// agent before its own setup is done, passes the read end of a pipe (its
+// fd number): the agent opens its transport, then waits for the pipe's end
+// of file before anything that needs init's setup (the loopback, the
+// workspace, the task cgroups) and before it says it is ready.
+const HoldFDEnv = "AIRLOCK_INIT_HOLD_FD"
+
+// takeHold returns the pipe of HoldFDEnv, or nil when init set none, and
+// removes the variable so that nothing the agent starts sees it.
+func takeHold() *os.File {
+	v, ok := os.LookupEnv(HoldFDEnv)
+	if !ok {
+		return nil
+	}
+	os.Unsetenv(HoldFDEnv)
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return nil
+	}
+	return os.NewFile(uintptr(fd), "init-hold")
+}
+
+// waitForInit blocks until init closes its end of hold (setup done). Init
+// never writes; a byte is a protocol error. Should init's setup fail, it
+// powers the guest off, which ends this wait with the agent.
+func waitForInit(hold *os.File) error {
+	defer hold.Close()
+	var b [1]byte
+	n, err := hold.Read(b[:])
+	switch {
+	case n > 0:
+		return errors.New("agent: init wrote on the hold pipe")
+	case err == io.EOF:
+		return nil
+	default:
+		return fmt.Errorf("agent: waiting for init: %w", err)
+	}
+}
+
 // Run is the agent process in the guest: it reads the boot configuration,
 // sets no_new_privs, opens the transport, starts the egress forwarders
 // (guest/egress: 127.0.0.1:3128 and 127.0.0.1:1080 to the host's
@@ -37,6 +78,10 @@ const (
 // api.PortAgent (ServeAgent) and tasks on api.PortExec, and tells the host it is ready. It returns when ctx is done
 // or the transport fails; init then restarts it.
 func Run(ctx context.Context, log *slog.Logger) error {
+	hold := takeHold()
+	if hold != nil {
+		defer hold.Close()
+	}
 	cmdline, err := os.ReadFile("/proc/cmdline")
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -68,6 +113,13 @@ func Run(ctx context.Context, log *slog.Logger) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	defer el.Close()
+
+	if hold != nil {
+		if err := waitForInit(hold); err != nil {
+			return err
+		}
+		log.Debug("init done")
+	}
 
 	// Egress before readiness, so the first task finds its proxies. Without
 	// them the guest is merely offline, so a failure is logged, not fatal.

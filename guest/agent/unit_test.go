@@ -4,6 +4,8 @@ package agent
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"reflect"
 	"runtime"
 	"strings"
@@ -111,5 +113,49 @@ func TestTaskEnvDefaultPath(t *testing.T) {
 	}
 	if env[0] != "PATH=/home/agent/.local/bin:"+defaultPath {
 		t.Errorf("default %s: pip's user commands are not found", env[0])
+	}
+}
+
+// TestHoldPipe: an agent started early by init waits for init's end of
+// file on the pipe it names, takes the variable out of its environment,
+// and refuses a byte on it.
+func TestHoldPipe(t *testing.T) {
+	t.Setenv(HoldFDEnv, "not-a-number")
+	if h := takeHold(); h != nil {
+		t.Errorf("takeHold with a bad fd = %v, want nil", h)
+	}
+	for _, write := range []bool{false, true} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(HoldFDEnv, strconv.Itoa(int(r.Fd())))
+		h := takeHold()
+		if h == nil {
+			t.Fatal("takeHold = nil")
+		}
+		if _, ok := os.LookupEnv(HoldFDEnv); ok {
+			t.Errorf("%s still set after takeHold", HoldFDEnv)
+		}
+		done := make(chan error, 1)
+		go func() { done <- waitForInit(h) }()
+		select {
+		case err := <-done:
+			t.Fatalf("waitForInit returned %v before init's end of file", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if write {
+			w.Write([]byte{1})
+		}
+		w.Close()
+		select {
+		case err := <-done:
+			if (err != nil) != write {
+				t.Errorf("waitForInit after write=%v: %v", write, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("waitForInit did not return after init closed its end")
+		}
+		r.Close()
 	}
 }

@@ -5,9 +5,9 @@ package agent
 import (
 	"context"
 	"os"
-	"strconv"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"

@@ -45,16 +45,18 @@ func CheckImageName(name string) error {
 }
 
 // imageSubs are the folders of image name for arch, relative to an images
-// folder, the preferred first: standard/<arch> for standard; <arch> for
-// minimal, after kernel-source/<arch> where QEMU boots it (sourceKernelFirst).
+// folder, the preferred first: <arch> for minimal, standard/<arch> for
+// standard, each after its kernel-source/ twin where QEMU boots that
+// (sourceKernelFirst).
 func imageSubs(name, arch string) []string {
+	sub := arch
 	if name != "" && name != manifest.ImageMinimal {
-		return []string{filepath.Join(name, arch)}
+		sub = filepath.Join(name, arch)
 	}
 	if sourceKernelFirst(runtime.GOOS, arch) {
-		return []string{filepath.Join(manifest.KernelSourceDir, arch), arch}
+		return []string{filepath.Join(manifest.KernelSourceDir, sub), sub}
 	}
-	return []string{arch}
+	return []string{sub}
 }
 
 // sourceKernelFirst reports whether a minimal image with the kernel built

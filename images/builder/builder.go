@@ -38,9 +38,11 @@ type Options struct {
 	// Kernel is KernelDebian (also when empty), KernelSource: a kernel
 	// built from Debian's linux-source with the drivers built in (amd64
 	// only), cached in <CacheDir>/kernels/, the image then going to
-	// <OutDir>/kernel-source/<arch>/; or KernelAuto: both for amd64 (the
-	// source-built one after the others, skipped with a warning when the
-	// host cannot build it), Debian's for arm64.
+	// <OutDir>/kernel-source/<arch>/ (and a standard image on it to
+	// <OutDir>/kernel-source/standard/<arch>/, sharing the root disk of
+	// <OutDir>/standard/<arch>/ when that is built); or KernelAuto: both for
+	// amd64 (the source-built one after the others, skipped with a warning
+	// when the host cannot build it), Debian's for arm64.
 	Kernel string
 	// KernelJobs is make's -j for a kernel build; 0 means one per CPU.
 	KernelJobs int
@@ -99,9 +101,6 @@ func Build(ctx context.Context, opts Options) ([]Result, error) {
 				return nil, fmt.Errorf("images: -kernel %s is only for amd64, not %s", KernelSource, arch)
 			}
 		}
-		if opts.Standard {
-			return nil, fmt.Errorf("images: -kernel %s builds the minimal image only", KernelSource)
-		}
 	default:
 		return nil, fmt.Errorf("images: unknown kernel %q (want %s, %s or %s)", opts.Kernel, KernelAuto, KernelDebian, KernelSource)
 	}
@@ -118,8 +117,15 @@ func Build(ctx context.Context, opts Options) ([]Result, error) {
 			return results, err
 		}
 		results = append(results, r)
+		// The standard image with the source-built kernel shares the
+		// root disk of the one with Debian's kernel, when that is built.
+		debianStandard := filepath.Join(opts.OutDir, manifest.ImageStandard, arch)
 		if opts.Standard {
-			s, err := buildStandard(ctx, opts, r, log.With("arch", arch, "image", manifest.ImageStandard))
+			share := ""
+			if opts.Kernel == KernelSource {
+				share = debianStandard
+			}
+			s, err := buildStandard(ctx, opts, r, share, log.With("arch", arch, "image", manifest.ImageStandard))
 			if err != nil {
 				return results, err
 			}
@@ -128,14 +134,22 @@ func Build(ctx context.Context, opts Options) ([]Result, error) {
 		if opts.Kernel == KernelAuto && arch == "amd64" {
 			src := opts
 			src.Kernel = KernelSource
-			s, err := buildArch(ctx, src, arch, pkgs[arch], log.With("arch", arch, "kernel", KernelSource))
+			slg := log.With("arch", arch, "kernel", KernelSource)
+			s, err := buildArch(ctx, src, arch, pkgs[arch], slg)
 			switch {
 			case errors.Is(err, errNoKernelBuildTools):
 				log.Warn("no kernel built from linux-source: QEMU boots Debian's kernel, in about twice the time", "err", err)
+				continue
 			case err != nil:
 				return results, err
-			default:
-				results = append(results, s)
+			}
+			results = append(results, s)
+			if opts.Standard {
+				ss, err := buildStandard(ctx, src, s, debianStandard, slg.With("image", manifest.ImageStandard))
+				if err != nil {
+					return results, err
+				}
+				results = append(results, ss)
 			}
 		}
 	}

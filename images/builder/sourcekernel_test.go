@@ -103,7 +103,6 @@ func TestBuildRefusesKernelChoice(t *testing.T) {
 	}{
 		{Options{Arches: []string{"amd64"}, Kernel: "custom"}, `unknown kernel "custom" (want auto, debian or source)`},
 		{Options{Arches: []string{"arm64"}, Kernel: KernelSource}, "only for amd64, not arm64"},
-		{Options{Arches: []string{"amd64"}, Kernel: KernelSource, Standard: true}, "builds the minimal image only"},
 	} {
 		tt.opts.OutDir, tt.opts.CacheDir = out, out
 		if _, err := Build(context.Background(), tt.opts); err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -54,8 +54,12 @@ var StandardPackages = []string{
 	"libpng16-16", "libfreetype6", "libgomp1", "libsqlite3-0",
 }
 
-// standardDir is where the standard image of arch is written.
-func standardDir(out, arch string) string { return filepath.Join(out, manifest.ImageStandard, arch) }
+// standardDir is where the standard image built on the minimal image in
+// minDir is written: <out>/standard/<arch> beside <out>/<arch>, and
+// <out>/kernel-source/standard/amd64 beside <out>/kernel-source/amd64.
+func standardDir(minDir string) string {
+	return filepath.Join(filepath.Dir(minDir), manifest.ImageStandard, filepath.Base(minDir))
+}
 
 // standardTools are the host programs the standard image needs.
 var standardTools = map[string]string{
@@ -65,11 +69,13 @@ var standardTools = map[string]string{
 }
 
 // buildStandard builds the standard image of arch next to its minimal
-// image (min), or finds it up to date.
-func buildStandard(ctx context.Context, opts Options, min Result, log *slog.Logger) (Result, error) {
+// image (min), or finds it up to date. A root disk of the same recipe in
+// the standard image in shareDisk ("" for none), the other kernel's, is
+// linked instead of built again: only the kernels differ.
+func buildStandard(ctx context.Context, opts Options, min Result, shareDisk string, log *slog.Logger) (Result, error) {
 	start := time.Now()
 	arch := min.Arch
-	res := Result{Arch: arch, Image: manifest.ImageStandard, Dir: standardDir(opts.OutDir, arch)}
+	res := Result{Arch: arch, Image: manifest.ImageStandard, Dir: standardDir(min.Dir)}
 	tools := map[string]string{}
 	for tool, pkg := range standardTools {
 		p, err := lookTool(tool)
@@ -115,6 +121,9 @@ func buildStandard(ctx context.Context, opts Options, min Result, log *slog.Logg
 	if err := os.Remove(filepath.Join(res.Dir, manifest.FileName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return res, fmt.Errorf("images: %w", err)
 	}
+	if disk == nil && shareDisk != "" {
+		disk = linkRootDisk(shareDisk, res.Dir, diskKey, log)
+	}
 	if disk == nil {
 		var err error
 		if disk, err = buildRootDisk(ctx, opts, arch, res.Dir, tools, custom, diskKey, log); err != nil {
@@ -145,6 +154,26 @@ func buildStandard(ctx context.Context, opts Options, min Result, log *slog.Logg
 	}
 	res.Manifest, res.Took = m, time.Since(start)
 	return res, nil
+}
+
+// linkRootDisk links the root disk of the standard image in from into dir
+// when it was built from the same inputs (key) and verifies, and returns
+// its description; nil when it cannot be used.
+func linkRootDisk(from, dir, key string, log *slog.Logger) *manifest.RootDisk {
+	m, err := manifest.Load(from)
+	if err != nil || m.RootDisk == nil || m.RootDisk.InputKey != key || m.RootDisk.File != RootDiskFile {
+		return nil
+	}
+	if err := m.Verify(from); err != nil {
+		log.Info("the other standard image fails verification; building the root disk", "dir", from, "err", err)
+		return nil
+	}
+	if err := linkOrCopy(filepath.Join(from, RootDiskFile), filepath.Join(dir, RootDiskFile)); err != nil {
+		log.Info("could not link the other standard image's root disk; building it", "err", err)
+		return nil
+	}
+	log.Info("root disk linked from the other standard image", "from", from)
+	return m.RootDisk
 }
 
 // buildRootDisk debootstraps the root file system, customises it and

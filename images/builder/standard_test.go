@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,5 +120,72 @@ func TestStandardKeys(t *testing.T) {
 	min2 := &manifest.Manifest{Artifacts: []manifest.Artifact{{Name: "initramfs.cpio", SHA256: "bb"}}}
 	if standardKey(k, min1) == standardKey(k, min2) {
 		t.Error("a new initramfs does not change the image key")
+	}
+}
+
+func TestStandardDir(t *testing.T) {
+	for minDir, want := range map[string]string{
+		filepath.Join("out", "amd64"):                  filepath.Join("out", "standard", "amd64"),
+		filepath.Join("out", "arm64"):                  filepath.Join("out", "standard", "arm64"),
+		filepath.Join("out", "kernel-source", "amd64"): filepath.Join("out", "kernel-source", "standard", "amd64"),
+	} {
+		if got := standardDir(minDir); got != want {
+			t.Errorf("standardDir(%s) = %s, want %s", minDir, got, want)
+		}
+	}
+}
+
+// TestLinkRootDisk: the standard image on the other kernel shares a root
+// disk of the same inputs that verifies, and builds its own otherwise.
+func TestLinkRootDisk(t *testing.T) {
+	from := t.TempDir()
+	m := &manifest.Manifest{
+		SchemaVersion: manifest.SchemaVersion, Arch: "arm64", Image: manifest.ImageStandard,
+		KernelVersion: "6.1.0-1-arm64", Kernel: "Image", Initrd: "initramfs.cpio",
+		InputKey: "k", BuilderVersion: "test",
+		RootDisk: &manifest.RootDisk{File: RootDiskFile, Format: manifest.FormatRawVHD, Label: "airlock-root", DiskSize: 16, Suite: "bookworm", InputKey: "disk-key"},
+	}
+	// An arm64 Image header: the kernel check wants its magic at 0x38.
+	image := make([]byte, 64)
+	copy(image[0x38:], "ARM\x64")
+	for name, data := range map[string]string{"Image": string(image), "initramfs.cpio": "070701", RootDiskFile: "ext4 and a footer"} {
+		p := filepath.Join(from, name)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		a, err := artifact(p, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Artifacts = append(m.Artifacts, a)
+	}
+	if err := m.Write(from); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	if got, err := manifest.Load(from); err != nil {
+		t.Fatal(err)
+	} else if err := got.Verify(from); err != nil {
+		t.Fatal(err)
+	}
+
+	if d := linkRootDisk(from, t.TempDir(), "another-key", log); d != nil {
+		t.Errorf("a root disk of other inputs was shared: %+v", d)
+	}
+	if d := linkRootDisk(t.TempDir(), t.TempDir(), "disk-key", log); d != nil {
+		t.Errorf("a folder without an image shared a root disk: %+v", d)
+	}
+	dir := t.TempDir()
+	d := linkRootDisk(from, dir, "disk-key", log)
+	if d == nil || d.InputKey != "disk-key" {
+		t.Fatalf("linkRootDisk = %+v, want the other image's disk", d)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, RootDiskFile)); err != nil || string(b) != "ext4 and a footer" {
+		t.Fatalf("linked disk: %q, %v", b, err)
+	}
+	// A damaged disk is not shared.
+	os.WriteFile(filepath.Join(from, RootDiskFile), []byte("ext4 and a footeR"), 0o644)
+	if d := linkRootDisk(from, t.TempDir(), "disk-key", log); d != nil {
+		t.Errorf("a damaged root disk was shared")
 	}
 }

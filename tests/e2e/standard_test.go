@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/workspace"
 	"github.com/airlock-sandbox/airlock/guest/client"
+	"github.com/airlock-sandbox/airlock/images/manifest"
 )
 
 // The standard image's scenarios share one booted standard VM (started by
@@ -50,7 +51,11 @@ var standardPolicy = egress.Config{
 	MapHosts: []string{"pypi.test=127.0.0.1", "git.test=127.0.0.1"},
 }
 
-func standardDir() string { return filepath.Join(imageRoot, "standard", runtime.GOARCH) }
+// standardDir is the standard image the product boots here (on a Linux
+// amd64 host the one with the kernel built from linux-source, when built).
+func standardDir() string {
+	return sandbox.ImageDirUnder(imageRoot, manifest.ImageStandard, runtime.GOARCH)
+}
 
 // standardVM boots the shared standard VM once.
 func standardVM(t *testing.T) *sandbox.Sandbox {

@@ -85,13 +85,15 @@ func run(arch, out, cache, src string, quiet, standard bool, kernel string, jobs
 		if r.UpToDate {
 			state = "up to date"
 		}
+		// The image's folder under out names it: amd64, standard/amd64,
+		// kernel-source/amd64, kernel-source/standard/amd64.
+		label := r.Arch
+		if rel, err := filepath.Rel(out, r.Dir); err == nil {
+			label = rel
+		}
 		if d := m.RootDisk; d != nil {
-			fmt.Printf("%s %s: %s in %s (Debian %s, %d packages, root disk %.1f MiB)\n", r.Arch, r.Image, state, r.Took.Round(10*time.Millisecond), d.Suite, len(d.Packages), float64(d.DiskSize)/(1<<20))
+			fmt.Printf("%s: %s in %s (Debian %s, %d packages, root disk %.1f MiB, kernel %s)\n", label, state, r.Took.Round(10*time.Millisecond), d.Suite, len(d.Packages), float64(d.DiskSize)/(1<<20), m.KernelVersion)
 		} else {
-			label := r.Arch
-			if rel, err := filepath.Rel(out, r.Dir); err == nil && rel != r.Arch {
-				label = rel
-			}
 			fmt.Printf("%s: %s in %s (kernel %s, %d modules)\n", label, state, r.Took.Round(10*time.Millisecond), m.KernelVersion, len(m.Modules))
 		}
 		if len(r.Downloaded) > 0 {

@@ -43,7 +43,8 @@ image-kernel-source:
 	nice -n 19 $(GO) run ./images/cmd/airlock-image -arch amd64 -kernel source -out $(IMAGE_DIR)
 
 ## image-standard: the standard image (Debian root disk, needs debootstrap and e2fsprogs) for
-## this machine's architecture in $(IMAGE_DIR)/standard/$(ARCH), beside the minimal one
+## this machine's architecture in $(IMAGE_DIR)/standard/$(ARCH), beside the minimal one, and on
+## amd64 also in $(IMAGE_DIR)/kernel-source/standard/amd64 (the same root disk, linked)
 image-standard:
 	$(GO) run ./images/cmd/airlock-image -arch $(ARCH) -image standard -out $(IMAGE_DIR)
 

@@ -44,29 +44,6 @@ func CheckImageName(name string) error {
 	return fmt.Errorf("unknown image %q: choose %s", name, strings.Join(ImageNames, " or "))
 }
 
-// imageSubs are the folders of image name for arch, relative to an images
-// folder, the preferred first: <arch> for minimal, standard/<arch> for
-// standard, each after its kernel-source/ twin where QEMU boots that
-// (sourceKernelFirst).
-func imageSubs(name, arch string) []string {
-	sub := arch
-	if name != "" && name != manifest.ImageMinimal {
-		sub = filepath.Join(name, arch)
-	}
-	if sourceKernelFirst(runtime.GOOS, arch) {
-		return []string{filepath.Join(manifest.KernelSourceDir, sub), sub}
-	}
-	return []string{sub}
-}
-
-// sourceKernelFirst reports whether a minimal image with the kernel built
-// from linux-source (amd64 only, every driver built in, no Hyper-V
-// drivers) is preferred to Debian's kernel: on a Linux host, where QEMU
-// boots it, it is ready in about half the time (no modules to load under
-// emulation; README "Performance"). Windows (Hyper-V) and macOS keep
-// Debian's kernel.
-func sourceKernelFirst(goos, arch string) bool { return goos == "linux" && arch == "amd64" }
-
 // ImageSearchPath lists the folders a minimal guest image for arch is
 // looked for in (ImageSearchPathFor).
 func ImageSearchPath(arch string) []string { return ImageSearchPathFor(DefaultImage, arch) }
@@ -75,9 +52,9 @@ func ImageSearchPath(arch string) []string { return ImageSearchPathFor(DefaultIm
 // in, in order: $AIRLOCK_IMAGE_DIR, next to the executable (a source
 // checkout's bin/, an installed prefix, a macOS app bundle's Resources),
 // then the current folder's images/out; under each, the preferred form
-// first (imageSubs).
+// first (manifest.ImageSubdirs).
 func ImageSearchPathFor(name, arch string) []string {
-	subs := imageSubs(name, arch)
+	subs := manifest.ImageSubdirs(name, runtime.GOOS, arch)
 	var dirs []string
 	under := func(base string) {
 		for _, sub := range subs {
@@ -103,17 +80,10 @@ func ImageSearchPathFor(name, arch string) []string {
 }
 
 // ImageDirUnder is the folder under the images folder root that image name
-// for arch is taken from: the first of its forms (imageSubs) that has a
-// manifest, else the last form (whose absence the caller then reports).
-// The tests and the benchmark boot what the product boots with it.
+// for arch is taken from on this host (manifest.DirUnder): the tests and
+// the benchmark boot what the product boots with it.
 func ImageDirUnder(root, name, arch string) string {
-	subs := imageSubs(name, arch)
-	for _, sub := range subs {
-		if _, err := os.Stat(filepath.Join(root, sub, manifest.FileName)); err == nil {
-			return filepath.Join(root, sub)
-		}
-	}
-	return filepath.Join(root, subs[len(subs)-1])
+	return manifest.DirUnder(root, name, runtime.GOOS, arch)
 }
 
 // FindImage returns the verified minimal image (FindNamedImage).

@@ -56,9 +56,9 @@ func takeHold() *os.File {
 
 // waitForInit blocks until init closes its end of hold (setup done). Init
 // never writes; a byte is a protocol error. Should init's setup fail, it
-// powers the guest off, which ends this wait with the agent.
+// powers the guest off, which ends this wait with the agent. The caller
+// closes hold.
 func waitForInit(hold *os.File) error {
-	defer hold.Close()
 	var b [1]byte
 	n, err := hold.Read(b[:])
 	switch {

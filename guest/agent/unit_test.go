@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,7 +130,13 @@ func TestHoldPipe(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Setenv(HoldFDEnv, strconv.Itoa(int(r.Fd())))
+		// The agent owns the fd it is told: hand it one of its own.
+		fd, err := syscall.Dup(int(r.Fd()))
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(HoldFDEnv, strconv.Itoa(fd))
 		h := takeHold()
 		if h == nil {
 			t.Fatal("takeHold = nil")
@@ -156,6 +163,6 @@ func TestHoldPipe(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("waitForInit did not return after init closed its end")
 		}
-		r.Close()
+		h.Close()
 	}
 }

@@ -111,6 +111,41 @@ var ImageNames = []string{ImageMinimal, ImageStandard}
 // drivers, the standard image's kernel).
 const KernelSourceDir = "kernel-source"
 
+// ImageSubdirs are the folders of image name for arch, relative to an
+// images folder, the preferred first: <arch> for minimal, standard/<arch>
+// for standard, each after its kernel-source/ twin on a host that boots
+// that (SourceKernelFirst).
+func ImageSubdirs(name, goos, arch string) []string {
+	sub := arch
+	if name != "" && name != ImageMinimal {
+		sub = filepath.Join(name, arch)
+	}
+	if SourceKernelFirst(goos, arch) {
+		return []string{filepath.Join(KernelSourceDir, sub), sub}
+	}
+	return []string{sub}
+}
+
+// SourceKernelFirst reports whether an image with the kernel built from
+// linux-source (amd64 only, every driver built in, no Hyper-V drivers) is
+// preferred to Debian's kernel: on a Linux host, where QEMU boots it, it
+// is ready in about half the time (no modules to load under emulation;
+// README "Performance"). Windows (Hyper-V) and macOS keep Debian's kernel.
+func SourceKernelFirst(goos, arch string) bool { return goos == "linux" && arch == "amd64" }
+
+// DirUnder is the folder under the images folder root that image name for
+// arch is taken from on goos: the first of its ImageSubdirs that has a
+// manifest, else the last (whose absence the caller then reports).
+func DirUnder(root, name, goos, arch string) string {
+	subs := ImageSubdirs(name, goos, arch)
+	for _, sub := range subs {
+		if _, err := os.Stat(filepath.Join(root, sub, FileName)); err == nil {
+			return filepath.Join(root, sub)
+		}
+	}
+	return filepath.Join(root, subs[len(subs)-1])
+}
+
 // RootDisk is a read-only root file system the guest's init mounts below
 // a writable layer.
 type RootDisk struct {

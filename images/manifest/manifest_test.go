@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -233,5 +234,58 @@ func TestStandardManifest(t *testing.T) {
 	}
 	if (&Manifest{}).Name() != ImageMinimal {
 		t.Error("a manifest that names no image is not the minimal one")
+	}
+}
+
+// TestSourceKernelFirst: only QEMU on a Linux amd64 host prefers the
+// kernel built from linux-source; Hyper-V needs Debian's modules and
+// arm64 has no such kernel.
+func TestSourceKernelFirst(t *testing.T) {
+	for _, tt := range []struct {
+		goos, arch string
+		want       bool
+	}{
+		{"linux", "amd64", true},
+		{"linux", "arm64", false},
+		{"windows", "amd64", false},
+		{"darwin", "amd64", false},
+		{"darwin", "arm64", false},
+	} {
+		if got := SourceKernelFirst(tt.goos, tt.arch); got != tt.want {
+			t.Errorf("SourceKernelFirst(%s, %s) = %v, want %v", tt.goos, tt.arch, got, tt.want)
+		}
+	}
+}
+
+func TestDirUnder(t *testing.T) {
+	root := t.TempDir()
+	deb := filepath.Join(root, "amd64")
+	src := filepath.Join(root, KernelSourceDir, "amd64")
+	// Nothing built: the portable form, whose absence the caller reports.
+	if got := DirUnder(root, ImageMinimal, "linux", "amd64"); got != deb {
+		t.Errorf("no image: DirUnder = %s, want %s", got, deb)
+	}
+	for _, d := range []string{deb, src} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Folders without a manifest do not count.
+	if got := DirUnder(root, ImageMinimal, "linux", "amd64"); got != deb {
+		t.Errorf("empty folders: DirUnder = %s, want %s", got, deb)
+	}
+	if err := os.WriteFile(filepath.Join(src, FileName), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for goos, want := range map[string]string{"linux": src, "windows": deb, "darwin": deb} {
+		if got := DirUnder(root, ImageMinimal, goos, "amd64"); got != want {
+			t.Errorf("DirUnder on %s = %s, want %s", goos, got, want)
+		}
+	}
+	if got := DirUnder(root, ImageStandard, "linux", "amd64"); got != filepath.Join(root, "standard", "amd64") {
+		t.Errorf("standard, none built: DirUnder = %s", got)
+	}
+	if got, want := ImageSubdirs(ImageStandard, "linux", "amd64"), []string{filepath.Join(KernelSourceDir, "standard", "amd64"), filepath.Join("standard", "amd64")}; !slices.Equal(got, want) {
+		t.Errorf("ImageSubdirs(standard, linux, amd64) = %v, want %v", got, want)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/workspace"
+	"github.com/airlock-sandbox/airlock/images/manifest"
 	"github.com/airlock-sandbox/airlock/vm/qemu"
 )
 
@@ -87,9 +88,13 @@ func (h *harness) choices() {
 	case qemu.MachineQ35:
 		alts = append(alts, bootChoice{"machine-microvm", "machine microvm (virtio-mmio)", vmlinux, plain, qemu.MachineMicrovm})
 	}
-	// The kernel built from linux-source (make image-kernel-source), when
-	// its image is there: its own initramfs (no modules) with the floor init.
-	src := sourceKernelImage(h.debianDir)
+	// The kernel built from linux-source (make image builds it on amd64),
+	// when the product boots it: its own initramfs (no modules) with the
+	// floor init.
+	src := ""
+	if h.imageDir != h.debianDir {
+		src = h.imageDir
+	}
 	if src != "" {
 		srcFloor := filepath.Join(dir, "floor-kernel-source.cpio")
 		if err := floorInitramfs(filepath.Join(src, "initramfs.cpio"), floorBin, srcFloor); err != nil {
@@ -97,7 +102,7 @@ func (h *harness) choices() {
 		}
 		alts = append(alts, bootChoice{"kernel-source", "kernel from linux-source, drivers built in", filepath.Join(src, "vmlinux"), srcFloor, ""})
 	} else {
-		h.logf("skip the linux-source kernel: no image in %s (make image-kernel-source)", filepath.Join(h.debianDir, "..", "kernel-source"))
+		h.logf("skip the linux-source kernel: no image in %s (make image)", filepath.Join(h.debianDir, "..", manifest.KernelSourceDir))
 	}
 
 	samples := map[string][]float64{}
@@ -130,19 +135,6 @@ func (h *harness) choices() {
 	if src != "" {
 		h.sourceKernelAgent(src)
 	}
-}
-
-// sourceKernelImage is the folder of the image with the kernel built from
-// linux-source (images/out/kernel-source/<arch>, beside images/out/<arch>),
-// or "" when it was not built.
-func sourceKernelImage(imageDir string) string {
-	dir := filepath.Join(imageDir, "..", "kernel-source", filepath.Base(imageDir))
-	for _, f := range []string{"vmlinux", "initramfs.cpio", "manifest.json"} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			return ""
-		}
-	}
-	return dir
 }
 
 // sourceKernelAgent boots the full agent image (9p workspace, as the boot

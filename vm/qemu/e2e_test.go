@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/guest/api"
 	"github.com/airlock-sandbox/airlock/guest/client"
+	"github.com/airlock-sandbox/airlock/images/manifest"
 	"github.com/airlock-sandbox/airlock/vm"
 )
 
@@ -100,17 +101,15 @@ func TestE2EKVMProbe(t *testing.T) {
 }
 
 // imagesDir is the minimal image the product boots here
-// (sandbox.ImageDirUnder, which this package cannot import): on amd64 the
-// one with the kernel built from linux-source when it was built, with
-// debian set the one with Debian's kernel and modules.
+// (manifest.DirUnder): on a Linux amd64 host the one with the kernel built
+// from linux-source when it was built; with debian set the one with
+// Debian's kernel and modules.
 func imagesDir(t *testing.T, debian bool) string {
 	_, file, _, _ := runtime.Caller(0)
 	out := filepath.Join(filepath.Dir(file), "..", "..", "images", "out")
-	dir := filepath.Join(out, runtime.GOARCH)
-	if src := filepath.Join(out, "kernel-source", runtime.GOARCH); !debian && runtime.GOARCH == "amd64" {
-		if _, err := os.Stat(filepath.Join(src, "manifest.json")); err == nil {
-			dir = src
-		}
+	dir := manifest.DirUnder(out, manifest.ImageMinimal, runtime.GOOS, runtime.GOARCH)
+	if debian {
+		dir = filepath.Join(out, runtime.GOARCH)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "vmlinux")); err != nil {
 		t.Skipf("no guest image in %s: build it with images/", dir)

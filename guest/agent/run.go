@@ -75,8 +75,17 @@ func waitForInit(hold *os.File) error {
 // sets no_new_privs, opens the transport, starts the egress forwarders
 // (guest/egress: 127.0.0.1:3128 and 127.0.0.1:1080 to the host's
 // api.PortEgressHTTP and api.PortEgressSOCKS), serves the Agent service on
-// api.PortAgent (ServeAgent) and tasks on api.PortExec, and tells the host it is ready. It returns when ctx is done
-// or the transport fails; init then restarts it.
+// api.PortAgent (ServeAgent) and tasks on api.PortExec, and tells the host
+// it is ready. It returns when ctx is done or the transport fails; init
+// then restarts it.
+//
+// Started held (HoldFDEnv), it does all of that but the serving and the
+// readiness message before it waits for init: on a boot's critical path
+// the agent's own start is the longer branch (under TCG init is done
+// before the agent's transport is open), so the proxies' sockets bind
+// (egress.Listen: IP_FREEBIND, as the loopback may not be up yet) beside
+// the transport opening, and the readiness stream is dialled before the
+// wait, leaving one write after it.
 func Run(ctx context.Context, log *slog.Logger) error {
 	hold := takeHold()
 	if hold != nil {
@@ -97,6 +106,9 @@ func Run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 
+	px := bindProxies()
+	defer px.closeUnserved()
+
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	tr, err := transport.Open(octx, boot.Transport, transport.Paths{})
 	cancel()
@@ -114,24 +126,6 @@ func Run(ctx context.Context, log *slog.Logger) error {
 	}
 	defer el.Close()
 
-	if hold != nil {
-		if err := waitForInit(hold); err != nil {
-			return err
-		}
-		log.Debug("init done")
-	}
-
-	// Egress before readiness, so the first task finds its proxies. Without
-	// them the guest is merely offline, so a failure is logged, not fatal.
-	ectx, ecancel := context.WithCancel(ctx)
-	fwd := egress.New(egress.Config{Dial: tr.DialHost, Logger: log.With("part", "egress")})
-	if wait, err := fwd.Start(ectx, egress.DefaultRoutes()); err != nil {
-		log.Error("egress proxies not started; tasks have no network", "err", err)
-	} else {
-		defer wait()
-	}
-	defer ecancel()
-
 	cfg := Config{
 		Transport: boot.Transport,
 		UID:       boot.UID,
@@ -145,6 +139,28 @@ func Run(ctx context.Context, log *slog.Logger) error {
 		log.Warn("no cgroup2: tasks are killed by process group only")
 	}
 	srv := New(cfg)
+
+	var readyConn net.Conn
+	if hold != nil {
+		// A failed dial is retried by AnnounceReady below.
+		readyConn, _ = dialReady(ctx, tr.DialHost)
+	}
+	// Egress before readiness, so the first task finds its proxies.
+	ectx, ecancel := context.WithCancel(ctx)
+	wait := px.serve(ectx, tr.DialHost, log)
+	defer wait()
+	defer ecancel()
+
+	if hold != nil {
+		if err := waitForInit(hold); err != nil {
+			if readyConn != nil {
+				readyConn.Close()
+			}
+			return err
+		}
+		log.Debug("init done")
+	}
+
 	served := make(chan error, 1)
 	go func() { served <- srv.ServeAgent(l) }()
 	stopServing := context.AfterFunc(ctx, func() { l.Close() })
@@ -153,7 +169,17 @@ func Run(ctx context.Context, log *slog.Logger) error {
 
 	up := Uptime()
 	srv.MarkReady(up)
-	if err := AnnounceReady(ctx, tr.DialHost, api.Ready{AgentVersion: Version, BootMillis: up.Milliseconds(), AgentInstance: srv.Instance()}); err != nil {
+	ready := api.Ready{AgentVersion: Version, BootMillis: up.Milliseconds(), AgentInstance: srv.Instance()}
+	err = nil
+	if readyConn != nil {
+		// The host drops a readiness stream it waited on too long (its
+		// bound on a hostile guest); then a new one is dialled.
+		err = writeReady(readyConn, ready)
+	}
+	if readyConn == nil || err != nil {
+		err = AnnounceReady(ctx, tr.DialHost, ready)
+	}
+	if err != nil {
 		log.Error("readiness", "err", err) // the host may still dial us
 	} else {
 		log.Info("ready", "transport", boot.Transport, "boot_ms", up.Milliseconds())
@@ -168,6 +194,51 @@ func Run(ctx context.Context, log *slog.Logger) error {
 	}
 	srv.Wait()
 	return err
+}
+
+// proxies are the egress proxies' sockets, bound in the background (see
+// Run) until serve takes them.
+type proxies struct {
+	routes []egress.Route
+	bound  chan struct{} // closed once ls and err are set
+	ls     []net.Listener
+	err    error
+	served bool
+}
+
+func bindProxies() *proxies {
+	p := &proxies{routes: egress.DefaultRoutes(), bound: make(chan struct{})}
+	go func() {
+		defer close(p.bound)
+		p.ls, p.err = egress.Listen(p.routes)
+	}()
+	return p
+}
+
+// serve waits for the sockets and forwards what they accept to the host
+// with dial until ctx is done; wait is as egress.Forwarder.Start's. Without
+// proxies the guest is merely offline, so a failure to bind them is
+// logged, not fatal.
+func (p *proxies) serve(ctx context.Context, dial egress.DialFunc, log *slog.Logger) (wait func()) {
+	<-p.bound
+	if p.err != nil {
+		log.Error("egress proxies not started; tasks have no network", "err", p.err)
+		return func() {}
+	}
+	p.served = true
+	fwd := egress.New(egress.Config{Dial: dial, Logger: log.With("part", "egress")})
+	return fwd.ServeAll(ctx, p.ls, p.routes)
+}
+
+// closeUnserved closes the sockets if serve never took them.
+func (p *proxies) closeUnserved() {
+	<-p.bound
+	if p.served {
+		return
+	}
+	for _, l := range p.ls {
+		l.Close()
+	}
 }
 
 // AnnounceReady dials api.PortReady on the host and writes r. The host may
@@ -190,12 +261,22 @@ func AnnounceReady(ctx context.Context, dial func(context.Context, uint32) (net.
 }
 
 func announceOnce(ctx context.Context, dial func(context.Context, uint32) (net.Conn, error), r api.Ready) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	c, err := dial(ctx, api.PortReady)
+	c, err := dialReady(ctx, dial)
 	if err != nil {
 		return err
 	}
+	return writeReady(c, r)
+}
+
+// dialReady opens a stream to api.PortReady, within 2 s.
+func dialReady(ctx context.Context, dial func(context.Context, uint32) (net.Conn, error)) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return dial(ctx, api.PortReady)
+}
+
+// writeReady writes r on c, within 2 s, and closes c.
+func writeReady(c net.Conn, r api.Ready) error {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
 	return api.WriteReady(c, r)

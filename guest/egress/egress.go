@@ -108,16 +108,20 @@ func (f *Forwarder) Active() int { return int(f.active.Load()) }
 
 // Listen binds every route's address, which must be a loopback IP address
 // with a port: the proxies never listen anywhere else. On error nothing
-// stays bound.
+// stays bound. On Linux the sockets are bound with IP_FREEBIND, so the
+// agent can bind them while init is still bringing the loopback device up
+// (a boot's critical path; see guest/agent.Run): 127.0.0.1 exists only
+// once lo is up, and connections reach the listeners from then on.
 func Listen(routes []Route) ([]net.Listener, error) {
 	var ls []net.Listener
+	lc := net.ListenConfig{Control: freeBind}
 	for _, r := range routes {
 		ap, err := netip.ParseAddrPort(r.Addr)
 		if err != nil || !ap.Addr().IsLoopback() || ap.Port() == 0 {
 			closeAll(ls)
 			return nil, fmt.Errorf("egress: %q is not a loopback address with a port", r.Addr)
 		}
-		l, err := net.Listen("tcp", r.Addr)
+		l, err := lc.Listen(context.Background(), "tcp", r.Addr)
 		if err != nil {
 			closeAll(ls)
 			return nil, fmt.Errorf("egress: %w", err)
@@ -141,6 +145,12 @@ func (f *Forwarder) Start(ctx context.Context, routes []Route) (wait func(), err
 	if err != nil {
 		return nil, err
 	}
+	return f.ServeAll(ctx, ls, routes), nil
+}
+
+// ServeAll serves ls[i] (bound by Listen) for routes[i] in the background
+// until ctx is done; wait is as Start's.
+func (f *Forwarder) ServeAll(ctx context.Context, ls []net.Listener, routes []Route) (wait func()) {
 	var wg sync.WaitGroup
 	for i, l := range ls {
 		wg.Go(func() {
@@ -149,7 +159,7 @@ func (f *Forwarder) Start(ctx context.Context, routes []Route) (wait func(), err
 			}
 		})
 	}
-	return wg.Wait, nil
+	return wg.Wait
 }
 
 // Serve accepts connections on l and forwards each to port on the host,

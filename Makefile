@@ -109,7 +109,7 @@ bench: airlock
 
 ## proto: regenerate the agent's protobuf messages (needs protoc from protobuf-compiler)
 proto: .bin/protoc-gen-go
-	cd guest/api/agent/v1 && $(GO) generate
+	cd guest/api/agent/v1/agentpb && $(GO) generate
 
 check-proto: proto
 	@git diff --exit-code -- guest/api/agent/v1 || { echo "generated code drifted from agent.proto: run make proto and commit"; exit 1; }

@@ -12,7 +12,6 @@ import (
 
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
-	"google.golang.org/protobuf/proto"
 )
 
 // frames encodes what a guest sends on a task's stream.
@@ -56,7 +55,7 @@ func guestSaid(in []byte) (out, errOut []byte) {
 			errOut = append(errOut, payload...)
 		case execwire.KindEvent:
 			var ev agentv1.ExecEvent
-			if len(payload) < n || proto.Unmarshal(payload, &ev) != nil || ev.GetExit() != nil || ev.GetError() != nil {
+			if len(payload) < n || agentv1.Unmarshal(payload, &ev) != nil || ev.GetExit() != nil || ev.GetError() != nil {
 				return
 			}
 		default:

@@ -26,7 +26,7 @@ import (
 	"fmt"
 	"io"
 
-	"google.golang.org/protobuf/proto"
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 )
 
 // HeaderSize is a frame header's length. A sender that reads output into
@@ -73,10 +73,10 @@ func PutHeader(b []byte, k Kind, n int) {
 }
 
 // AppendMessage appends m as one frame of kind k to b.
-func AppendMessage(b []byte, k Kind, m proto.Message) ([]byte, error) {
+func AppendMessage(b []byte, k Kind, m agentv1.Message) ([]byte, error) {
 	at := len(b)
 	b = append(b, make([]byte, HeaderSize)...)
-	b, err := proto.MarshalOptions{}.MarshalAppend(b, m)
+	b, err := agentv1.Marshal(b, m)
 	if err != nil {
 		return b[:at], err
 	}
@@ -135,12 +135,12 @@ func (r *Reader) Payload(n int) ([]byte, error) {
 }
 
 // Message reads the current frame's n payload bytes into m.
-func (r *Reader) Message(n int, m proto.Message) error {
+func (r *Reader) Message(n int, m agentv1.Message) error {
 	b, err := r.Payload(n)
 	if err != nil {
 		return err
 	}
-	if err := proto.Unmarshal(b, m); err != nil {
+	if err := agentv1.Unmarshal(b, m); err != nil {
 		return fmt.Errorf("%w: %w", ErrFrame, err)
 	}
 	return nil

@@ -5,6 +5,7 @@ package agent
 import (
 	"context"
 	"os"
+	"os/exec"
 	"reflect"
 	"runtime"
 	"strconv"
@@ -165,4 +166,45 @@ func TestHoldPipe(t *testing.T) {
 		}
 		h.Close()
 	}
+}
+
+// TestRestrictPrivilegesInherited: a process started from a thread with
+// no_new_privs (as init starts the agent) has the flag on every thread,
+// and RestrictPrivileges, which then only checks, leaves it so.
+func TestRestrictPrivilegesInherited(t *testing.T) {
+	if os.Getenv("AIRLOCK_NNP_CHILD") == "1" {
+		if err := RestrictPrivileges(); err != nil {
+			t.Fatal(err)
+		}
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range tasks {
+			b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/status")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(b), "\nNoNewPrivs:\t1\n") {
+				t.Fatalf("thread %s lacks no_new_privs", task.Name())
+			}
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRestrictPrivilegesInherited$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "AIRLOCK_NNP_CHILD=1")
+	out, err := startNoNewPrivsOutput(cmd)
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+func startNoNewPrivsOutput(cmd *exec.Cmd) ([]byte, error) {
+	var buf strings.Builder
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := startNoNewPrivs(cmd); err != nil {
+		return nil, err
+	}
+	err := cmd.Wait()
+	return []byte(buf.String()), err
 }

@@ -114,33 +114,21 @@ func (x *AgentRequest) merge(b []byte) error {
 		}
 		switch num {
 		case 1:
-			c, _ := x.Call.(*AgentRequest_Info)
-			if c == nil || c.Info == nil {
-				c = &AgentRequest_Info{Info: new(InfoRequest)}
-				x.Call = c
-			}
-			return c.Info.merge(v)
+			m := member(x.GetInfo())
+			x.Call = &AgentRequest_Info{Info: m}
+			return m.merge(v)
 		case 2:
-			c, _ := x.Call.(*AgentRequest_SetTime)
-			if c == nil || c.SetTime == nil {
-				c = &AgentRequest_SetTime{SetTime: new(SetTimeRequest)}
-				x.Call = c
-			}
-			return c.SetTime.merge(v)
+			m := member(x.GetSetTime())
+			x.Call = &AgentRequest_SetTime{SetTime: m}
+			return m.merge(v)
 		case 3:
-			c, _ := x.Call.(*AgentRequest_Shutdown)
-			if c == nil || c.Shutdown == nil {
-				c = &AgentRequest_Shutdown{Shutdown: new(ShutdownRequest)}
-				x.Call = c
-			}
-			return c.Shutdown.merge(v)
+			m := member(x.GetShutdown())
+			x.Call = &AgentRequest_Shutdown{Shutdown: m}
+			return m.merge(v)
 		default:
-			c, _ := x.Call.(*AgentRequest_TrustCa)
-			if c == nil || c.TrustCa == nil {
-				c = &AgentRequest_TrustCa{TrustCa: new(TrustCARequest)}
-				x.Call = c
-			}
-			return c.TrustCa.merge(v)
+			m := member(x.GetTrustCa())
+			x.Call = &AgentRequest_TrustCa{TrustCa: m}
+			return m.merge(v)
 		}
 	})
 }
@@ -240,40 +228,25 @@ func (x *AgentResponse) merge(b []byte) error {
 		}
 		switch num {
 		case 1:
-			r, _ := x.Result.(*AgentResponse_Info)
-			if r == nil || r.Info == nil {
-				r = &AgentResponse_Info{Info: new(InfoResponse)}
-				x.Result = r
-			}
-			return r.Info.merge(v)
+			m := member(x.GetInfo())
+			x.Result = &AgentResponse_Info{Info: m}
+			return m.merge(v)
 		case 2:
-			r, _ := x.Result.(*AgentResponse_SetTime)
-			if r == nil || r.SetTime == nil {
-				r = &AgentResponse_SetTime{SetTime: new(SetTimeResponse)}
-				x.Result = r
-			}
-			return r.SetTime.merge(v)
+			m := member(x.GetSetTime())
+			x.Result = &AgentResponse_SetTime{SetTime: m}
+			return m.merge(v)
 		case 3:
-			r, _ := x.Result.(*AgentResponse_Shutdown)
-			if r == nil || r.Shutdown == nil {
-				r = &AgentResponse_Shutdown{Shutdown: new(ShutdownResponse)}
-				x.Result = r
-			}
-			return r.Shutdown.merge(v)
+			m := member(x.GetShutdown())
+			x.Result = &AgentResponse_Shutdown{Shutdown: m}
+			return m.merge(v)
 		case 4:
-			r, _ := x.Result.(*AgentResponse_Error)
-			if r == nil || r.Error == nil {
-				r = &AgentResponse_Error{Error: new(Error)}
-				x.Result = r
-			}
-			return r.Error.merge(v)
+			m := member(x.GetError())
+			x.Result = &AgentResponse_Error{Error: m}
+			return m.merge(v)
 		default:
-			r, _ := x.Result.(*AgentResponse_TrustCa)
-			if r == nil || r.TrustCa == nil {
-				r = &AgentResponse_TrustCa{TrustCa: new(TrustCAResponse)}
-				x.Result = r
-			}
-			return r.TrustCa.merge(v)
+			m := member(x.GetTrustCa())
+			x.Result = &AgentResponse_TrustCa{TrustCa: m}
+			return m.merge(v)
 		}
 	})
 }
@@ -560,22 +533,16 @@ func (x *ExecRequest) merge(b []byte) error {
 			}
 			switch num {
 			case 1:
-				m, _ := x.Msg.(*ExecRequest_Start)
-				if m == nil || m.Start == nil {
-					m = &ExecRequest_Start{Start: new(ExecStart)}
-					x.Msg = m
-				}
-				return m.Start.merge(v)
+				m := member(x.GetStart())
+				x.Msg = &ExecRequest_Start{Start: m}
+				return m.merge(v)
 			case 2:
 				x.Msg = &ExecRequest_Stdin{Stdin: append([]byte{}, v...)}
 				return nil
 			default:
-				m, _ := x.Msg.(*ExecRequest_Resize)
-				if m == nil || m.Resize == nil {
-					m = &ExecRequest_Resize{Resize: new(Resize)}
-					x.Msg = m
-				}
-				return m.Resize.merge(v)
+				m := member(x.GetResize())
+				x.Msg = &ExecRequest_Resize{Resize: m}
+				return m.merge(v)
 			}
 		case 3, 4:
 			v, ok, err := scalar(d, num, t)
@@ -812,26 +779,17 @@ func (x *ExecEvent) merge(b []byte) error {
 		}
 		switch num {
 		case 1:
-			ev, _ := x.Event.(*ExecEvent_Started)
-			if ev == nil || ev.Started == nil {
-				ev = &ExecEvent_Started{Started: new(Started)}
-				x.Event = ev
-			}
-			return ev.Started.merge(v)
+			m := member(x.GetStarted())
+			x.Event = &ExecEvent_Started{Started: m}
+			return m.merge(v)
 		case 4:
-			ev, _ := x.Event.(*ExecEvent_Exit)
-			if ev == nil || ev.Exit == nil {
-				ev = &ExecEvent_Exit{Exit: new(Exit)}
-				x.Event = ev
-			}
-			return ev.Exit.merge(v)
+			m := member(x.GetExit())
+			x.Event = &ExecEvent_Exit{Exit: m}
+			return m.merge(v)
 		default:
-			ev, _ := x.Event.(*ExecEvent_Error)
-			if ev == nil || ev.Error == nil {
-				ev = &ExecEvent_Error{Error: new(Error)}
-				x.Event = ev
-			}
-			return ev.Error.merge(v)
+			m := member(x.GetError())
+			x.Event = &ExecEvent_Error{Error: m}
+			return m.merge(v)
 		}
 	})
 }
@@ -1120,6 +1078,19 @@ type ShutdownResponse struct{}
 func (x *ShutdownResponse) reset()               {}
 func (x *ShutdownResponse) encode(*encoder)      {}
 func (x *ShutdownResponse) merge(b []byte) error { return skipAll(b) }
+
+// member is the message a oneof member's bytes merge into: the one the
+// oneof holds (m, from its getter) when it holds that member, else a new
+// one.
+func member[M any, PM interface {
+	*M
+	Message
+}](m PM) PM {
+	if m == nil {
+		return new(M)
+	}
+	return m
+}
 
 // skipAll checks the fields of a message that has none.
 func skipAll(b []byte) error {

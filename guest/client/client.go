@@ -6,6 +6,7 @@
 package client
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -185,12 +186,10 @@ func (c *Client) callStream(ctx context.Context) (cs *callStream, kept bool, err
 	cs = c.cs
 	c.mu.Unlock()
 	if cs != nil {
-		select {
-		case <-cs.done: // ended while idle
-			c.dropCallStream(cs)
-		default:
+		if cs.usable() {
 			return cs, true, nil
 		}
+		c.dropCallStream(cs) // ended while idle
 	}
 	conn, err := c.dial(ctx, api.PortAgent)
 	if err != nil {
@@ -226,6 +225,7 @@ type callStream struct {
 
 	mu      sync.Mutex
 	waiting bool // a call was sent and its answer has not come
+	broken  bool // the guest sent more than the last answer: no next call
 }
 
 func newCallStream(conn net.Conn) *callStream {
@@ -234,10 +234,24 @@ func newCallStream(conn net.Conn) *callStream {
 	return cs
 }
 
+// usable reports whether a call may be sent on cs.
+func (cs *callStream) usable() bool {
+	select {
+	case <-cs.done:
+		return false
+	default:
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return !cs.broken
+}
+
 func (cs *callStream) read() {
 	defer close(cs.done)
 	defer cs.conn.Close()
-	r := execwire.NewReader(cs.conn)
+	// Buffered, to see what came with an answer (below).
+	br := bufio.NewReaderSize(cs.conn, 4<<10)
+	r := execwire.NewReader(br)
 	for {
 		k, n, err := r.Next()
 		if err == nil && k != execwire.KindEvent {
@@ -257,6 +271,20 @@ func (cs *callStream) read() {
 		}
 		if err != nil {
 			cs.err = err
+			return
+		}
+		if br.Buffered() > 0 {
+			// Bytes that came with the answer: nothing may follow an
+			// answer before the next request. Caught now, they cannot be
+			// taken for the next call's answer however soon it is sent
+			// (a stray read later, with a call waiting, could be): the
+			// stream is marked before the answer is handed over, so the
+			// next call dials a new one.
+			cs.mu.Lock()
+			cs.broken = true
+			cs.mu.Unlock()
+			cs.err = fmt.Errorf("%w: more after an answer", execwire.ErrFrame)
+			cs.answers <- resp
 			return
 		}
 		cs.answers <- resp // never blocks: one answer per call sent

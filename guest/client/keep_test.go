@@ -210,6 +210,39 @@ func TestStrayAnswerEndsStream(t *testing.T) {
 	}
 }
 
+// A stray answer that comes with the answer (one write) is never taken
+// for the next call's, however soon that call follows: the next call goes
+// on a new stream and gets its own answer (the robust suite's hostile
+// agent does this; once, the host took the stray for the answer to the
+// call right after, when that call was sent before the reader had read on).
+func TestStrayWithAnswerNotTaken(t *testing.T) {
+	for range 50 {
+		g := &streams{}
+		g.serve = func(n int32, c net.Conn) {
+			serve := serveCalls(instanceAgent{n: n})
+			if n == 1 {
+				r := execwire.NewReader(c)
+				_, m, err := r.Next()
+				if err != nil || r.Message(m, new(agentv1.AgentRequest)) != nil {
+					return
+				}
+				b, _ := execwire.AppendMessage(nil, execwire.KindEvent, &agentv1.AgentResponse{Result: &agentv1.AgentResponse_Info{Info: &agentv1.InfoResponse{AgentInstance: 1}}})
+				stray, _ := execwire.AppendMessage(nil, execwire.KindEvent, &agentv1.AgentResponse{Result: &agentv1.AgentResponse_Error{Error: &agentv1.Error{Code: 9, Message: "stray"}}})
+				c.Write(append(b, stray...))
+			}
+			serve(n, c)
+		}
+		c, _ := New(g.dial)
+		if n := infoFrom(t, c, t.Context()); n != 1 {
+			t.Fatalf("first call: stream %d", n)
+		}
+		if n := infoFrom(t, c, t.Context()); n != 2 {
+			t.Fatalf("the call right after a stray answer went on stream %d", n)
+		}
+		c.Close()
+	}
+}
+
 // A kept stream that breaks just as a call uses it (the agent restarted:
 // the old agent's stream fails) is replaced, and the call answered.
 func TestKeptStreamBrokenRetries(t *testing.T) {

@@ -292,7 +292,7 @@ func TestHostileAgent(t *testing.T) {
 			{"bogus-exit", "broke the protocol: exec: guest agent reported an impossible exit status"},
 			{"panic-code", "the guest agent failed: exec: rpc error: code = Code(9999)"},
 			{"bad-kind", "broke the protocol: exec: execwire: bad frame: unknown kind 9"},
-			{"bad-event", "broke the protocol: exec: execwire: bad frame: proto"},
+			{"bad-event", "broke the protocol: exec: execwire: bad frame: agentv1: bad wire encoding"},
 			{"cut-frame", "broke the protocol: exec: execwire: bad frame: the stream ended inside a frame"},
 		} {
 			tk, _ := runTask(t, svc, service.RunRequest{Argv: []string{"hostile:" + c.what}})

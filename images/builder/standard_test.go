@@ -189,3 +189,23 @@ func TestLinkRootDisk(t *testing.T) {
 		t.Errorf("a damaged root disk was shared")
 	}
 }
+
+// TestLinkOrCopy: on one file system the root disk is hard-linked, not a
+// second copy of hundreds of MiB (TestLinkOrCopyAcrossFileSystems, on
+// Linux, checks the copy where a link cannot be).
+func TestLinkOrCopy(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	if err := os.WriteFile(src, []byte("root disk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "dst")
+	if err := linkOrCopy(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	a, err1 := os.Stat(src)
+	b, err2 := os.Stat(dst)
+	if err1 != nil || err2 != nil || !os.SameFile(a, b) {
+		t.Fatalf("same file system: not a link (%v, %v)", err1, err2)
+	}
+}

@@ -181,24 +181,31 @@ func TestCallTimeoutRedials(t *testing.T) {
 	}
 }
 
-// A guest that answers when no call waits breaks the protocol: the stream
-// ends, and the next call has a new one.
-func TestStrayAnswerEndsStream(t *testing.T) {
+// strayGuest answers the first call on stream 1 with instance 1 followed,
+// in the same write, by stray (given that answer's frame); everything else
+// as instanceAgent does.
+func strayGuest(stray func(answer []byte) []byte) *streams {
 	g := &streams{}
 	g.serve = func(n int32, c net.Conn) {
 		serve := serveCalls(instanceAgent{n: n})
 		if n == 1 {
-			// Answer the first call twice.
 			r := execwire.NewReader(c)
 			_, m, err := r.Next()
 			if err != nil || r.Message(m, new(agentv1.AgentRequest)) != nil {
 				return
 			}
 			b, _ := execwire.AppendMessage(nil, execwire.KindEvent, &agentv1.AgentResponse{Result: &agentv1.AgentResponse_Info{Info: &agentv1.InfoResponse{AgentInstance: 1}}})
-			c.Write(append(b, b...))
+			c.Write(append(b, stray(b)...))
 		}
 		serve(n, c)
 	}
+	return g
+}
+
+// A guest that answers when no call waits breaks the protocol: the stream
+// ends, and the next call has a new one.
+func TestStrayAnswerEndsStream(t *testing.T) {
+	g := strayGuest(func(answer []byte) []byte { return answer }) // the first call answered twice
 	c, _ := New(g.dial)
 	defer c.Close()
 	if n := infoFrom(t, c, t.Context()); n != 1 {
@@ -216,22 +223,9 @@ func TestStrayAnswerEndsStream(t *testing.T) {
 // agent does this; once, the host took the stray for the answer to the
 // call right after, when that call was sent before the reader had read on).
 func TestStrayWithAnswerNotTaken(t *testing.T) {
+	stray, _ := execwire.AppendMessage(nil, execwire.KindEvent, &agentv1.AgentResponse{Result: &agentv1.AgentResponse_Error{Error: &agentv1.Error{Code: 9, Message: "stray"}}})
 	for range 50 {
-		g := &streams{}
-		g.serve = func(n int32, c net.Conn) {
-			serve := serveCalls(instanceAgent{n: n})
-			if n == 1 {
-				r := execwire.NewReader(c)
-				_, m, err := r.Next()
-				if err != nil || r.Message(m, new(agentv1.AgentRequest)) != nil {
-					return
-				}
-				b, _ := execwire.AppendMessage(nil, execwire.KindEvent, &agentv1.AgentResponse{Result: &agentv1.AgentResponse_Info{Info: &agentv1.InfoResponse{AgentInstance: 1}}})
-				stray, _ := execwire.AppendMessage(nil, execwire.KindEvent, &agentv1.AgentResponse{Result: &agentv1.AgentResponse_Error{Error: &agentv1.Error{Code: 9, Message: "stray"}}})
-				c.Write(append(b, stray...))
-			}
-			serve(n, c)
-		}
+		g := strayGuest(func([]byte) []byte { return stray })
 		c, _ := New(g.dial)
 		if n := infoFrom(t, c, t.Context()); n != 1 {
 			t.Fatalf("first call: stream %d", n)

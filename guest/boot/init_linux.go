@@ -101,8 +101,9 @@ func (in *pid1) setup() error {
 	}
 	in.harden()
 	in.busyboxLinks()
-	// Tasks need cgroups, so they are made before the agent starts; and
-	// before the modules load, not beside them. Made on the second CPU
+	// Tasks need cgroups, so they are made before the agent is released
+	// (an agent started above is still held); and before the modules
+	// load, not beside them. Made on the second CPU
 	// while the first loaded modules, they saved nothing (100 alternating
 	// boots each: median 2221 ms either way), and under TCG the guest
 	// kernel then stalled now and then with init stuck on CPU 1 (on
@@ -118,15 +119,14 @@ func (in *pid1) setup() error {
 	in.openConsole()
 	fmt.Fprintln(os.Stderr, api.InitRunning)
 	if in.cfg.Root == "" && in.agentPid == 0 {
-		// The agent starts now, held before anything that needs the rest
-		// of setup (the loopback its proxies bind, the workspace, task
-		// cgroups): a second Go runtime starting and its transport opening
-		// then run beside init's remaining steps, on the other CPU (ready
-		// ~130 ms sooner under TCG: 1222 -> 1094 ms guest uptime, medians of
-		// 12 alternating boots; starting before harden and the cgroups
-		// too gained nothing). Not beside module loading:
-		// under TCG that once stalled a guest (see above). With a root
-		// disk it starts after the switch, in the new root.
+		// With modules (Debian's kernel) the agent starts after them,
+		// held until the rest of setup (the workspace, the loopback) is
+		// done: its start and its transport then run beside init's
+		// remaining steps, on the other CPU (ready ~130 ms sooner under
+		// TCG: 1222 -> 1094 ms guest uptime, medians of 12 alternating
+		// boots). Not beside module loading: under TCG that once stalled a
+		// guest (see above). With a root disk it starts after the switch,
+		// in the new root.
 		if err := in.startAgent(true); err != nil {
 			in.log.Warn("agent not started early; starting it after setup", "err", err)
 		}

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -57,6 +58,21 @@ type Config struct {
 	// the system bundle it appends it to (api.CAFile, api.CABundle).
 	CAFile, CABundle string
 	Logger           *slog.Logger
+	// Reaper, when set, collects the exit of every task's main process:
+	// the agent runs in PID 1 (guest/boot), which must also reap what
+	// tasks orphan, and one wait4(-1) loop does both. Nil: each task is
+	// waited for with os.Process.Wait (tests, or a process that is not
+	// PID 1).
+	Reaper Reaper
+}
+
+// Reaper starts children and reports their exit, for an agent that runs in
+// the guest's PID 1, where one loop reaps every child.
+type Reaper interface {
+	// Spawn calls start, which forks one child and returns its pid, so
+	// that the child cannot be reaped before it is known; the channel gets
+	// its wait status once it has exited.
+	Spawn(start func() (pid int, err error)) (<-chan syscall.WaitStatus, error)
 }
 
 // Server is the agent: it answers the agent calls (execwire.Agent) and

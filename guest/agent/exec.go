@@ -7,7 +7,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -120,7 +119,7 @@ type task struct {
 }
 
 type waitResult struct {
-	st  *os.ProcessState
+	ws  syscall.WaitStatus
 	err error
 }
 
@@ -198,11 +197,11 @@ func (t *task) run() (*agentv1.Exit, error) {
 
 	waited := make(chan waitResult, 1)
 	go func() {
-		st, err := t.p.cmd.Process.Wait()
+		ws, err := t.p.wait()
 		t.mu.Lock()
 		t.reaped = true
 		t.mu.Unlock()
-		waited <- waitResult{st, err}
+		waited <- waitResult{ws, err}
 	}()
 
 	var deadline, grace <-chan time.Time
@@ -266,10 +265,10 @@ func (t *task) run() (*agentv1.Exit, error) {
 	exit := &agentv1.Exit{TimedOut: timedOut, DurationMs: elapsed.Milliseconds(), Code: -1}
 	if res.err != nil {
 		t.log.Error("wait for task", "task", t.sp.id, "err", res.err)
-	} else if ws, ok := res.st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		exit.Code, exit.Signal = 0, int32(ws.Signal())
+	} else if res.ws.Signaled() {
+		exit.Code, exit.Signal = 0, int32(res.ws.Signal())
 	} else {
-		exit.Code = int32(res.st.ExitCode())
+		exit.Code = int32(res.ws.ExitStatus())
 	}
 	exitEv <- &agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: exit}}
 	<-sent

@@ -45,6 +45,7 @@ func RestrictPrivileges() error {
 // stdio.
 type process struct {
 	cmd    *exec.Cmd
+	exited <-chan syscall.WaitStatus // from Config.Reaper; nil: cmd.Process.Wait
 	pgid   int
 	cg     *cgroup  // nil without cgroups
 	stdin  *os.File // write end; nil when stdin is /dev/null
@@ -139,7 +140,17 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 	}
 	cmd.SysProcAttr = attr
 
-	if err := startNoNewPrivs(cmd); err != nil {
+	if s.cfg.Reaper == nil {
+		err = startNoNewPrivs(cmd)
+	} else {
+		p.exited, err = s.cfg.Reaper.Spawn(func() (int, error) {
+			if err := startNoNewPrivs(cmd); err != nil {
+				return 0, err
+			}
+			return cmd.Process.Pid, nil
+		})
+	}
+	if err != nil {
 		return nil, err
 	}
 	p.cmd = cmd
@@ -190,6 +201,20 @@ func startNoNewPrivs(cmd *exec.Cmd) error {
 		return pe.Err
 	}
 	return err
+}
+
+// wait waits for the task's main process to exit.
+func (p *process) wait() (syscall.WaitStatus, error) {
+	if p.exited == nil {
+		st, err := p.cmd.Process.Wait()
+		if err != nil {
+			return 0, err
+		}
+		return st.Sys().(syscall.WaitStatus), nil
+	}
+	ws := <-p.exited
+	p.cmd.Process.Release() // reaped by the Reaper: only its handle is left
+	return ws, nil
 }
 
 // signalGroup sends sig to the task's process group.

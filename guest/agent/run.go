@@ -6,11 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
-	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -32,65 +30,32 @@ const (
 	SignalReboot   = unix.SIGINT
 )
 
-// HoldFDEnv names the environment variable by which init, starting the
-// agent before its own setup is done, passes the read end of a pipe (its
-// fd number): the agent opens its transport, then waits for the pipe's end
-// of file before anything that needs init's setup (the loopback, the
-// workspace, the task cgroups) and before it says it is ready.
-const HoldFDEnv = "AIRLOCK_INIT_HOLD_FD"
-
-// takeHold returns the pipe of HoldFDEnv, or nil when init set none, and
-// removes the variable so that nothing the agent starts sees it.
-func takeHold() *os.File {
-	v, ok := os.LookupEnv(HoldFDEnv)
-	if !ok {
-		return nil
-	}
-	os.Unsetenv(HoldFDEnv)
-	fd, err := strconv.Atoi(v)
-	if err != nil || fd < 3 {
-		return nil
-	}
-	return os.NewFile(uintptr(fd), "init-hold")
+// Options are what init gives the agent it runs (guest/boot).
+type Options struct {
+	// Hold, when set, is closed once init's setup is done (the loopback,
+	// the workspace, the task cgroups): the agent opens its transport, then
+	// waits for it before anything that needs that setup and before it
+	// says it is ready.
+	Hold <-chan struct{}
+	// Reaper collects its tasks' exits (Config.Reaper).
+	Reaper Reaper
 }
 
-// waitForInit blocks until init closes its end of hold (setup done). Init
-// never writes; a byte is a protocol error. Should init's setup fail, it
-// powers the guest off, which ends this wait with the agent. The caller
-// closes hold.
-func waitForInit(hold *os.File) error {
-	var b [1]byte
-	n, err := hold.Read(b[:])
-	switch {
-	case n > 0:
-		return errors.New("agent: init wrote on the hold pipe")
-	case err == io.EOF:
-		return nil
-	default:
-		return fmt.Errorf("agent: waiting for init: %w", err)
-	}
-}
-
-// Run is the agent process in the guest: it reads the boot configuration,
-// sets no_new_privs, opens the transport, starts the egress forwarders
+// Run is the guest agent; init runs it in PID 1 (guest/boot). It reads the
+// boot configuration, checks no_new_privs, opens the transport, starts the egress forwarders
 // (guest/egress: 127.0.0.1:3128 and 127.0.0.1:1080 to the host's
 // api.PortEgressHTTP and api.PortEgressSOCKS), serves the Agent service on
 // api.PortAgent (ServeAgent) and tasks on api.PortExec, and tells the host
 // it is ready. It returns when ctx is done or the transport fails; init
-// then restarts it.
+// then runs it again.
 //
-// Started held (HoldFDEnv), it does all of that but the serving and the
-// readiness message before it waits for init: on a boot's critical path
-// the agent's own start is the longer branch (under TCG init is done
-// before the agent's transport is open), so the proxies' sockets bind
-// (egress.Listen: IP_FREEBIND, as the loopback may not be up yet) beside
-// the transport opening, and the readiness stream is dialled before the
-// wait, leaving one write after it.
-func Run(ctx context.Context, log *slog.Logger) error {
-	hold := takeHold()
-	if hold != nil {
-		defer hold.Close()
-	}
+// Started held (Options.Hold), it does all of that but the serving and
+// the readiness message before it waits for init: the proxies' sockets
+// bind (egress.Listen: IP_FREEBIND, as the loopback may not be up yet)
+// beside the transport opening, and the readiness stream is dialled before
+// the wait, leaving one write after it.
+func Run(ctx context.Context, log *slog.Logger, opts Options) error {
+	hold := opts.Hold
 	cmdline, err := os.ReadFile("/proc/cmdline")
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -132,6 +97,7 @@ func Run(ctx context.Context, log *slog.Logger) error {
 		GID:       boot.GID,
 		PowerOff:  signalInit,
 		Logger:    log,
+		Reaper:    opts.Reaper,
 	}
 	if _, err := os.Stat(cgroupMount + "/cgroup.controllers"); err == nil {
 		cfg.CgroupRoot = CgroupTasks
@@ -152,11 +118,13 @@ func Run(ctx context.Context, log *slog.Logger) error {
 	defer ecancel()
 
 	if hold != nil {
-		if err := waitForInit(hold); err != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
 			if readyConn != nil {
 				readyConn.Close()
 			}
-			return err
+			return ctx.Err()
 		}
 		log.Debug("init done")
 	}

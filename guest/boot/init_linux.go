@@ -1,15 +1,17 @@
 package boot
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -36,29 +38,63 @@ type pid1 struct {
 	cmdline string    // the kernel command line
 	boot    time.Time // when init started, for the agent restart policy
 
-	agentPid   int
+	run        AgentFunc
+	agentOn    bool // an agent is running (or held)
 	agentStart time.Time
+	agentDone  chan error // the running agent's return
+	agentStop  context.CancelFunc
 	quickFails int
 	workspace  bool // mounted, so unmount at power off
 
-	// sigs gets the signals init handles; registered before the first
-	// child starts, so that no child's SIGCHLD is lost.
+	// sigs gets the signals init handles.
 	sigs chan os.Signal
-	// hold is the write end of the pipe an agent started during setup
-	// waits on (agent.HoldFDEnv): closed when setup is done.
-	hold *os.File
+	// hold is closed when setup is done; an agent started during setup
+	// waits on it (agent.Options.Hold).
+	hold chan struct{}
+
+	// The reaper (agent.Reaper): every child of PID 1 is reaped by
+	// reapLoop; the agent's tasks are registered by Spawn, under reapMu,
+	// before they can be reaped, and their status goes to their channel.
+	reapMu  sync.Mutex
+	waiting map[int]chan syscall.WaitStatus
+	spawned chan struct{} // a child was started: reapLoop has one to wait for
 }
 
-// Run is PID 1. It never returns: the guest ends by powering off.
-func Run() {
-	in := &pid1{log: console.NewLogger(os.Stderr, "", false), boot: time.Now()}
+// AgentFunc is the agent init runs: agent.Run, or a test's (tests/robust).
+type AgentFunc func(ctx context.Context, log *slog.Logger, opts agent.Options) error
+
+// Run is PID 1, with the agent (agent.Run) in it. It never returns: the
+// guest ends by powering off.
+func Run() { RunAgent(agent.Run) }
+
+// RunAgent is Run with another agent.
+//
+// The agent runs in PID 1, not in a process of its own: under TCG the
+// guest's first fork and exec of it, and its second Go runtime, were the
+// longest branch of the boot (~120 ms of it by alternating boots). Init
+// runs it again if it returns (its transport failed); a panic in it
+// panics the kernel, which ends the VM (panic=-1), and the host replaces
+// the VM, as for any guest that dies.
+func RunAgent(run AgentFunc) {
+	in := &pid1{
+		log: console.NewLogger(os.Stderr, "", false), boot: time.Now(), run: run,
+		agentDone: make(chan error, 1),
+		waiting:   make(map[int]chan syscall.WaitStatus),
+		spawned:   make(chan struct{}, 1),
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			in.fatal(fmt.Errorf("panic: %v\n%s", r, debug.Stack()))
 		}
 	}()
+	// no_new_privs for everything PID 1 starts, set while its runtime has
+	// few threads (each is stopped to set it): init, and the agent in it,
+	// exec nothing that should gain privileges.
+	if err := agent.RestrictPrivileges(); err != nil {
+		in.fatal(err)
+	}
 	in.sigs = make(chan os.Signal, 32)
-	signal.Notify(in.sigs, unix.SIGCHLD, unix.SIGTERM, agent.SignalPowerOff, agent.SignalReboot)
+	signal.Notify(in.sigs, unix.SIGTERM, agent.SignalPowerOff, agent.SignalReboot)
 	if err := in.setup(); err != nil {
 		in.fatal(err)
 	}
@@ -95,9 +131,7 @@ func (in *pid1) setup() error {
 	// with its drivers built in) it starts now, so that its own start, the
 	// longer branch of the boot, runs beside all of init's setup.
 	if in.cfg.Root == "" && !exists(ModulesList) {
-		if err := in.startAgent(true); err != nil {
-			in.log.Warn("agent not started early; starting it after setup", "err", err)
-		}
+		in.startAgent(true)
 	}
 	in.harden()
 	in.busyboxLinks()
@@ -118,7 +152,7 @@ func (in *pid1) setup() error {
 	// runs (api.InitRunning: exactly this line, whatever the log format).
 	in.openConsole()
 	fmt.Fprintln(os.Stderr, api.InitRunning)
-	if in.cfg.Root == "" && in.agentPid == 0 {
+	if in.cfg.Root == "" && !in.agentOn {
 		// With modules (Debian's kernel) the agent starts after them,
 		// held until the rest of setup (the workspace, the loopback) is
 		// done: its start and its transport then run beside init's
@@ -127,9 +161,7 @@ func (in *pid1) setup() error {
 		// boots). Not beside module loading: under TCG that once stalled a
 		// guest (see above). With a root disk it starts after the switch,
 		// in the new root.
-		if err := in.startAgent(true); err != nil {
-			in.log.Warn("agent not started early; starting it after setup", "err", err)
-		}
+		in.startAgent(true)
 	}
 	if err := loopbackUp(); err != nil {
 		in.log.Warn("loopback", "err", err)
@@ -293,32 +325,31 @@ func (in *pid1) prepareHome() {
 // release lets an agent started during setup go on: setup is done.
 func (in *pid1) release() {
 	if in.hold != nil {
-		in.hold.Close()
+		close(in.hold)
 		in.hold = nil
 	}
 }
 
-// supervise starts the agent unless setup did, reaps every child, restarts
-// the agent when it dies, and powers off when asked. It never returns.
+// supervise starts the agent unless setup did, reaps every child, runs
+// the agent again when it returns, and powers off when asked. It never
+// returns.
 func (in *pid1) supervise() {
+	go in.reapLoop()
 	restart := make(chan struct{}, 1)
-	if in.agentPid == 0 {
-		if err := in.startAgent(false); err != nil {
-			in.fatal(err)
-		}
+	if !in.agentOn {
+		in.startAgent(false)
 	}
 	for {
 		select {
 		case <-restart:
-			if err := in.startAgent(false); err != nil {
-				in.fatal(err)
-			}
+			in.startAgent(false)
+		case err := <-in.agentDone:
+			in.agentOn = false
+			in.agentStop()
+			in.log.Warn("agent stopped", "err", err)
+			in.agentStopped(restart)
 		case sig := <-in.sigs:
 			switch sig {
-			case unix.SIGCHLD:
-				if in.reap() {
-					in.agentExited(restart)
-				}
 			case unix.SIGTERM, agent.SignalPowerOff:
 				in.powerOff(false)
 			case agent.SignalReboot:
@@ -328,33 +359,9 @@ func (in *pid1) supervise() {
 	}
 }
 
-// reap collects every exited child and reports whether the agent was one.
-func (in *pid1) reap() (agentExited bool) {
-	for {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		if pid <= 0 || err != nil {
-			return agentExited
-		}
-		if pid == in.agentPid {
-			in.log.Warn("agent exited", "status", describe(ws))
-			in.agentPid = 0
-			agentExited = true
-		}
-	}
-}
-
-func describe(ws unix.WaitStatus) string {
-	if ws.Signaled() {
-		return "signal " + ws.Signal().String()
-	}
-	return fmt.Sprintf("exit %d", ws.ExitStatus())
-}
-
-func (in *pid1) agentExited(restart chan<- struct{}) {
+// agentStopped runs the agent again after a pause that grows with quick
+// failures in a row, and gives up after maxQuickFails of them.
+func (in *pid1) agentStopped(restart chan<- struct{}) {
 	if time.Since(in.agentStart) < quickFail {
 		in.quickFails++
 	} else {
@@ -367,61 +374,78 @@ func (in *pid1) agentExited(restart chan<- struct{}) {
 	time.AfterFunc(delay, func() { restart <- struct{}{} })
 }
 
-// startAgent starts "/init agent" as a child; init reaps it like any other.
-// A held agent gets the read end of a pipe as fd 3 (agent.HoldFDEnv) and
-// waits, before its proxies and its readiness, until release closes the
-// write end.
-func (in *pid1) startAgent(held bool) error {
-	// After a switch to a root disk, /init is out of reach by name; the
-	// running binary is not. The agent is still called /init (argv[0]).
-	exe := "/proc/self/exe"
-	null, err := os.Open(os.DevNull)
-	if err != nil {
-		return fmt.Errorf("start agent: %w", err)
-	}
-	defer null.Close()
-	attr := &os.ProcAttr{
-		Env:   []string{"PATH=" + defaultPath, "HOME=/root"},
-		Files: []*os.File{null, os.Stderr, os.Stderr},
-	}
-	var r, w *os.File
+// startAgent runs the agent in a goroutine of PID 1. A held agent waits,
+// before its proxies and its readiness, until release.
+func (in *pid1) startAgent(held bool) {
+	opts := agent.Options{Reaper: in}
 	if held {
-		if r, w, err = os.Pipe(); err != nil {
-			return fmt.Errorf("start agent: %w", err)
-		}
-		defer r.Close()
-		attr.Files = append(attr.Files, r)
-		attr.Env = append(attr.Env, agent.HoldFDEnv+"=3")
+		in.hold = make(chan struct{})
+		opts.Hold = in.hold
 	}
-	p, err := startNoNewPrivs(exe, []string{"/init", "agent"}, attr)
-	if err != nil {
-		if w != nil {
-			w.Close()
-		}
-		return fmt.Errorf("start agent: %w", err)
-	}
-	in.hold = w
-	in.agentPid, in.agentStart = p.Pid, time.Now()
-	in.log.Debug("agent started", "pid", p.Pid, "held", held)
-	p.Release() // reaped by wait4(-1) in reap
-	return nil
+	ctx, stop := context.WithCancel(context.Background())
+	in.agentOn, in.agentStart, in.agentStop = true, time.Now(), stop
+	log := console.NewLogger(os.Stderr, "agent", in.cfg.Debug)
+	in.log.Debug("agent started", "held", held)
+	go func() { in.agentDone <- in.run(ctx, log, opts) }()
 }
 
-// startNoNewPrivs starts a process that has no_new_privs from its first
-// instruction: it is forked from a thread of init that has the flag, and
-// every thread its runtime makes inherits it. The agent then need not set
-// it on all its threads once running (agent.RestrictPrivileges checks
-// instead): stopping every thread for that took 12-25 ms of the boot's
-// critical path under TCG. The thread keeps the flag (it cannot be
-// cleared) and goes back to init's pool, where it changes nothing: init
-// is root, and what it starts (the agent, busybox) gains nothing by exec.
-func startNoNewPrivs(exe string, argv []string, attr *os.ProcAttr) (*os.Process, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return nil, fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+// Spawn implements agent.Reaper: start forks a child, under reapMu, so
+// that reapLoop cannot reap it before it is registered.
+func (in *pid1) Spawn(start func() (int, error)) (<-chan syscall.WaitStatus, error) {
+	in.reapMu.Lock()
+	defer in.reapMu.Unlock()
+	pid, err := start()
+	if err != nil {
+		return nil, err
 	}
-	return os.StartProcess(exe, argv, attr)
+	ch := make(chan syscall.WaitStatus, 1)
+	in.waiting[pid] = ch
+	select {
+	case in.spawned <- struct{}{}:
+	default:
+	}
+	return ch, nil
+}
+
+// reapLoop reaps every child of PID 1 as it exits: the agent's tasks
+// (their status goes to Spawn's channel) and whatever they orphaned. It
+// waits without reaping (WNOWAIT), then reaps under reapMu, so a child
+// forked by Spawn is registered before it can be reaped.
+func (in *pid1) reapLoop() {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		switch {
+		case err == unix.EINTR:
+		case err == unix.ECHILD:
+			<-in.spawned // no children: wait for one
+		case err != nil:
+			in.log.Error("waitid", "err", err)
+			time.Sleep(100 * time.Millisecond)
+		default:
+			in.reap()
+		}
+	}
+}
+
+// reap collects every exited child.
+func (in *pid1) reap() {
+	in.reapMu.Lock()
+	defer in.reapMu.Unlock()
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			return
+		}
+		if ch, ok := in.waiting[pid]; ok {
+			delete(in.waiting, pid)
+			ch <- syscall.WaitStatus(ws)
+		}
+	}
 }
 
 // fatal reports err on the console and powers off: the host sees the VM
@@ -436,6 +460,9 @@ func (in *pid1) fatal(err error) {
 func (in *pid1) powerOff(reboot bool) {
 	signal.Reset()
 	in.log.Info("shutting down", "reboot", reboot, "uptime", time.Since(in.boot).Round(time.Millisecond).String())
+	if in.agentStop != nil {
+		in.agentStop() // its transport and tasks end with the kill below
+	}
 	unix.Sync()
 	_ = unix.Kill(-1, unix.SIGTERM)
 	reapUntil(time.Now().Add(2 * time.Second))

@@ -344,13 +344,13 @@ func (g *guest) switchesPerMiB(before float64) float64 {
 	return (g.switches() - before) / (streamSize >> 20)
 }
 
-// memory: the agent's and init's RSS against the floor init's (a minimal
-// Go program serving the mux), after the transfers above; the guest binary.
+// memory: PID 1's RSS, init with the agent in it, against the floor
+// init's (a minimal Go program serving the mux), after the transfers
+// above; the guest binary.
 func (g *guest) memory() {
 	r := g.probe("rss")
 	floor := g.h.floor.rssKiB(g.h.b) / 1024
-	g.h.t.add("rss-agent", "memory: guest agent RSS", "MiB", []float64{r["agent_kib"] / 1024}, "trivial Go mux init", []float64{floor}, nil)
-	g.h.t.add("rss-guest-init", "memory: guest init (PID 1) RSS", "MiB", []float64{r["init_kib"] / 1024}, "trivial Go mux init", []float64{floor}, nil)
+	g.h.t.add("rss-agent", "memory: guest init with the agent (PID 1) RSS", "MiB", []float64{r["init_kib"] / 1024}, "trivial Go mux init", []float64{floor}, nil)
 	size, _ := strconv.ParseFloat(strings.TrimSpace(g.run(nil, "stat", "-c", "%s", "/init")), 64)
 	g.h.t.add("size-guest", "size: guest binary (/init)", "MiB", []float64{size / (1 << 20)}, "trivial Go mux init", []float64{fileSizeMiB(filepath.Join(g.h.work, "floorinit"))}, nil)
 }

@@ -4,7 +4,6 @@ package robust
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,14 +14,15 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/service"
-	"github.com/airlock-sandbox/airlock/app/session"
 	"github.com/airlock-sandbox/airlock/app/tasks"
 	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 )
 
-// agentKill is a root task that kills the guest agent (/init agent) with
-// SIGKILL: PID 1 starts a new one, which greets the host afresh.
-const agentKill = `for d in /proc/[0-9]*; do a=$(tr '\0' ' ' < $d/cmdline 2>/dev/null); [ "$a" = "/init agent " ] && kill -9 ${d#/proc/}; done; sleep 60`
+// agentCrash is a root task that crashes the guest agent: it runs in PID
+// 1 (guest/boot), whose Go runtime, on a SIGABRT it does not handle, dumps
+// its goroutines and exits, and the guest kernel panics (panic=-1 ends the
+// VM). SIGKILL would do nothing: the kernel keeps it from PID 1.
+const agentCrash = `kill -ABRT 1; sleep 60`
 
 // TestFaults breaks one `airlock serve` in every way issue 8 lists, one
 // after the other on the same service, and after each checks that the
@@ -69,86 +69,24 @@ func TestFaults(t *testing.T) {
 		}
 	})
 
-	t.Run("agent killed from inside", func(t *testing.T) {
+	t.Run("agent crashed from inside", func(t *testing.T) {
 		s.t = t
-		ectx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		events, err := s.client.Events(ectx, false)
-		if err != nil {
-			t.Fatal(err)
-		}
 		before := s.status().Session
 		victim := s.run(service.RunRequest{Shell: "yes agent | head -c 65536; sleep 600"})
 		s.waitOutput(victim.ID, 65536)
-		killer := s.run(service.RunRequest{Shell: agentKill, Root: true})
+		killer := s.run(service.RunRequest{Shell: agentCrash, Root: true})
 		end, kend := s.wait(victim.ID), s.wait(killer.ID)
 		if end.State != tasks.Lost || kend.State != tasks.Lost {
-			t.Errorf("tasks whose agent was killed: victim %s %q, killer %s %q", end.State, end.Reason, kend.State, kend.Reason)
+			t.Errorf("tasks whose agent crashed: victim %s %q, killer %s %q", end.State, end.Reason, kend.State, kend.Reason)
 		}
 		if !bytes.Equal(s.log(victim.ID), repeat("agent", 65536)) {
-			t.Errorf("the output received before the agent died is not all in the log")
+			t.Errorf("the output received before the agent crashed is not all in the log")
 		}
 		t.Logf("victim %s: %s", end.State, end.Reason)
-		// Init starts a new agent and the host reaches it on the same VM:
-		// the next task works within seconds, with no new boot.
-		began := time.Now()
-		s.works("after the agent was killed")
-		took := time.Since(began)
-		t.Logf("the next task worked %s after the tasks were lost", took.Round(time.Millisecond))
-		if took > 15*time.Second {
-			t.Errorf("the next task took %s after the agent was killed", took)
-		}
-		st := s.status().Session
-		for i := 0; st.AgentRestarts == before.AgentRestarts && i < 150; i++ {
-			time.Sleep(100 * time.Millisecond) // the health check that notices
-			st = s.status().Session
-		}
-		if st.PID != before.PID || st.Generation != before.Generation || st.Restarts != before.Restarts || st.AgentRestarts != before.AgentRestarts+1 {
-			t.Errorf("after the agent was killed: pid %d→%d, generation %d→%d, restarts %d→%d, agent restarts %d→%d (%s)",
-				before.PID, st.PID, before.Generation, st.Generation, before.Restarts, st.Restarts, before.AgentRestarts, st.AgentRestarts, st.LastError)
-		}
-		for seen := false; !seen; {
-			select {
-			case e := <-events:
-				if seen = e.Session != nil && e.Session.Kind == session.EventReconnected; seen {
-					t.Logf("event: %s, generation %d: %s", e.Session.Kind, e.Session.Generation, e.Session.Error)
-				}
-			case <-time.After(10 * time.Second):
-				t.Errorf("no %q event", session.EventReconnected)
-				seen = true
-			}
-		}
-	})
-
-	t.Run("agent killed again and again", func(t *testing.T) {
-		s.t = t
-		before := s.status().Session
-		// A guest that keeps restarting its agent gets a few reconnects in
-		// the window (session.DefaultReconnects in all, this VM has had one
-		// above), then the VM is replaced as before. Each agent lives past
-		// init's quick-failure time, so init does not give up first.
-		for i := 0; ; i++ {
-			time.Sleep(11 * time.Second)
-			kend := s.wait(s.run(service.RunRequest{Shell: agentKill, Root: true}).ID)
-			if kend.State != tasks.Lost {
-				t.Fatalf("killer %d: %s %q", i, kend.State, kend.Reason)
-			}
-			st := s.status().Session
-			for j := 0; st.Generation == before.Generation && st.AgentRestarts <= before.AgentRestarts+i && j < 600; j++ {
-				time.Sleep(100 * time.Millisecond) // a health check notices the one or the other
-				st = s.status().Session
-			}
-			if st.Generation != before.Generation {
-				s.works("after the storm")
-				if st.Restarts != before.Restarts+1 || !strings.Contains(st.LastError, "keeps restarting") {
-					t.Errorf("the storm cost the VM for the wrong reason: %+v", st)
-				}
-				t.Logf("after %d more kills: generation %d→%d: %s", i+1, before.Generation, st.Generation, st.LastError)
-				break
-			}
-			if i >= 5 {
-				t.Fatalf("%d agent restarts in a row did not cost the VM: %+v", i+1, s.status().Session)
-			}
+		// The guest is gone with its agent; the service boots a new VM.
+		s.works("after the agent crashed")
+		if st := s.status().Session; st.Generation <= before.Generation {
+			t.Errorf("generation %d after %d: the VM was not replaced", st.Generation, before.Generation)
 		}
 	})
 

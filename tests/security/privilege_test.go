@@ -6,27 +6,16 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/guest/client"
 )
 
 const privFamily = "guest privilege"
-
-// agentPID finds the guest agent (/init agent; PID 1 is /init itself).
-func agentPID(t testing.TB) string {
-	t.Helper()
-	r := root(t, `for d in /proc/[0-9]*; do a=$(tr '\0' ' ' < $d/cmdline 2>/dev/null); [ "$a" = "/init agent " ] && echo ${d#/proc/}; done`)
-	pid := strings.TrimSpace(r.Stdout)
-	if !regexp.MustCompile(`^[0-9]+$`).MatchString(pid) {
-		t.Fatalf("cannot find the agent: %s", r)
-	}
-	return pid
-}
 
 // TestGuestPrivilege: a task as uid 1000 cannot reach the transport,
 // read or control the agent or PID 1, change the kernel, the clock, the
@@ -34,7 +23,14 @@ func agentPID(t testing.TB) string {
 func TestGuestPrivilege(t *testing.T) {
 	t.Parallel()
 	p := probe(t)
-	agent := agentPID(t)
+	agent := "1" // the agent runs in init (guest/boot)
+	ictx, icancel := context.WithTimeout(context.Background(), 30*time.Second)
+	before, err := shared.Agent().Info(ictx)
+	icancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	instance := before.GetAgentInstance()
 
 	// A victim task, running as the same user, whose cgroup the attacker
 	// must not control.
@@ -145,8 +141,11 @@ func TestGuestPrivilege(t *testing.T) {
 		}
 	})
 	attack(t, privFamily, "the agent, the clock and the victim survive the attacks", func(a *Attack) {
-		if got := agentPID(a); got != agent {
-			a.breach("the agent changed from PID %s to %s", agent, got)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		info, err := shared.Agent().Info(ctx)
+		cancel()
+		if err != nil || info.GetAgentInstance() != instance {
+			a.breach("the agent was restarted (instance %d, then %d: %v)", instance, info.GetAgentInstance(), err)
 		}
 		r := user(a, "echo alive")
 		if r.Stdout != "alive\n" {

@@ -1,5 +1,5 @@
 // Command airlock-guest is /init in the guest initramfs (Linux only, built
 // with CGO_ENABLED=0). As PID 1, or with the "init" argument, it is the
-// guest's init (guest/boot); with "agent" it is the guest agent
-// (guest/agent) that init starts and supervises.
+// guest's init (guest/boot), which runs the guest agent (guest/agent) in
+// the same process.
 package main

@@ -1,9 +1,10 @@
 //go:build linux
 
 // Command hostileagent is a guest agent that attacks the host. It is the
-// real guest's init (guest/boot) with a different agent: tests/robust packs
-// it as /init into a copy of the real initramfs, so it runs in the real
-// kernel, on the real transport, against the real host code.
+// real guest's init (guest/boot) with a different agent in it
+// (boot.RunAgent): tests/robust packs it as /init into a copy of the real
+// initramfs, so it runs in the real kernel, on the real transport, against
+// the real host code.
 //
 // What it does is chosen on the kernel command line with airlock.hostile=:
 //
@@ -46,14 +47,13 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "agent" {
-		if err := run(); err != nil {
+	boot.RunAgent(func(_ context.Context, _ *slog.Logger, opts agent.Options) error {
+		err := run(opts)
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "hostileagent:", err)
-			os.Exit(1)
 		}
-		os.Exit(0)
-	}
-	boot.Run() // PID 1: the real init, which starts "<this binary> agent"
+		return err
+	})
 }
 
 func mode() string {
@@ -78,7 +78,7 @@ func port() (*os.File, error) {
 	return nil, fmt.Errorf("no serial port %s", api.SerialPortName)
 }
 
-func run() error {
+func run(opts agent.Options) error {
 	log := console.NewLogger(os.Stderr, "hostile", true)
 	m := mode()
 	log.Info("hostile agent", "mode", m)
@@ -128,7 +128,7 @@ func run() error {
 	if _, err := fwd.Start(context.Background(), egress.DefaultRoutes()); err != nil {
 		log.Error("egress", "err", err)
 	}
-	cfg := agent.Config{Transport: api.TransportSerial, Logger: log, PowerOff: func(bool) error { return nil }}
+	cfg := agent.Config{Transport: api.TransportSerial, Logger: log, PowerOff: func(bool) error { return nil }, Reaper: opts.Reaper}
 	if b, err := os.ReadFile("/proc/cmdline"); err == nil {
 		if bc, err := api.ParseCmdline(string(b)); err == nil {
 			cfg.UID, cfg.GID = bc.UID, bc.GID

@@ -6,13 +6,12 @@
 //	gprobe meta DIR N          create, stat and unlink N empty files in DIR
 //	gprobe spawn PROG N        N bare fork+exec+wait of PROG (no arguments), their
 //	                           median in µs: the guest's own cost of a process
-//	gprobe rss                 VmRSS of the agent ("/init agent") and of PID 1, in KiB
+//	gprobe rss                 VmRSS of PID 1 (init, with the agent in it), in KiB
 //	gprobe socks URL           GET URL through ALL_PROXY (SOCKS5), body to io.Discard;
 //	                           the time is also printed as secs= for the shell
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -118,20 +117,7 @@ func main() {
 		slices.Sort(ts)
 		out["us"], out["n"] = ts[n/2], n
 	case "rss":
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			if _, err := strconv.Atoi(e.Name()); err != nil {
-				continue
-			}
-			cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-			args := bytes.Split(bytes.TrimRight(cmd, "\x00"), []byte{0})
-			switch {
-			case e.Name() == "1":
-				out["init_kib"] = rss(e.Name())
-			case len(args) == 2 && string(args[1]) == "agent":
-				out["agent_kib"] = rss(e.Name())
-			}
-		}
+		out["init_kib"] = rss("1")
 	case "socks":
 		// Unlike tests/e2e's probe, nothing is hashed: under emulation
 		// SHA-256 is slower than the transport and would be the figure.

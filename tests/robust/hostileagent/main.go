@@ -13,7 +13,8 @@
 //	               messages before a valid one
 //	mute           announces readiness but never answers an agent call or a task
 //	(anything else) a working agent whose tasks misbehave on request:
-//	               argv[0] "hostile:<what>" (see misbehave), any other
+//	               argv[0] "hostile:<what>" (see misbehave; "restart" returns
+//	               to init, which runs this agent again), any other
 //	               command runs as in the real agent; its agent calls are
 //	               answered right, each followed by a stray answer (see
 //	               serveCalls)
@@ -86,6 +87,8 @@ func run(opts agent.Options) error {
 	if err != nil {
 		return err
 	}
+	defer f.Close() // returning, the agent lets go of the port for the next one
+	log.Info("port open")
 	if m == "garbage-hello" {
 		junk := make([]byte, 1<<20)
 		rand.Read(junk)
@@ -125,7 +128,9 @@ func run(opts agent.Options) error {
 	}
 	// The proxies, so that ordinary tasks have a network like in the real guest.
 	fwd := egress.New(egress.Config{Dial: sess.Dial, Logger: log})
-	if _, err := fwd.Start(context.Background(), egress.DefaultRoutes()); err != nil {
+	ectx, stopEgress := context.WithCancel(context.Background())
+	defer stopEgress()
+	if _, err := fwd.Start(ectx, egress.DefaultRoutes()); err != nil {
 		log.Error("egress", "err", err)
 	}
 	cfg := agent.Config{Transport: api.TransportSerial, Logger: log, PowerOff: func(bool) error { return nil }, Reaper: opts.Reaper}
@@ -150,7 +155,11 @@ func run(opts agent.Options) error {
 	r := ready()
 	r.AgentInstance = h.Server.Instance()
 	if err := agent.AnnounceReady(context.Background(), sess.Dial, r); err != nil {
-		return err
+		// As the real agent: after a restart the host takes the new
+		// agent's hello and does not wait for readiness.
+		log.Error("readiness", "err", err)
+	} else {
+		log.Info("ready")
 	}
 	<-sess.Done()
 	return sess.Err()
@@ -370,6 +379,13 @@ func (h *hostile) misbehave(t task, what string, n int) error {
 			t.stdout(fmt.Appendf(nil, "dialled: %d opened, %d refused\n", opened, refused))
 		}))
 		return t.Send(exit(0))
+	case "restart":
+		// The agent returns, as the real one does when its transport
+		// fails: init runs it again, and the new one greets the host on
+		// the same VM (a fresh hello, which the host must take).
+		h.log.Info("returning to init")
+		h.sess.Close()
+		return nil
 	case "garbage":
 		// Random bytes on the transport, in the middle of the host's frames.
 		junk := make([]byte, 64<<10)

@@ -83,7 +83,7 @@ type Server struct {
 	cgroups *cgroups // nil without cgroup support
 	tasks   atomic.Int64
 	bootMS  atomic.Int64
-	// instance tells this agent process from the ones before it on the
+	// instance tells this agent from the ones init ran before it on the
 	// same VM (Info.agent_instance). The runtime's generator is seeded by
 	// the kernel at exec, so drawing it never waits for entropy at boot.
 	instance uint64
@@ -160,7 +160,7 @@ func (s *Server) recovered(method string, r any) error {
 	return execwire.Errorf(execwire.Internal, "agent: internal error in %s", method)
 }
 
-// Instance is this agent process's Info.agent_instance.
+// Instance is this agent's Info.agent_instance (a new one each run).
 func (s *Server) Instance() uint64 { return s.instance }
 
 // MarkReady records the uptime at which the agent became ready (Info.boot_ms).

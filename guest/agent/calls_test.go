@@ -26,7 +26,7 @@ func TestAgentCalls(t *testing.T) {
 	if info.GetAgentVersion() != Version || info.GetTransport() != "test" || info.GetUserUid() != 1000 || info.GetCpus() == 0 || info.GetKernel() == "" {
 		t.Fatalf("info %v", info)
 	}
-	// The instance tells this agent process from a restarted one.
+	// The instance tells this agent from a restarted one.
 	again, err := e.client.Info(ctx)
 	if err != nil || info.GetAgentInstance() == 0 || again.GetAgentInstance() != info.GetAgentInstance() || info.GetAgentInstance() != e.srv.Instance() {
 		t.Fatalf("instance %d, then %d (%v), server's %d", info.GetAgentInstance(), again.GetAgentInstance(), err, e.srv.Instance())

@@ -14,7 +14,7 @@ type Ready struct {
 	AgentVersion string `json:"agent_version"`
 	// BootMillis is the guest's uptime when the agent became ready.
 	BootMillis int64 `json:"boot_ms"`
-	// AgentInstance is the agent process's Info.agent_instance, so the
+	// AgentInstance is the agent's Info.agent_instance, so the
 	// host knows it before its first Info call; 0 from an older agent.
 	AgentInstance uint64 `json:"agent_instance,omitempty"`
 }

@@ -1,7 +1,7 @@
 // Package boot is the guest's init (PID 1): it mounts the kernel file
 // systems, loads the modules the image lists, brings up loopback, mounts
 // the workspace as the kernel command line says, runs the agent
-// (guest/agent) in its own process and runs it again if it returns, reaps
+// (guest/agent) inside itself, in PID 1, and runs it again if it returns, reaps
 // every child (the agent's tasks through agent.Reaper), and powers
 // the guest off when asked. A fatal error is printed to the console and
 // powers the guest off: init never hangs silently.

@@ -128,8 +128,8 @@ func (in *pid1) setup() error {
 
 	// The agent needs only the early mounts to open its transport, and
 	// waits on the hold for the rest. With no modules to load (a kernel
-	// with its drivers built in) it starts now, so that its own start, the
-	// longer branch of the boot, runs beside all of init's setup.
+	// with its drivers built in) it starts now, so that its transport
+	// opens and its proxies bind beside all of init's setup.
 	if in.cfg.Root == "" && !exists(ModulesList) {
 		in.startAgent(true)
 	}
@@ -155,12 +155,11 @@ func (in *pid1) setup() error {
 	if in.cfg.Root == "" && !in.agentOn {
 		// With modules (Debian's kernel) the agent starts after them,
 		// held until the rest of setup (the workspace, the loopback) is
-		// done: its start and its transport then run beside init's
-		// remaining steps, on the other CPU (ready ~130 ms sooner under
-		// TCG: 1222 -> 1094 ms guest uptime, medians of 12 alternating
-		// boots). Not beside module loading: under TCG that once stalled a
-		// guest (see above). With a root disk it starts after the switch,
-		// in the new root.
+		// done: its transport then opens beside init's remaining steps,
+		// on the other CPU (when the agent was a process of its own,
+		// that made it ready ~130 ms sooner under TCG). Not beside module
+		// loading: under TCG that once stalled a guest (see above). With
+		// a root disk it starts after the switch, in the new root.
 		in.startAgent(true)
 	}
 	if err := loopbackUp(); err != nil {

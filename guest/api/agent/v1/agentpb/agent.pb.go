@@ -936,7 +936,7 @@ type InfoResponse struct {
 	UserUid           uint32 `protobuf:"varint,10,opt,name=user_uid,json=userUid,proto3" json:"user_uid,omitempty"`
 	// boot_ms is the time from kernel start to the agent being ready.
 	BootMs int64 `protobuf:"varint,11,opt,name=boot_ms,json=bootMs,proto3" json:"boot_ms,omitempty"`
-	// agent_instance is drawn at random when the agent process starts: a
+	// agent_instance is drawn at random each time init runs the agent: a
 	// different one on the same VM means the guest restarted its agent.
 	AgentInstance uint64 `protobuf:"varint,12,opt,name=agent_instance,json=agentInstance,proto3" json:"agent_instance,omitempty"`
 	unknownFields protoimpl.UnknownFields

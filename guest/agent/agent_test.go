@@ -109,7 +109,7 @@ func testCgroupRoot(t *testing.T) string {
 	return filepath.Join(root, "tasks")
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, opts ...func(*Config)) *env {
 	t.Helper()
 	requireRoot(t)
 	e := &env{workspace: accessibleDir(t), home: accessibleDir(t)}
@@ -117,7 +117,7 @@ func newEnv(t *testing.T) *env {
 	e.cgroups = cg != ""
 	// TrustCA must never write the host's own trust store.
 	ca := t.TempDir()
-	e.srv = New(Config{
+	cfg := Config{
 		CAFile:       filepath.Join(ca, "ssl", "certs", "airlock-ca.pem"),
 		CABundle:     filepath.Join(ca, "ssl", "certs", "ca-certificates.crt"),
 		Transport:    "test",
@@ -138,7 +138,11 @@ func newEnv(t *testing.T) *env {
 			e.poweroff = append(e.poweroff, reboot)
 			return nil
 		},
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e.srv = New(cfg)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

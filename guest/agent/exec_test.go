@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -40,6 +41,57 @@ func TestExitStatus(t *testing.T) {
 				t.Errorf("exit = %v, want code %d signal %d", r.exit, tt.code, tt.signal)
 			}
 		})
+	}
+}
+
+// pidReaper is a Reaper for tests: where PID 1's loop reaps every child
+// and sends each status to the channel Spawn registered, it waits for each
+// child by its pid.
+type pidReaper struct{ spawned atomic.Int64 }
+
+func (r *pidReaper) Spawn(start func() (int, error)) (<-chan syscall.WaitStatus, error) {
+	pid, err := start()
+	if err != nil {
+		return nil, err
+	}
+	r.spawned.Add(1)
+	ch := make(chan syscall.WaitStatus, 1)
+	go func() {
+		var ws syscall.WaitStatus
+		for {
+			if _, err := syscall.Wait4(pid, &ws, 0, nil); err != syscall.EINTR {
+				break
+			}
+		}
+		ch <- ws
+	}()
+	return ch, nil
+}
+
+// TestExitStatusReaper: with a Reaper (the agent in PID 1), every task is
+// forked through it and its status comes from it, the same as without.
+func TestExitStatusReaper(t *testing.T) {
+	r := &pidReaper{}
+	e := newEnv(t, func(c *Config) { c.Reaper = r })
+	tests := []struct {
+		start        *agentv1.ExecStart
+		code, signal int32
+	}{
+		{&agentv1.ExecStart{Argv: []string{"true"}}, 0, 0},
+		{shell("exit 7"), 7, 0},
+		{shell("kill -KILL $$"), 0, 9},
+	}
+	for _, tt := range tests {
+		res := mustRun(t, e, tt.start)
+		if res.exit.Code != tt.code || res.exit.Signal != tt.signal {
+			t.Errorf("%v: exit = %v, want code %d signal %d", tt.start.GetArgv(), res.exit, tt.code, tt.signal)
+		}
+	}
+	if _, err := e.run(t, &agentv1.ExecStart{Argv: []string{"/nonexistent"}}); err == nil {
+		t.Error("a task that cannot start ran")
+	}
+	if n := r.spawned.Load(); n != int64(len(tests)) {
+		t.Errorf("%d tasks forked through the Reaper, want %d", n, len(tests))
 	}
 }
 

@@ -102,9 +102,9 @@ func (s *Service) execute(ctx context.Context, id string, req RunRequest, secret
 		Stdout: s.store.Stdout(id), Stderr: s.store.Stderr(id), Signal: r.signal,
 		Started: func(int) { s.mu.Lock(); r.started = true; s.mu.Unlock() },
 	}
-	lastGen := 0
+	lastGen, lastRestarts := 0, 0
 	for attempt := 0; ; attempt++ {
-		agent, gen, err := s.agentAfter(ctx, lastGen)
+		agent, gen, err := s.agentAfter(ctx, lastGen, lastRestarts)
 		if err != nil {
 			s.finish(id, tasks.Lost, tasks.Exit{}, "no VM to run on: "+err.Error())
 			return
@@ -127,6 +127,7 @@ func (s *Service) execute(ctx context.Context, id string, req RunRequest, secret
 		if req.Timeout > 0 {
 			ectx, ecancel = context.WithTimeout(ctx, req.Timeout+HostTimeoutGrace)
 		}
+		restarts := s.sess.Status().AgentRestarts
 		exit, err := agent.Exec(ectx, spec, stdio)
 		hostTimedOut := err != nil && ctx.Err() == nil && errors.Is(ectx.Err(), context.DeadlineExceeded)
 		ecancel()
@@ -141,7 +142,7 @@ func (s *Service) execute(ctx context.Context, id string, req RunRequest, secret
 		}
 		if err != nil && !cancelled && !started && attempt < 2 && isTransport(err) {
 			s.log.Info("the VM went away before the task started; running it on the next one", "task", id, "generation", gen)
-			lastGen = gen
+			lastGen, lastRestarts = gen, restarts
 			continue
 		}
 		s.record(id, req, exit, err, cancelled)
@@ -154,20 +155,24 @@ func (s *Service) execute(ctx context.Context, id string, req RunRequest, secret
 const HostTimeoutGrace = 15 * time.Second
 
 // retryWait bounds how long a task that could not reach its VM's agent
-// waits for the session to replace the VM; a VM the session still finds
-// healthy by then (its agent merely restarted, say) gets the task again.
-// A variable only so tests need not wait 30 s.
+// waits for the session to replace the VM, or to reconnect to a restarted
+// agent on it; a VM the session still finds healthy by then gets the task
+// again. A variable only so tests need not wait 30 s.
 var retryWait = 30 * time.Second
 
 // agentAfter returns the agent of a VM newer than generation after (0: any),
-// waiting while the session notices a dead VM and boots the next, at most
-// retryWait.
-func (s *Service) agentAfter(ctx context.Context, after int) (*client.Client, int, error) {
+// or of the same VM once its agent restarted more than restarts times,
+// waiting while the session notices a dead VM and boots the next, or
+// reconnects to the agent init ran again, at most retryWait.
+func (s *Service) agentAfter(ctx context.Context, after, restarts int) (*client.Client, int, error) {
 	giveUp := time.Now().Add(retryWait)
 	for {
 		agent, gen, err := s.sess.Agent(ctx)
 		if err != nil || gen != after || time.Now().After(giveUp) {
 			return agent, gen, err
+		}
+		if s.sess.Status().AgentRestarts > restarts {
+			return agent, gen, nil
 		}
 		select {
 		case <-ctx.Done():

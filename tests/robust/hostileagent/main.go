@@ -130,8 +130,11 @@ func run(opts agent.Options) error {
 	fwd := egress.New(egress.Config{Dial: sess.Dial, Logger: log})
 	ectx, stopEgress := context.WithCancel(context.Background())
 	defer stopEgress()
-	if _, err := fwd.Start(ectx, egress.DefaultRoutes()); err != nil {
+	if wait, err := fwd.Start(ectx, egress.DefaultRoutes()); err != nil {
 		log.Error("egress", "err", err)
+	} else {
+		// Closed before a restarted agent binds the same ports.
+		defer func() { stopEgress(); wait() }()
 	}
 	cfg := agent.Config{Transport: api.TransportSerial, Logger: log, PowerOff: func(bool) error { return nil }, Reaper: opts.Reaper}
 	if b, err := os.ReadFile("/proc/cmdline"); err == nil {
@@ -382,7 +385,15 @@ func (h *hostile) misbehave(t task, what string, n int) error {
 	case "restart":
 		// The agent returns, as the real one does when its transport
 		// fails: init runs it again, and the new one greets the host on
-		// the same VM (a fresh hello, which the host must take).
+		// the same VM (a fresh hello, which the host must take). This
+		// task ends first, and the session is closed only once the host
+		// has hung up on it: closing cuts a write in progress, the host
+		// takes a hello only where a frame starts, and it runs a task
+		// whose start it never heard of again.
+		if err := t.Send(exit(0)); err != nil {
+			return err
+		}
+		t.waitHost()
 		h.log.Info("returning to init")
 		h.sess.Close()
 		return nil

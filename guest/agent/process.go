@@ -19,14 +19,12 @@ import (
 // Without cgo the Go runtime applies it to all threads; with cgo (tests) it
 // is applied per spawn in start, which is what the tasks inherit.
 //
-// Started by init, the agent has the flag from exec on (guest/boot forks
-// it from a thread that has it), and so has every thread its runtime
-// made since: then setting it again on all threads, which stops each of
-// them (12-25 ms of the boot's critical path under TCG), is skipped. The
-// calling thread having it shows that, because nothing in the agent sets
-// it on one thread before this call (start does, for tasks, after it):
-// the flag is never cleared, each new thread copies its creator's, and
-// every thread descends from the one that exec'd.
+// In the guest, init calls it first thing in PID 1 (guest/boot), while the
+// runtime has few threads, and every thread made since copies the flag;
+// agent.Run's own call then only checks, instead of stopping every thread
+// again (12-25 ms of the boot's critical path under TCG). The calling
+// thread having it shows that only because nothing sets it on one thread
+// before the first call (start does, for tasks, after it).
 func RestrictPrivileges() error {
 	if v, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0); err == nil && v == 1 {
 		return nil

@@ -39,10 +39,13 @@ type Options struct {
 	Hold <-chan struct{}
 	// Reaper collects its tasks' exits (Config.Reaper).
 	Reaper Reaper
+	// Boot is the boot configuration init read from the kernel command
+	// line (api.ParseCmdline).
+	Boot api.BootConfig
 }
 
-// Run is the guest agent; init runs it in PID 1 (guest/boot). It reads the
-// boot configuration, checks no_new_privs, opens the transport, starts the egress forwarders
+// Run is the guest agent; init runs it in PID 1 (guest/boot), with the boot
+// configuration it read. It checks no_new_privs, opens the transport, starts the egress forwarders
 // (guest/egress: 127.0.0.1:3128 and 127.0.0.1:1080 to the host's
 // api.PortEgressHTTP and api.PortEgressSOCKS), serves the Agent service on
 // api.PortAgent (ServeAgent) and tasks on api.PortExec, and tells the host
@@ -55,15 +58,7 @@ type Options struct {
 // beside the transport opening, and the readiness stream is dialled before
 // the wait, leaving one write after it.
 func Run(ctx context.Context, log *slog.Logger, opts Options) error {
-	hold := opts.Hold
-	cmdline, err := os.ReadFile("/proc/cmdline")
-	if err != nil {
-		return fmt.Errorf("agent: %w", err)
-	}
-	boot, err := api.ParseCmdline(string(cmdline))
-	if err != nil {
-		return fmt.Errorf("agent: %w", err)
-	}
+	hold, boot := opts.Hold, opts.Boot
 	if boot.Transport == "" {
 		boot.Transport = api.TransportVsock
 	}

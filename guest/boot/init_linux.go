@@ -376,7 +376,7 @@ func (in *pid1) agentStopped(restart chan<- struct{}) {
 // startAgent runs the agent in a goroutine of PID 1. A held agent waits,
 // before its proxies and its readiness, until release.
 func (in *pid1) startAgent(held bool) {
-	opts := agent.Options{Reaper: in}
+	opts := agent.Options{Reaper: in, Boot: in.cfg}
 	if held {
 		in.hold = make(chan struct{})
 		opts.Hold = in.hold

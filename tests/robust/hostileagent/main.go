@@ -136,12 +136,8 @@ func run(opts agent.Options) error {
 		// Closed before a restarted agent binds the same ports.
 		defer func() { stopEgress(); wait() }()
 	}
-	cfg := agent.Config{Transport: api.TransportSerial, Logger: log, PowerOff: func(bool) error { return nil }, Reaper: opts.Reaper}
-	if b, err := os.ReadFile("/proc/cmdline"); err == nil {
-		if bc, err := api.ParseCmdline(string(b)); err == nil {
-			cfg.UID, cfg.GID = bc.UID, bc.GID
-		}
-	}
+	cfg := agent.Config{Transport: api.TransportSerial, Logger: log, PowerOff: func(bool) error { return nil }, Reaper: opts.Reaper,
+		UID: opts.Boot.UID, GID: opts.Boot.GID}
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
 		cfg.CgroupRoot = agent.CgroupTasks
 	}

@@ -194,8 +194,8 @@ check-wailsjs: wailsjs
 	@git diff --exit-code -- frontend/wailsjs && test -z "$$(git status --porcelain -- frontend/wailsjs)" || { echo "frontend/wailsjs drifted from app/desktop: run make wailsjs and commit"; exit 1; }
 
 ## test-desktop: the Linux desktop build under Xvfb (apt: xvfb x11-utils imagemagick): its window
-## is shown and screenshot to build/bin/desktop.png (checked non-blank), its VM boots, and SIGTERM
-## (the tray's Quit) stops the VM and exits 0
+## is shown and screenshot to build/bin/desktop.png (checked non-blank), its VM boots (a QEMU among
+## its descendants), and SIGTERM (sent twice) stops the VM and exits 0
 test-desktop: desktop image
 	build/linux/xvfb-smoke.sh build/bin/airlock-desktop build/bin/desktop.png
 

@@ -44,6 +44,7 @@ type App struct {
 	cancel context.CancelFunc // ends the background work of Startup
 	bg     sync.WaitGroup
 	closed sync.Once
+	quit   sync.Once
 }
 
 // New opens the user's Airlock service (or connects to the running one)
@@ -156,10 +157,13 @@ func (a *App) ShowWindow() {
 	}
 }
 
-// Quit ends the app: Wails calls Shutdown, which stops the VM.
+// Quit ends the app: Wails calls Shutdown, which stops the VM. Only the
+// first call after Startup quits: Wails' Quit on Linux calls gtk_main_quit
+// from the caller's goroutine, and a second call can run into GTK tearing
+// down after the first.
 func (a *App) Quit() {
 	if rt := a.runtime(); rt != nil {
-		rt.Quit()
+		a.quit.Do(rt.Quit)
 	}
 }
 

@@ -274,6 +274,7 @@ func TestAppLifecycle(t *testing.T) {
 	}
 	b.ShowWindow()
 	b.Quit()
+	a.Quit() // the tray's Quit after the window's (or a second SIGTERM): quits once
 	if b.Streams() {
 		t.Error("Streams() = true on linux")
 	}

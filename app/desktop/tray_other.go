@@ -28,7 +28,7 @@ func startTray(t *tray) (stop func()) {
 		// there was no session bus.
 		defer func() {
 			if r := recover(); r != nil {
-				log.Printf("desktop: tray: %v", r)
+				log.Printf("desktop: the tray had no D-Bus connection to close (%v)", r)
 			}
 		}()
 		end()

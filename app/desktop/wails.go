@@ -31,15 +31,6 @@ func Run(cfg Config) error {
 	stopTray := startTray(a.tray)
 	defer stopTray()
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sig)
-	go func() {
-		for range sig {
-			a.Quit()
-		}
-	}()
-
 	return wails.Run(&options.App{
 		Title:             "Airlock",
 		Width:             1100,
@@ -49,8 +40,11 @@ func Run(cfg Config) error {
 		HideWindowOnClose: true,
 		BackgroundColour:  &options.RGBA{R: 246, G: 248, B: 250, A: 255},
 		AssetServer:       &assetserver.Options{Handler: a.Handler()},
-		OnStartup:         func(ctx context.Context) { a.Startup(wailsRuntime{ctx}) },
-		OnShutdown:        func(context.Context) { a.Shutdown() },
+		OnStartup: func(ctx context.Context) {
+			a.Startup(wailsRuntime{ctx})
+			takeQuitSignals(a)
+		},
+		OnShutdown: func(context.Context) { a.Shutdown() },
 		SingleInstanceLock: &options.SingleInstanceLock{
 			UniqueId:               UniqueID,
 			OnSecondInstanceLaunch: func(options.SecondInstanceData) { a.ShowWindow() },
@@ -65,4 +59,23 @@ func Run(cfg Config) error {
 		},
 		Windows: &windows.Options{},
 	})
+}
+
+// takeQuitSignals makes SIGINT and SIGTERM quit through App.Quit for the
+// rest of the process. Wails (v2.16) installs its own handler in Run, which
+// on Linux calls gtk_main_quit from its goroutine; with ours beside it a
+// signal quit twice, and the second call now and then ran into GTK's
+// teardown after the first (SIGSEGV in gtk_main_quit). Called from
+// OnStartup, once Wails' handler is in place, it resets the signals
+// (undoing Wails' Notify) and takes them itself, so every quit — signal,
+// tray or window — goes through App.Quit, which quits once.
+func takeQuitSignals(a *App) {
+	sig := make(chan os.Signal, 1)
+	signal.Reset(os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		for range sig {
+			a.Quit()
+		}
+	}()
 }

@@ -1,7 +1,9 @@
 #!/bin/sh
 # xvfb-smoke.sh: run the Linux desktop build under Xvfb long enough to show
-# its window, take a screenshot and check it is not blank, then quit it
-# with SIGTERM (what the tray's Quit does) and check it left no VM behind.
+# its window, take a screenshot and check it is not blank, check it booted
+# its VM (a QEMU among its descendants), then quit it with SIGTERM (twice:
+# it must quit once and cleanly, as the tray's Quit does) and check it left
+# no VM behind.
 #
 #   build/linux/xvfb-smoke.sh <airlock-desktop> <screenshot.png>
 #
@@ -76,13 +78,26 @@ while :; do
 	fi
 	sleep 2
 done
-# The VM and its helpers (QEMU, virtiofsd) run with paths under $tmp.
-vms=$(pgrep -f -- "$tmp/" | grep -vx "$app_pid" || true)
-echo "xvfb-smoke: window shown; screenshot $shot has $colours colours; VM processes: $(echo ${vms:-none})"
+# The VM and its helpers (QEMU, virtiofsd) are the app's descendants (their
+# command lines name no path under $tmp: QEMU gets its files as fds).
+descendants() { for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
+vms=
+for _ in $(seq 300); do
+	vms=$(descendants "$app_pid")
+	for p in $vms; do case $(cat /proc/$p/comm 2>/dev/null) in qemu-system-*) break 2;; esac; done
+	kill -0 "$app_pid" 2>/dev/null || { echo "xvfb-smoke: the app exited" >&2; cat "$tmp/app.log" >&2; exit 1; }
+	sleep 0.2
+done
+vms=$(for p in $vms; do case $(cat /proc/$p/comm 2>/dev/null) in qemu-system-*|virtiofsd) echo "$p";; esac; done)
+[ -n "$vms" ] || { echo "xvfb-smoke: the app started no VM within 60 s" >&2; cat "$tmp/app.log" >&2; exit 1; }
+echo "xvfb-smoke: window shown; screenshot $shot has $colours colours; VM processes:" \
+	$(for p in $vms; do echo "$p ($(cat /proc/$p/comm 2>/dev/null))"; done)
 
 # Quit: the app stops its VM and exits.
 start=$(date +%s)
 kill -TERM "$app_pid"
+# A second SIGTERM (an impatient user, a session manager) must not quit twice.
+sleep 0.1; kill -TERM "$app_pid" 2>/dev/null || true
 for _ in $(seq 300); do kill -0 "$app_pid" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$app_pid" 2>/dev/null; then
 	echo "xvfb-smoke: the app did not quit within 30 s" >&2; cat "$tmp/app.log" >&2; exit 1
@@ -91,6 +106,7 @@ wait "$app_pid" && rc=0 || rc=$?
 app_pid=
 echo "xvfb-smoke: quit in $(( $(date +%s) - start )) s, exit status $rc"
 for vm in $vms; do
-	if kill -0 "$vm" 2>/dev/null; then echo "xvfb-smoke: VM process $vm left running" >&2; exit 1; fi
+	# A zombie has ended (its new parent has not reaped it yet).
+	if kill -0 "$vm" 2>/dev/null && ! grep -q '^State:.*Z' /proc/$vm/status 2>/dev/null; then echo "xvfb-smoke: VM process $vm left running" >&2; exit 1; fi
 done
 [ "$rc" = 0 ] || { echo "xvfb-smoke: exit status $rc" >&2; cat "$tmp/app.log" >&2; exit 1; }

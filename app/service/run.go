@@ -142,6 +142,9 @@ func (s *Service) execute(ctx context.Context, id string, req RunRequest, secret
 		}
 		if err != nil && !cancelled && !started && attempt < 2 && isTransport(err) {
 			s.log.Info("the VM went away before the task started; running it on the next one", "task", id, "generation", gen)
+			// Its agent may have been restarted in place: have the session
+			// look now rather than at its next health check.
+			s.sess.CheckAgent()
 			lastGen, lastRestarts = gen, restarts
 			continue
 		}

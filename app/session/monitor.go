@@ -22,10 +22,11 @@ type monitor struct {
 	lost   chan error // buffered; only the first report is kept
 }
 
-// watch starts the monitor. reconnected is called (from the monitor's
+// watch starts the monitor. A value on poke asks for a check now (see
+// Session.CheckAgent). reconnected is called (from the monitor's
 // goroutine) each time the agent is found to have restarted and answers
 // again, with the count so far on this VM.
-func watch(sb Sandbox, h HealthPolicy, clock Clock, log *slog.Logger, reconnected func(n int)) *monitor {
+func watch(sb Sandbox, h HealthPolicy, clock Clock, log *slog.Logger, poke <-chan struct{}, reconnected func(n int)) *monitor {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &monitor{cancel: cancel, lost: make(chan error, 1)}
 	m.wg.Add(1)
@@ -46,7 +47,7 @@ func watch(sb Sandbox, h HealthPolicy, clock Clock, log *slog.Logger, reconnecte
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			m.checkAgent(ctx, sb, h, clock, log, reconnected)
+			m.checkAgent(ctx, sb, h, clock, log, poke, reconnected)
 		}()
 	}
 	return m
@@ -60,25 +61,45 @@ func watch(sb Sandbox, h HealthPolicy, clock Clock, log *slog.Logger, reconnecte
 // its agent costs its VM as before. Restarts between two checks count as
 // one, as the instance only tells that the agent changed. The first
 // instance is the one the agent announced in its Ready message.
-func (m *monitor) checkAgent(ctx context.Context, sb Sandbox, h HealthPolicy, clock Clock, log *slog.Logger, reconnected func(int)) {
+//
+// A poke checks at once, outside the schedule; while its checks fail (the
+// agent init runs again may take a moment to listen) they are retried every
+// pokeRetry for one interval and count no miss: only the scheduled checks
+// decide that the agent is dead.
+func (m *monitor) checkAgent(ctx context.Context, sb Sandbox, h HealthPolicy, clock Clock, log *slog.Logger, poke <-chan struct{}, reconnected func(int)) {
 	misses := 0
 	seen := sb.Ready().AgentInstance // the agent's instance at the last answer; 0: none yet
 	var recent []time.Time           // restarts within h.ReconnectWindow
 	total := 0
+	tick := clock.After(h.Interval)
+	var retry <-chan time.Time // the next retry of a poke's failed check
+	var retryUntil time.Time
 	for {
+		scheduled := false
 		select {
 		case <-ctx.Done():
 			return
-		case <-clock.After(h.Interval):
+		case <-tick:
+			scheduled, tick = true, clock.After(h.Interval)
+		case <-poke:
+			retryUntil = clock.Now().Add(h.Interval)
+		case <-retry:
 		}
+		retry = nil
 		cctx, cancel := context.WithTimeout(ctx, h.Timeout)
 		info, err := sb.Agent().Info(cctx)
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
+		if err != nil && clock.Now().Before(retryUntil) {
+			retry = clock.After(pokeRetry)
+		}
+		if err != nil && !scheduled {
+			continue
+		}
 		if err == nil {
-			misses = 0
+			misses, retryUntil = 0, time.Time{}
 			inst := info.GetAgentInstance()
 			if inst == 0 || inst == seen {
 				continue // an agent too old to tell, or the same one
@@ -108,6 +129,9 @@ func (m *monitor) checkAgent(ctx context.Context, sb Sandbox, h HealthPolicy, cl
 		}
 	}
 }
+
+// pokeRetry is how soon a poked check that failed is tried again.
+const pokeRetry = 200 * time.Millisecond
 
 func (m *monitor) report(err error) {
 	select {

@@ -134,6 +134,7 @@ type Session struct {
 
 	cmds chan command
 	kick chan struct{} // cut a back-off short (Agent wants a VM now)
+	poke chan struct{} // check the running VM's agent now (CheckAgent)
 	done chan struct{} // the supervisor has ended
 
 	mu      sync.Mutex
@@ -170,7 +171,7 @@ func New(cfg Config) *Session {
 	cfg.Health = cfg.Health.withDefaults()
 	s := &Session{
 		cfg: cfg, clock: cfg.Clock, log: cfg.Logger,
-		cmds: make(chan command), kick: make(chan struct{}, 1), done: make(chan struct{}),
+		cmds: make(chan command), kick: make(chan struct{}, 1), poke: make(chan struct{}, 1), done: make(chan struct{}),
 		changed: make(chan struct{}), subs: map[*subscriber]struct{}{},
 	}
 	s.snap = snapshot{
@@ -370,4 +371,17 @@ func (s *Session) progress(attempt int, phase string) {
 			sn.phase = phase
 		}
 	})
+}
+
+// CheckAgent asks for the running VM's agent to be checked now rather
+// than at the next health check: the caller's connection to it broke. A
+// restarted agent is then taken up at once (AgentRestarts counts it) and
+// a task waiting for it need not wait for the next check; a check that
+// fails is tried again shortly for one health interval, without counting
+// as a miss.
+func (s *Session) CheckAgent() {
+	select {
+	case s.poke <- struct{}{}:
+	default:
+	}
 }

@@ -493,3 +493,51 @@ func TestAgentRestartReconnects(t *testing.T) {
 		t.Fatalf("new VM inherits agent restarts: %+v", st)
 	}
 }
+
+func TestCheckAgentTakesUpARestartAtOnce(t *testing.T) {
+	noLeaks(t)
+	f := &fakeVMs{}
+	cfg := testConfig(t, f)
+	cfg.Health.Interval = time.Hour // only CheckAgent checks
+	cfg.Health.Timeout = 20 * time.Millisecond
+	lost := make(chan error, 4)
+	cfg.OnLost = func(gen int, err error) { lost <- err }
+	s := newSession(t, cfg)
+	if err := s.Start(ctxGuard(t)); err != nil {
+		t.Fatal(err)
+	}
+	_, a1 := f.machine(t, 1)
+
+	// A check that fails (the new agent not yet listening) is retried, and
+	// counts no miss however often it fails.
+	a1.hang.Store(true)
+	s.CheckAgent()
+	time.Sleep(20 * (pokeRetry + cfg.Health.Timeout) / 10)
+	if st := s.Status(); st.State != StateRunning || st.AgentRestarts != 0 {
+		t.Fatalf("after failed poked checks: %+v", st)
+	}
+	a1.restart <- struct{}{}
+	a1.hang.Store(false)
+	st := waitFor(t, s, "the restart taken up by the poke's retries", func(st Status) bool { return st.AgentRestarts == 1 })
+	if st.Generation != 1 {
+		t.Fatalf("after the restart: %+v", st)
+	}
+
+	// Once answered, a poke checks once.
+	a1.restart <- struct{}{}
+	for a1.instance.Load() != 3 { // the old agent is gone
+		time.Sleep(time.Millisecond)
+	}
+	s.CheckAgent()
+	waitFor(t, s, "the second restart", func(st Status) bool { return st.AgentRestarts == 2 })
+	n := a1.infos.Load()
+	time.Sleep(5 * pokeRetry)
+	if got := a1.infos.Load(); got != n {
+		t.Fatalf("%d more checks after the poke was answered", got-n)
+	}
+	select {
+	case err := <-lost:
+		t.Fatalf("lost: %v", err)
+	default:
+	}
+}

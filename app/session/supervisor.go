@@ -240,7 +240,7 @@ func (l *supervisor) booted(r bootResult) {
 	l.gen++
 	l.sb, l.sbDir, l.upSince = r.sb, b.dir, now
 	gen := l.gen
-	l.mon = watch(r.sb, l.s.cfg.Health, l.s.clock, l.s.log.With("generation", gen), func(n int) {
+	l.mon = watch(r.sb, l.s.cfg.Health, l.s.clock, l.s.log.With("generation", gen), l.s.poke, func(n int) {
 		l.s.mu.Lock()
 		l.s.publishLocked(Event{Kind: EventReconnected, Time: l.s.clock.Now(), Generation: gen,
 			Error: "the guest agent restarted; tasks that were running on it are lost"})

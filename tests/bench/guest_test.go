@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/egress"
@@ -266,6 +267,24 @@ func (g *guest) roundTrips() {
 		"the floor under the task round trip: what starting a process costs the guest itself (gprobe spawn, syscall.ForkExec)"
 }
 
+// load runs the service phase's load on the agent directly: 16 tasks
+// streaming stdout at once (its baseline). It returns the aggregate MiB/s.
+func (g *guest) load() float64 {
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range loadTasks {
+		wg.Go(func() {
+			var cw countWriter
+			exit, err := g.sb.Agent().Exec(context.Background(), client.Spec{Shell: loadTask}, client.Stdio{Stdout: &cw})
+			if err != nil || exit.Code != 0 || cw.n != loadTaskSize {
+				g.h.b.Errorf("load task: %+v %v, %d bytes", exit, err, cw.n)
+			}
+		})
+	}
+	wg.Wait()
+	return mibps(loadTasks*loadTaskSize, time.Since(start))
+}
+
 type countWriter struct{ n int64 }
 
 func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
@@ -296,6 +315,7 @@ func (g *guest) stdout() {
 		}
 		dd = append(dd, mibps(streamSize, time.Since(start)))
 		ddSw = append(ddSw, g.switchesPerMiB(before))
+		g.h.loadDirect = append(g.h.loadDirect, g.load())
 	}
 	g.h.rawSource = raw
 	g.h.t.add("stdout", "stdout of a guest task (head -c 32M)", "MiB/s", task, "raw transport guest→host", raw, atLeast(0.8))

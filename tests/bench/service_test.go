@@ -23,6 +23,10 @@ const (
 	loadTaskSize = 4 << 20
 )
 
+// loadTask is one of the load's tasks: loadTaskSize bytes of stdout in
+// 1 MiB writes, through a shell as the service's tasks usually are.
+var loadTask = fmt.Sprintf("dd if=/dev/zero bs=1048576 count=%d 2>/dev/null", loadTaskSize>>20)
+
 // service runs `airlock serve` with its own folders: RSS idle (before and
 // after its VM boots) and while 16 tasks stream output, and a task round
 // trip through the control API against the transport's echo.
@@ -123,7 +127,13 @@ func (h *harness) service() {
 	}
 	h.t.add("rtt-service-true", "task round trip `true` (warm service API)", "µs", tru, "transport echo RTT", echo, atMost(3))
 
-	// Load: 16 tasks streaming output at once; sample RSS meanwhile.
+	// Load: 16 tasks streaming output at once; sample RSS meanwhile. dd
+	// writes 1 MiB blocks: busybox's `yes | head -c` writes small ones and
+	// is itself the limit (the same pipeline runs no faster inside the
+	// guest), which measured busybox rather than the service. Against the
+	// same 16 tasks on an agent directly (the stdout phase): what the
+	// service's own path — the control API, the task store, its logs —
+	// costs under concurrency.
 	var peak float64
 	done := make(chan struct{})
 	var sampler sync.WaitGroup
@@ -143,7 +153,7 @@ func (h *harness) service() {
 	var wg sync.WaitGroup
 	for i := range loadTasks {
 		wg.Go(func() {
-			tk := runWait(service.RunRequest{Shell: fmt.Sprintf("yes task-%02d | head -c %d", i, loadTaskSize)})
+			tk := runWait(service.RunRequest{Shell: fmt.Sprintf(loadTask+" # %02d", i)})
 			if tk.Output.Stdout != loadTaskSize {
 				h.logf("load task %d logged %d bytes, want %d", i, tk.Output.Stdout, loadTaskSize)
 			}
@@ -156,6 +166,6 @@ func (h *harness) service() {
 	h.t.add("rss-host-idle-novm", "memory: host service RSS idle, no VM", "MiB", []float64{idleNoVM}, "", nil, &Target{Max: true, Limit: 40, OfValue: true})
 	h.t.add("rss-host-idle", "memory: host service RSS idle, VM up", "MiB", []float64{idleVM}, "", nil, &Target{Max: true, Limit: 40, OfValue: true})
 	h.t.add("rss-host-load", "memory: host service RSS peak, 16 tasks stream", "MiB", []float64{peak}, "idle, VM up", []float64{idleVM}, nil)
-	h.t.add("service-stdout-16", "  16 tasks × 4M stdout via service, aggregate", "MiB/s", []float64{mibps(loadTasks*loadTaskSize, elapsed)}, "raw transport guest→host", h.rawSource, atLeast(0.8))
+	h.t.add("service-stdout-16", "  16 tasks × 4M stdout (dd) via service, aggregate", "MiB/s", []float64{mibps(loadTasks*loadTaskSize, elapsed)}, "the same tasks on the agent", h.loadDirect, atLeast(0.8))
 	stop()
 }

@@ -113,16 +113,29 @@ func (h *harness) guestPhases() {
 	if err != nil {
 		h.b.Fatal(err)
 	}
-	start := time.Now()
-	sb, err := sandbox.Start(ctx, sandbox.Options{Workspace: ws, Image: img, UID: uid, GID: gid, Egress: blaster{gate}})
-	if err != nil {
-		h.b.Fatal(err)
+	// sandbox.Start, one boot a round with no other VM up (one boot alone
+	// swung 0.85-1.25 of the floor); the last one's sandbox serves the
+	// rows below.
+	var sb *sandbox.Sandbox
+	var sbTotal, sbReady, sbAfter []float64
+	for i := range h.rounds {
+		start := time.Now()
+		s, err := sandbox.Start(ctx, sandbox.Options{Workspace: ws, Image: img, UID: uid, GID: gid, Egress: blaster{gate}})
+		if err != nil {
+			h.b.Fatal(err)
+		}
+		total := time.Since(start)
+		sbTotal, sbReady, sbAfter = append(sbTotal, ms(total)), append(sbReady, ms(s.BootTime())), append(sbAfter, ms(total-s.BootTime()))
+		if i < h.rounds-1 {
+			s.Close(ctx)
+		} else {
+			sb = s
+		}
 	}
-	total := time.Since(start)
-	h.t.add("boot-sandbox", "  sandbox.Start (ready, SetTime), one boot", "ms", []float64{ms(total)}, "trivial init", floorMS, atMost(1.10)).Note =
-		"one boot, after the rounds, with no other VM up"
-	h.t.add("boot-sandbox-ready", "    of which its boot to ready", "ms", []float64{ms(sb.BootTime())}, "trivial init", floorMS, nil)
-	h.t.add("boot-sandbox-after", "    of which after ready (SetTime)", "ms", []float64{ms(total - sb.BootTime())}, "", nil, nil)
+	h.t.add("boot-sandbox", "  sandbox.Start (ready, SetTime)", "ms", sbTotal, "trivial init", floorMS, atMost(1.10)).Note =
+		"a boot a round, after the boot rounds, with no other VM up"
+	h.t.add("boot-sandbox-ready", "    of which its boot to ready", "ms", sbReady, "trivial init", floorMS, nil)
+	h.t.add("boot-sandbox-after", "    of which after ready (SetTime)", "ms", sbAfter, "", nil, nil)
 
 	// The trivial init that the rows below use as their raw transport,
 	// booted after sandbox.Start so that the one-boot row above has the

@@ -126,18 +126,10 @@ func (in *pid1) setup() error {
 	in.log = console.NewLogger(os.Stderr, "", in.cfg.Debug)
 	in.log.Debug("boot config", "cmdline", strings.TrimSpace(string(cmdline)))
 
-	// The agent needs only the early mounts to open its transport, and
-	// waits on the hold for the rest. With no modules to load (a kernel
-	// with its drivers built in) it starts now, so that its transport
-	// opens and its proxies bind beside all of init's setup.
-	if in.cfg.Root == "" && !exists(ModulesList) {
-		in.startAgent(true)
-	}
 	in.harden()
 	in.busyboxLinks()
-	// Tasks need cgroups, so they are made before the agent is released
-	// (an agent started above is still held); and before the modules
-	// load, not beside them. Made on the second CPU
+	// Tasks need cgroups, so they are made before the agent is released;
+	// and before the modules load, not beside them. Made on the second CPU
 	// while the first loaded modules, they saved nothing (100 alternating
 	// boots each: median 2221 ms either way), and under TCG the guest
 	// kernel then stalled now and then with init stuck on CPU 1 (on
@@ -146,11 +138,13 @@ func (in *pid1) setup() error {
 	if err := setupCgroups("/sys/fs/cgroup"); err != nil {
 		in.log.Warn("no task cgroups", "err", err)
 	}
-	in.loadModules(ModulesList)
 	// The console may be a module (virtio_console for hvc0 on Apple's
-	// framework): open it again now that it exists, and tell the host init
-	// runs (api.InitRunning: exactly this line, whatever the log format).
-	in.openConsole()
+	// framework): open it again once modules loaded (opening the serial
+	// console costs ~12 ms under TCG), and tell the host init runs
+	// (api.InitRunning: exactly this line, whatever the log format).
+	if in.loadModules(in.readModules(ModulesList)) > 0 {
+		in.openConsole()
+	}
 	fmt.Fprintln(os.Stderr, api.InitRunning)
 	if in.cfg.Root == "" && !in.agentOn {
 		// With modules (Debian's kernel) the agent starts after them,
@@ -158,8 +152,13 @@ func (in *pid1) setup() error {
 		// done: its transport then opens beside init's remaining steps,
 		// on the other CPU (when the agent was a process of its own,
 		// that made it ready ~130 ms sooner under TCG). Not beside module
-		// loading: under TCG that once stalled a guest (see above). With
-		// a root disk it starts after the switch, in the new root.
+		// loading: under TCG that once stalled a guest (see above). Nor
+		// before the hardening and the cgroups with a kernel that loads no
+		// modules: ready later that way (2026-12-01, the same kernel,
+		// 10 alternating pairs each way round: sooner in 3 of 10 both
+		// ways, medians 17 and 59 ms later), its start-up taking CPU time
+		// that setup needs under TCG. With a root disk it starts after the
+		// switch, in the new root.
 		in.startAgent(true)
 	}
 	if err := loopbackUp(); err != nil {
@@ -182,11 +181,6 @@ func (in *pid1) setup() error {
 		in.log.Debug("workspace mounted", "fs", in.cfg.Share, "read_only", in.cfg.ShareReadOnly)
 	}
 	return nil
-}
-
-func exists(path string) bool {
-	_, err := os.Lstat(path)
-	return err == nil
 }
 
 // busyboxLinks makes busybox's applet links (/bin/sh, /usr/bin/env, ...)
@@ -240,17 +234,18 @@ func (in *pid1) openConsole() {
 	}
 }
 
-func (in *pid1) loadModules(list string) {
+// readModules returns the modules the image's list names. A kernel with
+// every driver built in (airlock-image -kernel source) has nothing to
+// load: its image ships a list of none, or no list.
+func (in *pid1) readModules(list string) []string {
 	f, err := os.Open(list)
 	if err != nil {
-		// A kernel with every driver built in (airlock-image -kernel
-		// source) has nothing to load; an image may then ship no list.
 		if errors.Is(err, os.ErrNotExist) {
 			in.log.Debug("no module list: nothing to load", "path", list)
 		} else {
 			in.log.Warn("module list", "err", err)
 		}
-		return
+		return nil
 	}
 	paths, problems, err := ParseModules(f)
 	f.Close()
@@ -260,6 +255,11 @@ func (in *pid1) loadModules(list string) {
 	if err != nil {
 		in.log.Error("module list", "err", err)
 	}
+	return paths
+}
+
+// loadModules loads those of paths this boot needs, and says how many.
+func (in *pid1) loadModules(paths []string) (loaded int) {
 	for _, p := range paths {
 		if !ModuleNeeded(p, in.cfg) {
 			in.log.Debug("module not needed by this boot", "module", p)
@@ -281,7 +281,9 @@ func (in *pid1) loadModules(list string) {
 			continue
 		}
 		in.log.Debug("module loaded", "module", p)
+		loaded++
 	}
+	return loaded
 }
 
 func loadModule(p string) error {

@@ -146,19 +146,20 @@ func (in *pid1) setup() error {
 		in.openConsole()
 	}
 	fmt.Fprintln(os.Stderr, api.InitRunning)
-	if in.cfg.Root == "" && !in.agentOn {
-		// With modules (Debian's kernel) the agent starts after them,
+	if in.cfg.Root == "" {
+		// The agent starts here, after the modules (Debian's kernel),
 		// held until the rest of setup (the workspace, the loopback) is
 		// done: its transport then opens beside init's remaining steps,
 		// on the other CPU (when the agent was a process of its own,
 		// that made it ready ~130 ms sooner under TCG). Not beside module
 		// loading: under TCG that once stalled a guest (see above). Nor
-		// before the hardening and the cgroups with a kernel that loads no
-		// modules: ready later that way (2026-12-01, the same kernel,
-		// 10 alternating pairs each way round: sooner in 3 of 10 both
-		// ways, medians 17 and 59 ms later), its start-up taking CPU time
-		// that setup needs under TCG. With a root disk it starts after the
-		// switch, in the new root.
+		// before the hardening and the cgroups when there are no modules
+		// (the kernel built from source): ready later that way
+		// (2026-12-01, the same kernel, 10 alternating pairs each way
+		// round: sooner in 3 of 10 both ways, medians 17 and 59 ms
+		// later), its start-up taking CPU time that setup needs under
+		// TCG. With a root disk it starts after the switch, in the new
+		// root (supervise).
 		in.startAgent(true)
 	}
 	if err := loopbackUp(); err != nil {

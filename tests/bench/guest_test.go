@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/egress"
@@ -294,19 +293,13 @@ func (g *guest) roundTrips() {
 // load runs the service phase's load on the agent directly: 16 tasks
 // streaming stdout at once (its baseline). It returns the aggregate MiB/s.
 func (g *guest) load() float64 {
-	start := time.Now()
-	var wg sync.WaitGroup
-	for range loadTasks {
-		wg.Go(func() {
-			var cw countWriter
-			exit, err := g.sb.Agent().Exec(context.Background(), client.Spec{Shell: loadTask}, client.Stdio{Stdout: &cw})
-			if err != nil || exit.Code != 0 || cw.n != loadTaskSize {
-				g.h.b.Errorf("load task: %+v %v, %d bytes", exit, err, cw.n)
-			}
-		})
-	}
-	wg.Wait()
-	return mibps(loadTasks*loadTaskSize, time.Since(start))
+	return loadRate(func(int) {
+		var cw countWriter
+		exit, err := g.sb.Agent().Exec(context.Background(), client.Spec{Shell: loadTask}, client.Stdio{Stdout: &cw})
+		if err != nil || exit.Code != 0 || cw.n != loadTaskSize {
+			g.h.b.Errorf("load task: %+v %v, %d bytes", exit, err, cw.n)
+		}
+	})
 }
 
 type countWriter struct{ n int64 }

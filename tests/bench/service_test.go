@@ -27,6 +27,18 @@ const (
 // 1 MiB writes, through a shell as the service's tasks usually are.
 var loadTask = fmt.Sprintf("dd if=/dev/zero bs=1048576 count=%d 2>/dev/null", loadTaskSize>>20)
 
+// loadRate runs task(i) for the load's tasks at once and returns their
+// aggregate stdout in MiB/s.
+func loadRate(task func(i int)) float64 {
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range loadTasks {
+		wg.Go(func() { task(i) })
+	}
+	wg.Wait()
+	return mibps(loadTasks*loadTaskSize, time.Since(start))
+}
+
 // service runs `airlock serve` with its own folders: RSS idle (before and
 // after its VM boots) and while 16 tasks stream output, and a task round
 // trip through the control API against the transport's echo.
@@ -131,9 +143,9 @@ func (h *harness) service() {
 	// writes 1 MiB blocks: busybox's `yes | head -c` writes small ones and
 	// is itself the limit (the same pipeline runs no faster inside the
 	// guest), which measured busybox rather than the service. Against the
-	// same 16 tasks on an agent directly (the stdout phase): what the
-	// service's own path — the control API, the task store, its logs —
-	// costs under concurrency.
+	// same 16 tasks on the bench's sandbox directly (guestPhases, after the
+	// idle RSS): what the service's own path — the control API, the task
+	// store, its logs — costs under concurrency.
 	var peak float64
 	done := make(chan struct{})
 	var sampler sync.WaitGroup
@@ -151,18 +163,12 @@ func (h *harness) service() {
 	})
 	var rates []float64
 	for range h.rounds {
-		start := time.Now()
-		var wg sync.WaitGroup
-		for i := range loadTasks {
-			wg.Go(func() {
-				tk := runWait(service.RunRequest{Shell: fmt.Sprintf(loadTask+" # %02d", i)})
-				if tk.Output.Stdout != loadTaskSize {
-					h.logf("load task %d logged %d bytes, want %d", i, tk.Output.Stdout, loadTaskSize)
-				}
-			})
-		}
-		wg.Wait()
-		rates = append(rates, mibps(loadTasks*loadTaskSize, time.Since(start)))
+		rates = append(rates, loadRate(func(i int) {
+			tk := runWait(service.RunRequest{Shell: fmt.Sprintf(loadTask+" # %02d", i)})
+			if tk.Output.Stdout != loadTaskSize {
+				h.b.Errorf("load task %d logged %d bytes, want %d", i, tk.Output.Stdout, loadTaskSize)
+			}
+		}))
 	}
 	close(done)
 	sampler.Wait()

@@ -20,7 +20,7 @@ func TestE2ECPUModelBootTime(t *testing.T) {
 	}
 	img := imagesDir(t, false)
 	for round := range 3 {
-		for _, cpu := range []string{"max", "qemu64"} {
+		for _, cpu := range []string{"max", "qemu64", "qemu64,+arat"} {
 			cfg := e2eConfig(t)
 			cfg.Kernel, cfg.Initrd = filepath.Join(img, "vmlinux"), filepath.Join(img, "initramfs.cpio")
 			cfg.MemoryMiB = 512

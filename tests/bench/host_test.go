@@ -39,7 +39,10 @@ type harness struct {
 	floor      *floorVM
 	echoRTT    []float64 // per-round medians, µs (the transport's own echo)
 	rawSource  []float64 // MiB/s guest→host on the raw transport
-	loadDirect []float64 // MiB/s of the service's load tasks run on the agent directly
+	// direct is the bench's sandbox, kept for the service phase: its load
+	// runs the same tasks on this agent directly, alternating with the
+	// service's.
+	direct *guest
 }
 
 func (h *harness) cleanup() {
@@ -319,4 +322,52 @@ func airlockBin() string {
 	}
 	p, _ := filepath.Abs(filepath.Join("..", "..", "bin", "airlock"))
 	return p
+}
+
+// cpuTime is the CPU time process pid has used so far: the sum of its
+// threads' run time from schedstat, in nanoseconds (stat's utime and stime
+// count 10 ms ticks, too coarse for an idle process). A thread that ended
+// takes its time with it: QEMU's and Go's threads of an idle process stay.
+func cpuTime(pid int) time.Duration {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var sum time.Duration
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "schedstat"))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) > 0 {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			sum += time.Duration(n)
+		}
+	}
+	return sum
+}
+
+// idleCPU samples the processes of each group over the same window d and
+// returns each group's CPU use in percent of one host core.
+func idleCPU(d time.Duration, groups ...[]int) []float64 {
+	sum := func(pids []int) (t time.Duration) {
+		for _, p := range pids {
+			t += cpuTime(p)
+		}
+		return t
+	}
+	before := make([]time.Duration, len(groups))
+	for i, g := range groups {
+		before[i] = sum(g)
+	}
+	start := time.Now()
+	time.Sleep(d)
+	elapsed := time.Since(start)
+	pct := make([]float64, len(groups))
+	for i, g := range groups {
+		pct[i] = 100 * float64(sum(g)-before[i]) / float64(elapsed)
+	}
+	return pct
 }

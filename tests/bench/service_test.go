@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/api"
 	"github.com/airlock-sandbox/airlock/app/service"
+	"github.com/airlock-sandbox/airlock/app/session"
 	"github.com/airlock-sandbox/airlock/app/tasks"
 )
 
@@ -127,6 +128,18 @@ func (h *harness) service() {
 	}
 	runWait(service.RunRequest{Argv: []string{"true"}}) // warm
 	idleVM := settle()
+	// At rest, health checks and all: `airlock serve` and its VM against
+	// the trivial init's VM over the same windows, each one health-check
+	// interval long (so each holds one check).
+	st, err := c.Status(ctx)
+	if err != nil || st.Session.PID == 0 {
+		h.b.Fatalf("status: %+v %v", st.Session, err)
+	}
+	var svcIdle, floorIdle []float64
+	for range h.rounds {
+		p := idleCPU(session.DefaultHealthInterval, []int{pid, st.Session.PID}, []int{h.floor.m.Info().PID})
+		svcIdle, floorIdle = append(svcIdle, p[0]), append(floorIdle, p[1])
+	}
 
 	var echo, tru []float64
 	for range h.rounds {
@@ -161,8 +174,8 @@ func (h *harness) service() {
 			}
 		}
 	})
-	var rates []float64
-	for range h.rounds {
+	var rates, direct []float64
+	viaService := func() {
 		rates = append(rates, loadRate(func(i int) {
 			tk := runWait(service.RunRequest{Shell: fmt.Sprintf(loadTask+" # %02d", i)})
 			if tk.Output.Stdout != loadTaskSize {
@@ -170,11 +183,23 @@ func (h *harness) service() {
 			}
 		}))
 	}
+	for i := range h.rounds {
+		// Alternating with the same tasks on the bench's own sandbox,
+		// both ways round: two loads minutes apart swung 0.55-1.14.
+		if i%2 == 0 {
+			viaService()
+			direct = append(direct, h.direct.load())
+		} else {
+			direct = append(direct, h.direct.load())
+			viaService()
+		}
+	}
 	close(done)
 	sampler.Wait()
 	h.t.add("rss-host-idle-novm", "memory: host service RSS idle, no VM", "MiB", []float64{idleNoVM}, "", nil, &Target{Max: true, Limit: 40, OfValue: true})
 	h.t.add("rss-host-idle", "memory: host service RSS idle, VM up", "MiB", []float64{idleVM}, "", nil, &Target{Max: true, Limit: 40, OfValue: true})
+	h.t.add("idle-cpu-service", "idle: host CPU of the service (serve + its VM)", "% core", svcIdle, "the trivial init's VM, same windows", floorIdle, nil)
 	h.t.add("rss-host-load", "memory: host service RSS peak, 16 tasks stream", "MiB", []float64{peak}, "idle, VM up", []float64{idleVM}, nil)
-	h.t.add("service-stdout-16", "  16 tasks × 4M stdout (dd) via service, aggregate", "MiB/s", rates, "the same tasks on the agent", h.loadDirect, atLeast(0.8))
+	h.t.add("service-stdout-16", "  16 tasks × 4M stdout (dd) via service, aggregate", "MiB/s", rates, "the same tasks on the agent", direct, atLeast(0.8))
 	stop()
 }

@@ -61,6 +61,9 @@ type Options struct {
 	BootTimeout time.Duration
 	// KernelArgs are extra kernel command line words (debugging).
 	KernelArgs []string
+	// ReclaimMemory gives the memory the guest frees back to the host
+	// (vm.Config.ReclaimMemory): for a VM that outlives its tasks.
+	ReclaimMemory bool
 	// UID and GID of the guest's task user; zero means the defaults.
 	UID, GID uint32
 	Logger   *slog.Logger
@@ -180,7 +183,7 @@ func start(ctx context.Context, o Options, initBy time.Duration) (_ *Sandbox, er
 		Cmdline: append(boot.Args(), o.KernelArgs...),
 		CPUs:    o.CPUs, MemoryMiB: o.MemoryMiB,
 		Dir: s.runDir, ConsoleLog: o.ConsoleLog, Logger: o.Logger,
-		Disks: disks,
+		Disks: disks, ReclaimMemory: o.ReclaimMemory,
 	}
 	if o.Workspace != "" {
 		cfg.Share = &vm.Share{HostPath: o.Workspace, ReadOnly: o.ReadOnly}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -98,6 +99,22 @@ func (s *served) wait(id string) tasks.Task {
 	return t
 }
 
+// residentMiB is process pid's resident memory.
+func residentMiB(t *testing.T, pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kib, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return kib >> 10
+		}
+	}
+	t.Fatalf("no VmRSS for pid %d", pid)
+	return 0
+}
+
 // TestService drives `airlock serve` end to end: warm tasks against a cold
 // run, the VM killed under a task, a restart of the host keeping history,
 // 64 concurrent tasks byte-exact, and nothing left behind.
@@ -138,6 +155,26 @@ func TestService(t *testing.T) {
 	}
 	if code, _, _ := s.cli("", "run", "--", "sh", "-c", "exit 9"); code != 9 {
 		t.Fatalf("exit code through the service: %d", code)
+	}
+
+	// Memory the guest frees goes back to the host (free page reporting):
+	// 400 MB made and deleted in the guest's tmpfs.
+	st, err := s.client.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := s.cli("", "run", "--", "sh", "-c", "dd if=/dev/zero of=/tmp/fill bs=1048576 count=400 2>/dev/null && rm /tmp/fill"); code != 0 {
+		t.Fatalf("fill: %d %q", code, errOut)
+	}
+	peak := residentMiB(t, st.Session.PID)
+	low := peak
+	for deadline := time.Now().Add(30 * time.Second); peak-low < 250 && time.Now().Before(deadline); {
+		time.Sleep(250 * time.Millisecond)
+		low = min(low, residentMiB(t, st.Session.PID))
+	}
+	t.Logf("QEMU resident after 400 MB freed in the guest: %d MiB, then %d MiB", peak, low)
+	if peak-low < 250 {
+		t.Errorf("the VM kept the memory its guest freed: %d MiB resident, %d MiB after 30 s", peak, low)
 	}
 
 	// 64 concurrent tasks, 8 MiB each, byte-exact in their logs.
@@ -197,7 +234,7 @@ func TestService(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	st, _ := s.client.Status(ctx)
+	st, _ = s.client.Status(ctx)
 	gen := st.Session.Generation
 	if err := syscall.Kill(st.Session.PID, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill QEMU pid %d: %v", st.Session.PID, err)

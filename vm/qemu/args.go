@@ -55,6 +55,10 @@ type plan struct {
 	// "passthrough" (read-only).
 	SecurityModel string
 
+	// Reclaim adds a virtio balloon with free page reporting
+	// (vm.Config.ReclaimMemory).
+	Reclaim bool
+
 	// Disks are attached as virtio-blk devices, in order.
 	Disks []vm.Disk
 	// DiskFDs, when set, holds for each disk the inherited descriptors
@@ -249,6 +253,20 @@ func (p plan) args() []string {
 		"-serial", "chardev:con",
 		"-device", p.device("virtio-rng"),
 	)
+	if p.Reclaim {
+		// Free page reporting: the guest tells QEMU which of its pages
+		// are free (2 MiB blocks, seconds after they were freed) and QEMU
+		// gives them back to the host, so a long-lived VM holds what its
+		// guest uses now, not the most it ever used: after a 600 MB file
+		// made and deleted in the guest's tmpfs, QEMU stayed at 674 MiB
+		// resident without it and was back to 191 MiB 4 s after the
+		// delete with it. The balloon itself is never inflated. Only on
+		// request: a boot with the device was ready 20-120 ms later under
+		// TCG (four runs of 12 alternating boots), for a cost found
+		// neither in the kernel's device probe (~5 ms either way) nor
+		// before init.
+		a = append(a, "-device", p.device("virtio-balloon")+",free-page-reporting=on")
+	}
 	switch p.Transport {
 	case api.TransportVsock:
 		dev := fmt.Sprintf("%s,guest-cid=%d", p.device("vhost-vsock"), p.CID)

@@ -386,3 +386,36 @@ func TestArgsDevicesPerMachine(t *testing.T) {
 		}
 	}
 }
+
+// TestArgsReclaim: free page reporting only when asked, on the machine's
+// own bus.
+func TestArgsReclaim(t *testing.T) {
+	for _, c := range []struct {
+		arch, accel string
+		tscKHz      int
+		want        string
+	}{
+		{"amd64", "tcg", 2600000, "virtio-balloon-device,free-page-reporting=on"}, // microvm
+		{"amd64", "tcg", 0, "virtio-balloon-pci,free-page-reporting=on"},          // q35
+		{"amd64", "kvm", 0, "virtio-balloon-pci,free-page-reporting=on"},
+		{"arm64", "tcg", 0, "virtio-balloon-pci,free-page-reporting=on"}, // virt
+	} {
+		p := basePlan(c.arch, c.accel)
+		p.GuestTSCkHz = c.tscKHz
+		balloons := func(a []string) (n int, dev string) {
+			for i, w := range a {
+				if w == "-device" && strings.HasPrefix(a[i+1], "virtio-balloon") {
+					n, dev = n+1, a[i+1]
+				}
+			}
+			return n, dev
+		}
+		if n, dev := balloons(p.args()); n != 0 {
+			t.Errorf("%s/%s: a balloon without Reclaim: %s", c.arch, p.machine(), dev)
+		}
+		p.Reclaim = true
+		if n, dev := balloons(p.args()); n != 1 || dev != c.want {
+			t.Errorf("%s/%s: %d balloons, %q; want one, %q", c.arch, p.machine(), n, dev, c.want)
+		}
+	}
+}

@@ -237,7 +237,7 @@ func (m *Machine) plan(accel, share string) plan {
 		PIDFile:    filepath.Join(m.cfg.Dir, "qemu.pid"),
 		Name:       "airlock",
 		Transport:  m.transport, MuxFD: 3, CID: m.cid,
-		Disks: m.cfg.Disks,
+		Disks: m.cfg.Disks, Reclaim: m.cfg.ReclaimMemory,
 	}
 	p.GuestTSCkHz = guestTSCkHz(m.opts.Arch, accel)
 	p.KernelHZ = m.cfg.KernelHZ

@@ -33,12 +33,12 @@ type harness struct {
 	accel    string
 	cleanups []func()
 
-	imageDir   string // the minimal image the product boots here (sandbox.ImageDirUnder)
-	debianDir  string // images/out/<arch>: Debian's kernel and modules (the choices phase)
-	work       string // scratch folder, removed at the end
-	floor      *floorVM
-	echoRTT    []float64 // per-round medians, µs (the transport's own echo)
-	rawSource  []float64 // MiB/s guest→host on the raw transport
+	imageDir  string // the minimal image the product boots here (sandbox.ImageDirUnder)
+	debianDir string // images/out/<arch>: Debian's kernel and modules (the choices phase)
+	work      string // scratch folder, removed at the end
+	floor     *floorVM
+	echoRTT   []float64 // per-round medians, µs (the transport's own echo)
+	rawSource []float64 // MiB/s guest→host on the raw transport
 	// direct is the bench's sandbox, kept for the service phase: its load
 	// runs the same tasks on this agent directly, alternating with the
 	// service's.

@@ -143,8 +143,9 @@ func Open(cfg Config) (*Service, error) {
 		ReadOnly: st.ReadOnly, CPUs: st.CPUs, MemoryMiB: st.MemoryMiB,
 		Egress: s.gate, BootTimeout: cfg.BootTimeout, Logger: cfg.Logger, GuestCA: s.ca.CertPEM(),
 		// The warm VM lives on between tasks: what a big one used goes
-		// back to the host once it is freed.
-		ReclaimMemory: true,
+		// back to the host once it is freed, and its first task starts as
+		// fast as the next ones.
+		ReclaimMemory: true, WarmUp: true,
 	}
 	opts.Image, opts.DiskDir = s.startImage(st)
 	if st.Workspace != "" {

@@ -163,10 +163,13 @@ func TestService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, _, errOut := s.cli("", "run", "--", "sh", "-c", "dd if=/dev/zero of=/tmp/fill bs=1048576 count=400 2>/dev/null && rm /tmp/fill"); code != 0 {
+	if code, _, errOut := s.cli("", "run", "--", "dd", "if=/dev/zero", "of=/tmp/fill", "bs=1048576", "count=400"); code != 0 {
 		t.Fatalf("fill: %d %q", code, errOut)
 	}
-	peak := residentMiB(t, st.Session.PID)
+	peak := residentMiB(t, st.Session.PID) // the file still holds its pages
+	if code, _, errOut := s.cli("", "run", "--", "rm", "/tmp/fill"); code != 0 {
+		t.Fatalf("rm: %d %q", code, errOut)
+	}
 	low := peak
 	for deadline := time.Now().Add(30 * time.Second); peak-low < 250 && time.Now().Before(deadline); {
 		time.Sleep(250 * time.Millisecond)

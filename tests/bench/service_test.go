@@ -156,9 +156,9 @@ func (h *harness) service() {
 	// writes 1 MiB blocks: busybox's `yes | head -c` writes small ones and
 	// is itself the limit (the same pipeline runs no faster inside the
 	// guest), which measured busybox rather than the service. Against the
-	// same 16 tasks on the bench's sandbox directly (guestPhases, after the
-	// idle RSS): what the service's own path — the control API, the task
-	// store, its logs — costs under concurrency.
+	// same 16 tasks on the bench's own sandbox directly (h.direct, kept up
+	// by guestPhases), round by round: what the service's own path — the
+	// control API, the task store, its logs — costs under concurrency.
 	var peak float64
 	done := make(chan struct{})
 	var sampler sync.WaitGroup

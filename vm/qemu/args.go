@@ -154,10 +154,10 @@ func (p plan) machine() string {
 
 // guestTSCkHz is the TSC rate a guest of arch is booted with under accel:
 // the host's, for an amd64 guest under TCG on a host that qualifies
-// (tsc.go), else 0.
-func guestTSCkHz(arch, accel string) int {
+// (tsc.go), else 0. cacheDir remembers the host's rate (hostTSC).
+func guestTSCkHz(arch, accel, cacheDir string) int {
 	if arch == "amd64" && accel == "tcg" {
-		return HostTSCkHz()
+		return hostTSC(cacheDir)
 	}
 	return 0
 }

@@ -239,7 +239,7 @@ func (m *Machine) plan(accel, share string) plan {
 		Transport:  m.transport, MuxFD: 3, CID: m.cid,
 		Disks: m.cfg.Disks, Reclaim: m.cfg.ReclaimMemory,
 	}
-	p.GuestTSCkHz = guestTSCkHz(m.opts.Arch, accel)
+	p.GuestTSCkHz = guestTSCkHz(m.opts.Arch, accel, m.opts.CacheDir)
 	p.KernelHZ = m.cfg.KernelHZ
 	if m.opts.Machine != MachineAuto {
 		p.Machine = m.opts.Machine

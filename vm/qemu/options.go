@@ -42,8 +42,8 @@ type Options struct {
 	// caller's own (the benchmarks' scratch folder, to measure virtiofs on
 	// Linux): never for a user's folder. Nothing in the product sets it.
 	TrustedVirtiofs bool
-	// CacheDir holds the KVM probe verdict; empty means
-	// os.UserCacheDir()/airlock.
+	// CacheDir holds the KVM probe verdict and the host's TSC rate;
+	// empty means os.UserCacheDir()/airlock.
 	CacheDir string
 	// ProbeTimeout bounds the KVM probe (default 2s).
 	ProbeTimeout time.Duration

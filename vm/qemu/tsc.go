@@ -1,6 +1,9 @@
 package qemu
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -89,4 +92,48 @@ func measureTSC(tsc func() uint64, now func() int64, wait func()) int {
 		}
 	}
 	return 0
+}
+
+// tscCacheFile is where a measured rate is remembered, in Options.CacheDir.
+const tscCacheFile = "tsc.json"
+
+// tscCache is a rate measured in one boot of the host: an invariant TSC
+// (which tscTrusted requires) keeps its rate until the host reboots, so
+// the next process of the same boot takes it instead of timing the counter
+// again (~20 ms of every `airlock run`).
+type tscCache struct {
+	BootID string `json:"boot_id"`
+	KHz    int    `json:"khz"`
+}
+
+// loadTSC returns the rate remembered in dir for boot, or 0.
+func loadTSC(dir, boot string) int {
+	if dir == "" || boot == "" {
+		return 0
+	}
+	b, err := os.ReadFile(filepath.Join(dir, tscCacheFile))
+	if err != nil || len(b) > 4<<10 {
+		return 0
+	}
+	var c tscCache
+	if json.Unmarshal(b, &c) != nil || c.BootID != boot || c.KHz < minTSCkHz || c.KHz > maxTSCkHz {
+		return 0
+	}
+	return c.KHz
+}
+
+// saveTSC remembers khz for boot in dir; failing costs only a measurement
+// later.
+func saveTSC(dir, boot string, khz int) {
+	if dir == "" || boot == "" || khz == 0 {
+		return
+	}
+	b, _ := json.Marshal(tscCache{BootID: boot, KHz: khz})
+	if os.MkdirAll(dir, 0o700) != nil {
+		return
+	}
+	tmp := filepath.Join(dir, tscCacheFile+".tmp")
+	if os.WriteFile(tmp, b, 0o600) == nil {
+		_ = os.Rename(tmp, filepath.Join(dir, tscCacheFile))
+	}
 }

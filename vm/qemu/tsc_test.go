@@ -1,7 +1,10 @@
 package qemu
 
 import (
+	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -128,4 +131,33 @@ func abs(x int) int {
 		return -x
 	}
 	return x
+}
+
+// A rate is remembered for the host boot that measured it, and only a
+// plausible one is taken back.
+func TestTSCCache(t *testing.T) {
+	dir := t.TempDir()
+	if got := loadTSC(dir, "boot-1"); got != 0 {
+		t.Fatalf("empty cache: %d", got)
+	}
+	saveTSC(dir, "boot-1", 2599999)
+	if got := loadTSC(dir, "boot-1"); got != 2599999 {
+		t.Errorf("same boot: %d", got)
+	}
+	if got := loadTSC(dir, "boot-2"); got != 0 {
+		t.Errorf("another boot took the rate: %d", got)
+	}
+	if got := loadTSC("", "boot-1"); got != 0 {
+		t.Errorf("no cache folder: %d", got)
+	}
+	for name, body := range map[string]string{
+		"implausible": `{"boot_id":"boot-1","khz":5}`,
+		"corrupt":     `{"boot_id":`,
+		"huge":        `{"boot_id":"boot-1","khz":2599999,"pad":"` + strings.Repeat("x", 8<<10) + `"}`,
+	} {
+		os.WriteFile(filepath.Join(dir, tscCacheFile), []byte(body), 0o600)
+		if got := loadTSC(dir, "boot-1"); got != 0 {
+			t.Errorf("%s cache: %d", name, got)
+		}
+	}
 }

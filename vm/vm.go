@@ -59,8 +59,8 @@ type Config struct {
 	// ReclaimMemory asks for a long-lived machine's freed guest memory to
 	// go back to the host: the guest reports the pages it frees, and the
 	// backend releases them (QEMU: free page reporting on a virtio
-	// balloon). Off for a machine that lives for one command, whose boot
-	// it slows.
+	// balloon; vz and hcs do not offer it, and ignore the field). Off for
+	// a machine that lives for one command, whose boot it slows.
 	ReclaimMemory bool
 	// Logger receives the backend's own diagnostics; nil discards them.
 	Logger *slog.Logger

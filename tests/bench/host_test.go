@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/guest/mux"
 	"github.com/airlock-sandbox/airlock/internal/relaytest"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 )
 
 // harness holds what the phases share.
@@ -290,17 +291,11 @@ func (o *origin) close() { o.l.Close() }
 
 // vmRSS is VmRSS of pid in KiB.
 func vmRSS(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	kib, err := vmharness.ResidentKiB(pid)
 	if err != nil {
 		return -1
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return float64(n)
-		}
-	}
-	return -1
+	return float64(kib)
 }
 
 func fileSizeMiB(p string) float64 {

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/api"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/tasks"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 )
 
 // served is one `airlock serve` process with its own folders.
@@ -101,18 +101,11 @@ func (s *served) wait(id string) tasks.Task {
 
 // residentMiB is process pid's resident memory.
 func residentMiB(t *testing.T, pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	kib, err := vmharness.ResidentKiB(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kib, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return kib >> 10
-		}
-	}
-	t.Fatalf("no VmRSS for pid %d", pid)
-	return 0
+	return kib >> 10
 }
 
 // TestService drives `airlock serve` end to end: warm tasks against a cold

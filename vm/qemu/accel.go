@@ -99,14 +99,20 @@ func (c accelCache) put(key string, v verdict) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(c.path), 0o700); err != nil {
+	return replaceFile(c.path, b)
+}
+
+// replaceFile writes a cache file whole (a temporary file renamed over
+// it), in a private folder it makes when missing.
+func replaceFile(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	tmp := c.path + ".tmp"
+	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return err
 	}
-	return os.Rename(tmp, c.path)
+	return os.Rename(tmp, path)
 }
 
 // chooseAccel resolves mode to "kvm" or "tcg" for a guest of arch on a host

@@ -129,11 +129,5 @@ func saveTSC(dir, boot string, khz int) {
 		return
 	}
 	b, _ := json.Marshal(tscCache{BootID: boot, KHz: khz})
-	if os.MkdirAll(dir, 0o700) != nil {
-		return
-	}
-	tmp := filepath.Join(dir, tscCacheFile+".tmp")
-	if os.WriteFile(tmp, b, 0o600) == nil {
-		_ = os.Rename(tmp, filepath.Join(dir, tscCacheFile))
-	}
+	_ = replaceFile(filepath.Join(dir, tscCacheFile), b)
 }

@@ -218,3 +218,17 @@ func ConsoleTail(path string, max int64) (string, error) {
 	b, err := io.ReadAll(io.NewSectionReader(f, from, fi.Size()-from))
 	return string(b), err
 }
+
+// ResidentKiB is process pid's resident memory (VmRSS), in KiB.
+func ResidentKiB(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			return strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+}

@@ -241,12 +241,13 @@ func (s *Session) fillReader(c *conn, n int) (int, uint32, error) {
 	c.mu.Unlock()
 	m, err := s.br.ReadPayload(p, a, b)
 	if s.br.readv == nil {
-		// The guest's port returns at most a page per read: fill the
-		// reader's buffer with the whole payload before waking it, so a
-		// frame costs the reader one wakeup and no copy through c's
-		// buffer (per page, it was a wakeup for the first page and the
-		// rest copied through c's buffer). A reader that gives up stops
-		// the fill; what is left goes to c's buffer.
+		// A read of the guest's port returns only the pages the host has
+		// filled so far (pagedReader): fill the reader's buffer with the
+		// whole payload before waking it, so a frame costs the reader one
+		// wakeup and no copy through c's buffer (read by read, it was a
+		// wakeup for the first part and the rest copied through c's
+		// buffer). A reader that gives up stops the fill; what is left
+		// goes to c's buffer.
 		for err == nil && m < len(p) {
 			var k int
 			k, err = s.br.ReadPayload(p[m:], nil, nil)

@@ -20,14 +20,16 @@ type frameReader struct {
 	rpos, wpos int
 	// lean says the last frame had a big payload, so the next one likely
 	// has too: fill then reads no further than a header, lest that payload
-	// land in buf only to be copied out again. Not without readv: that is
-	// the guest's port, which returns at most a page per read anyway, so a
-	// read for the header alone would be one more syscall per frame to
-	// save copying less than a page.
+	// land in buf only to be copied out again.
 	lean bool
 	// readv reads into a, b, c and d in turn; nil where the connection has
 	// no readv.
 	readv func(a, b, c, d []byte) (int, error)
+	// read is one read of the connection: r.Read, or on the guest's port
+	// a readv of page-sized parts (pagedReader), so that one read takes
+	// every page the host has filled rather than one.
+	read  func(p []byte) (int, error)
+	paged bool
 	dl    readDeadliner // nil where reads cannot be interrupted
 	intr  atomic.Bool   // Interrupt set a deadline to end a read
 }
@@ -35,6 +37,12 @@ type frameReader struct {
 func newFrameReader(r io.Reader) *frameReader {
 	f := &frameReader{r: r, buf: make([]byte, 64<<10)}
 	f.readv = vectorReader(r)
+	f.read = r.Read
+	if f.readv == nil {
+		if pr := pagedReader(r); pr != nil {
+			f.read, f.paged = pr, true
+		}
+	}
 	f.dl, _ = r.(readDeadliner)
 	return f
 }
@@ -77,11 +85,11 @@ func (f *frameReader) fill() error {
 		f.rpos = 0
 	}
 	end := len(f.buf)
-	if f.lean && f.readv != nil {
+	if f.lean && (f.readv != nil || f.paged) {
 		end = max(f.wpos+1, frameHeaderSize)
 	}
 	for range 100 {
-		n, err := f.r.Read(f.buf[f.wpos:end])
+		n, err := f.read(f.buf[f.wpos:end])
 		f.wpos += n
 		if n > 0 {
 			return nil
@@ -159,7 +167,7 @@ func (f *frameReader) ReadPayload(p, q, r []byte) (int, error) {
 	}
 	f.rpos, f.wpos = 0, 0
 	if f.readv == nil {
-		return f.r.Read(p)
+		return f.read(p)
 	}
 	// Only a header's worth past the payload: more would be the next
 	// frame's payload.

@@ -3,12 +3,13 @@ package mux
 import (
 	"io"
 	"net"
+	"os"
 	"syscall"
 	"unsafe"
 )
 
 // vectorReader returns readv over r if r is a socket; nil otherwise (the
-// guest's port, an *os.File, is read plainly).
+// guest's port, an *os.File, is read with pagedReader).
 func vectorReader(r io.Reader) func(a, b, c, d []byte) (int, error) {
 	if _, ok := r.(net.Conn); !ok {
 		return nil
@@ -64,6 +65,113 @@ func (v *readv) read(a, b, c, d []byte) (int, error) {
 }
 
 func (v *readv) call(fd uintptr) bool {
+	for {
+		n, _, e := syscall.Syscall(syscall.SYS_READV, fd, uintptr(unsafe.Pointer(&v.iov[0])), uintptr(v.cnt))
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false // wait until readable
+		}
+		v.n, v.err = int(n), e
+		return true
+	}
+}
+
+// maxPages bounds the iovecs of one pagedRead: 256 KiB with 4 KiB pages,
+// a whole frame of the host's.
+const maxPages = 64
+
+// pagedReader returns a read function for r if r is a file (the guest's
+// virtio-serial port); nil otherwise.
+//
+// The port's read(2) returns at most one of its receive buffers, a page
+// each (Linux's virtio_console queues PAGE_SIZE buffers and its read
+// copies from the current one only), so reading the host's bytes a
+// plain read at a time costs a system call per 4 KiB. The port has no
+// read_iter, so readv(2) calls its read once per iovec and goes on while
+// each iovec comes back full: with page-sized iovecs one readv takes as
+// many whole buffers as the host has filled. The first iovec is sized to
+// what is left of the buffer the last read stopped in, so a read that
+// ended inside a buffer does not cut the next one short.
+func pagedReader(r io.Reader) func(p []byte) (int, error) {
+	f, ok := r.(*os.File)
+	if !ok {
+		return nil
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	v := &pagedRead{rc: rc, page: os.Getpagesize()}
+	v.fn = v.call
+	return v.read
+}
+
+type pagedRead struct {
+	rc   syscall.RawConn
+	fn   func(fd uintptr) bool
+	page int
+	// used is how much of the current receive buffer has been read (0: the
+	// next read starts a buffer). Wrong only costs a shorter read.
+	used int
+	iov  [maxPages]syscall.Iovec
+	lens [maxPages]int
+	cnt  int
+	n    int
+	err  syscall.Errno
+}
+
+func (v *pagedRead) read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	v.cnt = 0
+	for k := v.page - v.used; len(p) > 0 && v.cnt < maxPages; k = v.page {
+		k = min(k, len(p))
+		v.iov[v.cnt].Base = &p[0]
+		v.iov[v.cnt].SetLen(k)
+		v.lens[v.cnt] = k
+		v.cnt++
+		p = p[k:]
+	}
+	err := v.rc.Read(v.fn)
+	v.iov = [maxPages]syscall.Iovec{}
+	if err != nil {
+		return 0, err
+	}
+	if v.err != 0 {
+		return 0, v.err
+	}
+	if v.n == 0 {
+		return 0, io.EOF
+	}
+	v.used = bufferUsed(v.used, v.page, v.lens[:v.cnt], v.n)
+	return v.n, nil
+}
+
+// bufferUsed is how much of the receive buffer a readv of iovecs lens
+// that returned n stopped in has been read, used of it having been read
+// before. An iovec that came back short emptied its buffer (the readv
+// stops there); one that came back full emptied it if it reached the
+// page's end.
+func bufferUsed(used, page int, lens []int, n int) int {
+	for _, l := range lens {
+		if n < l {
+			return 0
+		}
+		n -= l
+		if used += l; used >= page {
+			used = 0
+		}
+		if n == 0 {
+			return used
+		}
+	}
+	return used
+}
+
+func (v *pagedRead) call(fd uintptr) bool {
 	for {
 		n, _, e := syscall.Syscall(syscall.SYS_READV, fd, uintptr(unsafe.Pointer(&v.iov[0])), uintptr(v.cnt))
 		switch e {

@@ -358,7 +358,8 @@ func (g *guest) egress(env []string, port string) {
 		g.h.b.Fatalf("%s: no secs= in %q", cmd, out)
 		return 0
 	}
-	var raw, gated, rawSw, gatedSw []float64
+	var raw, gated, rawSw, gatedSw, stdin []float64
+	input := make([]byte, streamSize)
 	for range g.h.rounds {
 		before := g.switches()
 		raw = append(raw, float64(streamSize)/(1<<20)/secs("/workspace/probe drain "+egress.GuestHTTPProxy))
@@ -366,8 +367,16 @@ func (g *guest) egress(env []string, port string) {
 		before = g.switches()
 		gated = append(gated, float64(streamSize)/(1<<20)/secs("/workspace/gprobe socks http://files.test:"+port+"/"))
 		gatedSw = append(gatedSw, g.switchesPerMiB(before))
+		start := time.Now()
+		exit, err := g.sb.Agent().Exec(context.Background(), client.Spec{Argv: []string{"dd", "of=/dev/null", "bs=1048576"}}, client.Stdio{Stdin: bytes.NewReader(input)})
+		if err != nil || exit.Code != 0 {
+			g.h.b.Fatalf("dd of=/dev/null: %+v %v", exit, err)
+		}
+		stdin = append(stdin, mibps(streamSize, time.Since(start)))
 	}
 	g.h.t.add("egress-guest", "egress download into the guest via the gate", "MiB/s", gated, "raw transport host→guest", raw, atLeast(0.8))
+	g.h.t.add("stdin-dd", "stdin of a guest task (dd of=/dev/null bs=1M)", "MiB/s", stdin, "raw transport host→guest", raw, nil).Note =
+		"the task's start and exit included (~1 % of it); stdin goes as ExecRequest messages, not raw frames"
 	g.h.t.add("egress-guest-switches", "  guest context switches per MiB, egress", "/MiB", gatedSw, "raw transport host→guest", rawSw, nil).Note =
 		"a diagnostic: counts guest scheduler work, which the machine's load sways less than a rate"
 }

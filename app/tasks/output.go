@@ -71,10 +71,17 @@ func (s *Store) append(t *task, stream Stream, p []byte) (int, error) {
 	}
 	at := t.t.Output.LogBytes
 	var err error
+	vw, vector := t.file.(vectorWriter)
 	for rest := p; len(rest) > 0 && err == nil; {
 		n := min(len(rest), piecePayload)
-		t.buf = appendRecords(t.buf[:0], stream, rest[:n])
-		_, err = t.file.Write(t.buf)
+		if vector {
+			t.vec = recordVec(t.vec[:0], t.hdrs[:], stream, rest[:n])
+			err = vw.writeVec(t.vec)
+			clear(t.vec) // no reference to the caller's buffer stays
+		} else {
+			t.buf = appendRecords(t.buf[:0], stream, rest[:n])
+			_, err = t.file.Write(t.buf)
+		}
 		rest = rest[n:]
 	}
 	if err != nil {

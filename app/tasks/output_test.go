@@ -189,8 +189,8 @@ func (f *flakyFile) Close() error { return f.f.Close() }
 func withFlakyLogs(s *Store) *flakyFile {
 	ff := &flakyFile{}
 	s.openLog = func(path string) (logFile, error) {
-		f, err := openAppend(path)
-		ff.f = f.(*os.File)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		ff.f = f
 		return ff, err
 	}
 	return ff

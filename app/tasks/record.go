@@ -3,6 +3,7 @@ package tasks
 import (
 	"encoding/binary"
 	"hash/crc32"
+	"io"
 )
 
 // Stream says which of a task's outputs a chunk came from.
@@ -64,14 +65,64 @@ func appendRecords(dst []byte, s Stream, p []byte) []byte {
 	for len(p) > 0 {
 		n := min(len(p), MaxPayload)
 		var h [headerLen]byte
-		h[0], h[1] = magic, byte(s)
-		binary.LittleEndian.PutUint16(h[2:4], uint16(n))
-		crc := crc32.Update(crc32.Checksum(h[:4], castagnoli), castagnoli, p[:n])
-		binary.LittleEndian.PutUint32(h[4:8], crc)
+		putHeader(h[:], s, p[:n])
 		dst = append(append(dst, h[:]...), p[:n]...)
 		p = p[n:]
 	}
 	return dst
+}
+
+// recordVec frames p as records of stream s for a vectored write: each
+// record's header goes into hdrs (8 bytes a record; hdrs must hold them
+// all) and vec gets header and payload in turn, the payloads p's own
+// memory. The bytes vec holds are those appendRecords would write.
+func recordVec(vec [][]byte, hdrs []byte, s Stream, p []byte) [][]byte {
+	for len(p) > 0 {
+		n := min(len(p), MaxPayload)
+		h := hdrs[:headerLen:headerLen]
+		hdrs = hdrs[headerLen:]
+		putHeader(h, s, p[:n])
+		vec = append(vec, h, p[:n])
+		p = p[n:]
+	}
+	return vec
+}
+
+// putHeader writes the header of a record of stream s carrying payload
+// into h.
+func putHeader(h []byte, s Stream, payload []byte) {
+	h[0], h[1] = magic, byte(s)
+	binary.LittleEndian.PutUint16(h[2:4], uint16(len(payload)))
+	crc := crc32.Update(crc32.Checksum(h[:4], castagnoli), castagnoli, payload)
+	binary.LittleEndian.PutUint32(h[4:8], crc)
+}
+
+// writeAll writes all of vec with w (a writev), going on after a short
+// write from where it stopped. It shortens vec's elements as it goes.
+func writeAll(w func(vec [][]byte) (int, error), vec [][]byte) error {
+	for {
+		for len(vec) > 0 && len(vec[0]) == 0 {
+			vec = vec[1:]
+		}
+		if len(vec) == 0 {
+			return nil
+		}
+		n, err := w(vec)
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return io.ErrShortWrite
+		}
+		for n > 0 && len(vec) > 0 {
+			k := min(n, len(vec[0]))
+			vec[0] = vec[0][k:]
+			n -= k
+			if len(vec[0]) == 0 {
+				vec = vec[1:]
+			}
+		}
+	}
 }
 
 // recordsLen is the framed size of a write of n bytes.

@@ -2,6 +2,8 @@ package tasks
 
 import (
 	"bytes"
+	"io"
+	"syscall"
 	"testing"
 )
 
@@ -63,4 +65,47 @@ func pattern(n int, seed byte) []byte {
 		p[i] = seed ^ byte(i) ^ byte(i>>8)*31
 	}
 	return p
+}
+
+// recordVec frames a piece as appendRecords does, without copying it.
+func TestRecordVec(t *testing.T) {
+	for _, n := range []int{1, 100, MaxPayload, MaxPayload + 1, 3*MaxPayload + 7, piecePayload} {
+		p := pattern(n, byte(n))
+		var hdrs [piecePayload / MaxPayload * headerLen]byte
+		vec := recordVec(nil, hdrs[:], Stderr, p)
+		if got, want := bytes.Join(vec, nil), appendRecords(nil, Stderr, p); !bytes.Equal(got, want) {
+			t.Fatalf("%d bytes: recordVec differs from appendRecords", n)
+		}
+		if &vec[1][0] != &p[0] {
+			t.Fatalf("%d bytes: the payload was copied", n)
+		}
+	}
+}
+
+// writeAll goes on after short writes and stops at an error or a write of
+// nothing.
+func TestWriteAll(t *testing.T) {
+	vec := [][]byte{[]byte("head"), []byte("payload one"), {}, []byte("x"), []byte("payload two")}
+	want := string(bytes.Join(vec, nil))
+	var got []byte
+	short := func(v [][]byte) (int, error) { // at most 3 bytes a call
+		n := 0
+		for _, b := range v {
+			k := min(len(b), 3-n)
+			got = append(got, b[:k]...)
+			if n += k; n == 3 {
+				break
+			}
+		}
+		return n, nil
+	}
+	if err := writeAll(short, vec); err != nil || string(got) != want {
+		t.Fatalf("writeAll = %v, wrote %q, want %q", err, got, want)
+	}
+	if err := writeAll(func([][]byte) (int, error) { return 0, nil }, [][]byte{[]byte("a")}); err != io.ErrShortWrite {
+		t.Fatalf("a write of nothing: %v, want io.ErrShortWrite", err)
+	}
+	if err := writeAll(func([][]byte) (int, error) { return -1, syscall.ENOSPC }, [][]byte{[]byte("a")}); err != syscall.ENOSPC {
+		t.Fatalf("a failing write: %v", err)
+	}
 }

@@ -83,15 +83,23 @@ type logFile interface {
 	Close() error
 }
 
+// vectorWriter is a logFile that writes several buffers at once, all of
+// them or an error (writev on Unix: see openAppend).
+type vectorWriter interface {
+	writeVec(vec [][]byte) error
+}
+
 // task is the live state behind one Task.
 type task struct {
 	mu    sync.Mutex
 	t     Task
-	file  logFile       // open until the task is final; nil when the log broke
-	buf   []byte        // framing buffer, reused across writes
-	wake  chan struct{} // closed on the next change, when a follower waits
-	ended chan struct{} // closed when the task becomes final; nil for tasks loaded final
-	dirty bool          // metadata changed since the last successful write
+	file  logFile                                     // open until the task is final; nil when the log broke
+	buf   []byte                                      // framing buffer, reused across writes
+	vec   [][]byte                                    // a piece's headers and payloads, for a vectorWriter
+	hdrs  [piecePayload / MaxPayload * headerLen]byte // a piece's record headers
+	wake  chan struct{}                               // closed on the next change, when a follower waits
+	ended chan struct{}                               // closed when the task becomes final; nil for tasks loaded final
+	dirty bool                                        // metadata changed since the last successful write
 	// meta is the metadata file, open while the task is live so that a
 	// state change is one write in place (see metaWrite); nil otherwise.
 	meta *os.File
@@ -393,7 +401,3 @@ func (t *task) waitChan() <-chan struct{} {
 
 func (s *Store) logPath(id string) string  { return filepath.Join(s.dir, id+".log") }
 func (s *Store) metaPath(id string) string { return filepath.Join(s.dir, id+".json") }
-
-func openAppend(path string) (logFile, error) {
-	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-}

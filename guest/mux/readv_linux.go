@@ -22,36 +22,54 @@ func vectorReader(r io.Reader) func(a, b, c, d []byte) (int, error) {
 	if err != nil {
 		return nil
 	}
-	v := &readv{rc: rc}
-	v.fn = v.call
-	return v.read
+	v := newReadv(rc)
+	return func(a, b, c, d []byte) (int, error) {
+		v.cnt = 0
+		for _, b := range [...][]byte{a, b, c, d} {
+			if len(b) > 0 {
+				v.add(b)
+			}
+		}
+		if v.cnt == 0 {
+			return 0, nil
+		}
+		return v.do()
+	}
 }
 
-// readv holds one call's state, so that the steady state allocates nothing.
+// maxPages bounds the iovecs of one read: 256 KiB with 4 KiB pages, a
+// whole frame of the host's.
+const maxPages = 64
+
+// readv is one readv(2) through the runtime's poller, its state held so
+// that the steady state allocates nothing.
 type readv struct {
 	rc  syscall.RawConn
 	fn  func(fd uintptr) bool
-	iov [4]syscall.Iovec
+	iov [maxPages]syscall.Iovec
 	cnt int
 	n   int
 	err syscall.Errno
 }
 
-// read reads into a, b, c and d in turn (empty ones are skipped).
-func (v *readv) read(a, b, c, d []byte) (int, error) {
-	v.cnt = 0
-	for _, b := range [...][]byte{a, b, c, d} {
-		if len(b) > 0 {
-			v.iov[v.cnt].Base = &b[0]
-			v.iov[v.cnt].SetLen(len(b))
-			v.cnt++
-		}
-	}
-	if v.cnt == 0 {
-		return 0, nil
-	}
+func newReadv(rc syscall.RawConn) *readv {
+	v := &readv{rc: rc}
+	v.fn = v.call
+	return v
+}
+
+// add appends b (not empty) to the iovecs.
+func (v *readv) add(b []byte) {
+	v.iov[v.cnt].Base = &b[0]
+	v.iov[v.cnt].SetLen(len(b))
+	v.cnt++
+}
+
+// do reads into the iovecs added, waiting until the connection is
+// readable; io.EOF when it has ended.
+func (v *readv) do() (int, error) {
 	err := v.rc.Read(v.fn)
-	v.iov = [4]syscall.Iovec{}
+	clear(v.iov[:v.cnt])
 	if err != nil {
 		return 0, err
 	}
@@ -78,10 +96,6 @@ func (v *readv) call(fd uintptr) bool {
 	}
 }
 
-// maxPages bounds the iovecs of one pagedRead: 256 KiB with 4 KiB pages,
-// a whole frame of the host's.
-const maxPages = 64
-
 // pagedReader returns a read function for r if r is a file (the guest's
 // virtio-serial port); nil otherwise.
 //
@@ -103,23 +117,17 @@ func pagedReader(r io.Reader) func(p []byte) (int, error) {
 	if err != nil {
 		return nil
 	}
-	v := &pagedRead{rc: rc, page: os.Getpagesize()}
-	v.fn = v.call
+	v := &pagedRead{readv: newReadv(rc), page: os.Getpagesize()}
 	return v.read
 }
 
 type pagedRead struct {
-	rc   syscall.RawConn
-	fn   func(fd uintptr) bool
+	*readv
 	page int
 	// used is how much of the current receive buffer has been read (0: the
 	// next read starts a buffer). Wrong only costs a shorter read.
 	used int
-	iov  [maxPages]syscall.Iovec
 	lens [maxPages]int
-	cnt  int
-	n    int
-	err  syscall.Errno
 }
 
 func (v *pagedRead) read(p []byte) (int, error) {
@@ -129,25 +137,16 @@ func (v *pagedRead) read(p []byte) (int, error) {
 	v.cnt = 0
 	for k := v.page - v.used; len(p) > 0 && v.cnt < maxPages; k = v.page {
 		k = min(k, len(p))
-		v.iov[v.cnt].Base = &p[0]
-		v.iov[v.cnt].SetLen(k)
 		v.lens[v.cnt] = k
-		v.cnt++
+		v.add(p[:k])
 		p = p[k:]
 	}
-	err := v.rc.Read(v.fn)
-	v.iov = [maxPages]syscall.Iovec{}
-	if err != nil {
-		return 0, err
+	cnt := v.cnt
+	n, err := v.do()
+	if err == nil {
+		v.used = bufferUsed(v.used, v.page, v.lens[:cnt], n)
 	}
-	if v.err != 0 {
-		return 0, v.err
-	}
-	if v.n == 0 {
-		return 0, io.EOF
-	}
-	v.used = bufferUsed(v.used, v.page, v.lens[:v.cnt], v.n)
-	return v.n, nil
+	return n, err
 }
 
 // bufferUsed is how much of the receive buffer a readv of iovecs lens
@@ -169,18 +168,4 @@ func bufferUsed(used, page int, lens []int, n int) int {
 		}
 	}
 	return used
-}
-
-func (v *pagedRead) call(fd uintptr) bool {
-	for {
-		n, _, e := syscall.Syscall(syscall.SYS_READV, fd, uintptr(unsafe.Pointer(&v.iov[0])), uintptr(v.cnt))
-		switch e {
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false // wait until readable
-		}
-		v.n, v.err = int(n), e
-		return true
-	}
 }

@@ -27,6 +27,10 @@ var (
 	ErrPortInUse = errors.New("port already in use")
 	// ErrConnRefused is returned by Dial when nothing listens on the guest port.
 	ErrConnRefused = errors.New("connection refused by guest")
+	// ErrSavedState means a machine started from a saved state of an
+	// earlier boot (vm/qemu's templates) failed where a boot might not: the
+	// state is discarded, and starting the machine again boots it.
+	ErrSavedState = errors.New("the machine's saved state failed")
 )
 
 // Config describes a machine. Backends map it to their own devices.
@@ -186,4 +190,8 @@ type Info struct {
 	ConsoleLog string
 	// PID is the hypervisor process, when there is one.
 	PID int
+	// Restored says the machine started from a saved state of an earlier
+	// boot of the same image and shape (vm/qemu's templates), not by
+	// booting.
+	Restored bool
 }

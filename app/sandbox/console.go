@@ -71,7 +71,8 @@ func readEnd(path string, from, max int64) (b []byte, cut bool) {
 // watchStall watches the console file at path for a
 // kernel's stall report (stallSigns) until ctx ends, and sends the first it
 // finds, described. With initDeadline > 0 it also reports a kernel that has
-// not started init by then (no api.InitRunning line): under TCG on a loaded
+// not started init by then (no api.InitRunning line, nor api.Woken from a
+// guest started from a saved state): under TCG on a loaded
 // host a kernel now and then hangs early with nothing on its quiet console.
 // Only the part from offset from on counts (consoleEnd before the machine
 // starts): an earlier boot's lines in the same file (the console is
@@ -100,7 +101,7 @@ func watchStall(ctx context.Context, path string, from int64, initDeadline time.
 			if !initSeen {
 				// The line comes early and the boot's output is small, so
 				// the last 64 KiB hold it until long after the deadline.
-				initSeen = bytes.Contains(b, []byte(api.InitRunning))
+				initSeen = bytes.Contains(b, []byte(api.InitRunning)) || bytes.Contains(b, []byte(api.Woken))
 				if !initSeen && time.Since(began) >= initDeadline {
 					found <- fmt.Sprintf("the kernel had not started init after %s", initDeadline)
 					return

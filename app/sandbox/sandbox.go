@@ -110,13 +110,25 @@ type Sandbox struct {
 // under TCG on a loaded host) is abandoned as soon as the console says so,
 // or when the kernel has not started init after initDeadline, and tried
 // once more (that one waits out the whole boot timeout).
+//
+// A machine started from a saved state that fails (vm.ErrSavedState: the
+// backend has discarded that state) is started once more too, which then
+// boots.
 func Start(ctx context.Context, o Options) (*Sandbox, error) {
 	sb, err := start(ctx, o, initDeadline)
-	if errors.Is(err, ErrStalled) && ctx.Err() == nil {
-		if o.Logger != nil {
-			o.Logger.Warn("the guest kernel stalled during boot; booting it once more", "err", err)
+	if ctx.Err() == nil {
+		switch {
+		case errors.Is(err, ErrStalled):
+			if o.Logger != nil {
+				o.Logger.Warn("the guest kernel stalled during boot; booting it once more", "err", err)
+			}
+			sb, err = start(ctx, o, 0)
+		case errors.Is(err, vm.ErrSavedState):
+			if o.Logger != nil {
+				o.Logger.Warn("the machine's saved state failed; booting it instead", "err", err)
+			}
+			sb, err = start(ctx, o, initDeadline)
 		}
-		sb, err = start(ctx, o, 0)
 	}
 	return sb, err
 }
@@ -246,7 +258,8 @@ func start(ctx context.Context, o Options, initBy time.Duration) (_ *Sandbox, er
 		s.warmUp(ctx)
 	}
 	s.watchClock()
-	s.log.Info("guest ready", "boot", s.bootTime, "agent", s.ready.AgentVersion, "accel", s.m.Info().Accelerator, "machine", s.m.Info().Machine)
+	s.log.Info("guest ready", "boot", s.bootTime, "agent", s.ready.AgentVersion, "accel", s.m.Info().Accelerator, "machine", s.m.Info().Machine,
+		"restored", s.m.Info().Restored)
 	return s, nil
 }
 
@@ -329,7 +342,7 @@ func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.D
 		if err == nil {
 			err = errors.New("it powered off")
 		}
-		return api.Ready{}, fmt.Errorf("%w: the machine stopped during boot (%v)%s", ErrNotReady, err, consoleHint(info.ConsoleLog))
+		return api.Ready{}, fmt.Errorf("%w: the machine stopped during boot (%w)%s", ErrNotReady, err, consoleHint(info.ConsoleLog))
 	}
 	select {
 	case r := <-got:

@@ -42,6 +42,11 @@ type Options struct {
 	// Boot is the boot configuration init read from the kernel command
 	// line (api.ParseCmdline).
 	Boot api.BootConfig
+	// Park, when set, parks the transport before its multiplexer starts
+	// (transport.Options.Park) and gets the host's Wake: for the agent
+	// init starts first on a guest booted with api.BootConfig.Park, never
+	// for one it runs again.
+	Park func(api.Wake)
 }
 
 // Run is the guest agent; init runs it in PID 1 (guest/boot), with the boot
@@ -70,7 +75,7 @@ func Run(ctx context.Context, log *slog.Logger, opts Options) error {
 	defer px.closeUnserved()
 
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	tr, err := transport.Open(octx, boot.Transport, transport.Paths{})
+	tr, err := transport.Open(octx, boot.Transport, transport.Options{Park: opts.Park})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

@@ -65,6 +65,13 @@ var KernelArgs = []string{"quiet", "panic=-1", "cryptomgr.notests=1", "initcall_
 // once more instead of waiting out its boot timeout.
 const InitRunning = "airlock-guest: init running"
 
+// Woken is the console line init of a parked guest (BootConfig.Park)
+// writes once the host's Wake came. A machine started from a state saved
+// while its guest was parked never prints InitRunning (its boot printed it
+// to the console of the machine that was saved), so to the host Woken
+// says the same: the kernel runs init.
+const Woken = "airlock-guest: woken"
+
 // Kernel command line keys. Values never contain spaces.
 const (
 	keyTransport = "airlock.transport"
@@ -76,6 +83,7 @@ const (
 	keyDebug     = "airlock.debug"
 	keyRoot      = "airlock.root"
 	keyRootKeep  = "airlock.root_keep"
+	keyPark      = "airlock.park"
 )
 
 // BootConfig is what the host tells the guest through the kernel command
@@ -96,6 +104,12 @@ type BootConfig struct {
 	// one labelled DataLabel, or a blank one marked BlankDiskMagic, which
 	// the guest formats) instead of a tmpfs that starts empty every boot.
 	RootKeep bool
+	// Park makes the guest wait for the host's Wake (park.go) once the
+	// steps every run of the image shares are done, before it mounts the
+	// workspace and opens its multiplexer: the state a host may save and
+	// start later machines from. Serial transport only, without a root
+	// disk.
+	Park bool
 }
 
 // Args returns the kernel command line arguments for c, in a stable order.
@@ -127,6 +141,9 @@ func (c BootConfig) Args() []string {
 		if c.RootKeep {
 			a = append(a, keyRootKeep+"=1")
 		}
+	}
+	if c.Park {
+		a = append(a, keyPark+"=1")
 	}
 	return a
 }
@@ -174,6 +191,8 @@ func ParseCmdline(cmdline string) (BootConfig, error) {
 			c.Root = v
 		case keyRootKeep:
 			c.RootKeep, err = strconv.ParseBool(v)
+		case keyPark:
+			c.Park, err = strconv.ParseBool(v)
 		}
 		if err != nil {
 			return c, fmt.Errorf("kernel command line %s: %w", k, err)
@@ -181,6 +200,9 @@ func ParseCmdline(cmdline string) (BootConfig, error) {
 	}
 	if c.UID == 0 || c.GID == 0 {
 		return c, fmt.Errorf("kernel command line: the task user cannot be root (uid %d, gid %d)", c.UID, c.GID)
+	}
+	if c.Park && (c.Transport != TransportSerial || c.Root != "") {
+		return c, fmt.Errorf("kernel command line: %s needs the serial transport and no root disk", keyPark)
 	}
 	return c, nil
 }

@@ -2,6 +2,7 @@ package boot
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -45,6 +47,10 @@ type pid1 struct {
 	agentStop  context.CancelFunc
 	quickFails int
 	workspace  bool // mounted, so unmount at power off
+
+	// woken gets the host's Wake from the agent's transport on a guest
+	// booted to park (api.BootConfig.Park).
+	woken chan api.Wake
 
 	// sigs gets the signals init handles.
 	sigs chan os.Signal
@@ -79,6 +85,7 @@ func RunAgent(run AgentFunc) {
 	in := &pid1{
 		log: console.NewLogger(os.Stderr, "", false), boot: time.Now(), run: run,
 		agentDone: make(chan error, 1),
+		woken:     make(chan api.Wake, 1),
 		waiting:   make(map[int]chan syscall.WaitStatus),
 		spawned:   make(chan struct{}, 1),
 	}
@@ -176,12 +183,72 @@ func (in *pid1) setup() error {
 		}
 	}
 	in.prepareHome()
+	if in.cfg.Park {
+		if err := in.awaitWake(); err != nil {
+			return err
+		}
+	}
 	if in.cfg.Share != api.ShareNone {
 		if err := mountWorkspace(in.cfg); err != nil {
 			return err
 		}
 		in.workspace = true
 		in.log.Debug("workspace mounted", "fs", in.cfg.Share, "read_only", in.cfg.ShareReadOnly)
+	}
+	return nil
+}
+
+// awaitWake waits, on a guest booted to park, until the agent's transport
+// has the host's Wake, and applies it: everything before this is the same
+// for every machine a host starts from a state saved while the guest
+// waited (api.BootConfig.Park), everything after it is this machine's own.
+// What the saved state shares and the Wake does not renew: the kernel's
+// address layout, its stack canary and hash seeds, the boot id, and the
+// generator of init's Go runtime (the multiplexer's nonces and the agent's
+// instance, which only tell apart sessions and agents of one machine).
+// Tasks start after it, as new programs, with their own layout and
+// canaries from the reseeded generator.
+func (in *pid1) awaitWake() error {
+	var w api.Wake
+	select {
+	case w = <-in.woken:
+	case err := <-in.agentDone:
+		return fmt.Errorf("the agent ended before the host woke the parked guest: %w", err)
+	}
+	// The saved state's generator would give every machine started from
+	// it the same random numbers: mix in the host's bytes and reseed
+	// before anything of this run draws from it. Without that this
+	// machine must not run.
+	if err := reseed(w.Entropy[:]); err != nil {
+		return fmt.Errorf("reseed the kernel's generator after the wake: %w", err)
+	}
+	ts := unix.NsecToTimespec(w.Time.UnixNano())
+	if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+		in.log.Warn("clock after the wake", "err", err)
+	}
+	fmt.Fprintln(os.Stderr, api.Woken)
+	return nil
+}
+
+// reseed credits entropy to the kernel's input pool (RNDADDENTROPY) and
+// makes its generator reseed from the pool at once (RNDRESEEDCRNG), rather
+// than at its next scheduled reseed, up to a minute away.
+func reseed(entropy []byte) error {
+	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	// struct rand_pool_info: entropy_count (bits), buf_size (bytes), buf.
+	info := make([]byte, 8+len(entropy))
+	binary.NativeEndian.PutUint32(info[0:], uint32(8*len(entropy)))
+	binary.NativeEndian.PutUint32(info[4:], uint32(len(entropy)))
+	copy(info[8:], entropy)
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.RNDADDENTROPY, uintptr(unsafe.Pointer(&info[0]))); errno != 0 {
+		return fmt.Errorf("RNDADDENTROPY: %w", errno)
+	}
+	if err := unix.IoctlSetInt(int(f.Fd()), unix.RNDRESEEDCRNG, 0); err != nil {
+		return fmt.Errorf("RNDRESEEDCRNG: %w", err)
 	}
 	return nil
 }
@@ -398,6 +465,9 @@ func (in *pid1) startAgent(held bool) {
 	if held {
 		in.hold = make(chan struct{})
 		opts.Hold = in.hold
+		if in.cfg.Park {
+			opts.Park = func(w api.Wake) { in.woken <- w }
+		}
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	in.agentOn, in.agentStart, in.agentStop = true, time.Now(), stop

@@ -157,6 +157,10 @@ type Session struct {
 
 	done chan struct{} // closed once the session has ended
 
+	begin     sync.Once     // a Client's reading started (Begin)
+	greetOnce sync.Once     // greeted closed
+	greeted   chan struct{} // closed once a first hello was answered
+
 	// wmu serialises writes to conn; wepoch is the epoch allowed to write,
 	// so a dead epoch's streams cannot write into its successor's session.
 	wmu    sync.Mutex
@@ -223,10 +227,29 @@ type epoch struct {
 // Config.PeerRestarts times per Config.RestartWindow; the session ends on
 // the next one.
 func Client(conn io.ReadWriteCloser, cfg Config) *Session {
-	s := newSession(conn, cfg, true)
-	go s.runClient()
+	s := PendingClient(conn, cfg)
+	s.Begin()
 	return s
 }
+
+// PendingClient is Client with the reading put off until Begin: Listen and
+// Dial work from the start (Dial waits), and nothing is read from or
+// written to conn before Begin, so that the host can first exchange
+// something else with the guest on it (vm/qemu: the parked guest's
+// api.Parked and the host's api.Wake).
+func PendingClient(conn io.ReadWriteCloser, cfg Config) *Session {
+	return newSession(conn, cfg, true)
+}
+
+// Begin starts a PendingClient's session: it reads the guest's hello and
+// goes on as Client. Calls after the first do nothing.
+func (s *Session) Begin() {
+	s.begin.Do(func() { go s.runClient() })
+}
+
+// Greeted is closed once the session has answered the peer's first hello:
+// the peer speaks the protocol and the first streams can open.
+func (s *Session) Greeted() <-chan struct{} { return s.greeted }
 
 func (s *Session) runClient() {
 	n, err := readHello(s.br)
@@ -239,6 +262,7 @@ func (s *Session) runClient() {
 			s.abort()
 			return
 		}
+		s.greetOnce.Do(func() { close(s.greeted) })
 		ep := s.start()
 		if ep == nil {
 			return
@@ -358,6 +382,7 @@ func newSession(conn io.ReadWriteCloser, cfg Config, client bool) *Session {
 		done:      make(chan struct{}),
 		listeners: make(map[uint32]*listener),
 		ckick:     make(chan struct{}, 1),
+		greeted:   make(chan struct{}),
 	}
 	s.nc, _ = conn.(net.Conn)
 	if s.cfg.Splice && s.nc == nil {
@@ -647,6 +672,9 @@ func (s *Session) unlisten(port uint32, l *listener) {
 // Close ends the session and every stream in it.
 func (s *Session) Close() error {
 	s.fail(ErrClosed)
+	if s.client {
+		s.Begin() // a PendingClient never begun ends with its first read
+	}
 	<-s.done
 	return nil
 }

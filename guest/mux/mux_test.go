@@ -1031,3 +1031,76 @@ func TestWaitingReaderGetsWholeFrame(t *testing.T) {
 		})
 	}
 }
+
+// TestPendingClient: a PendingClient reads nothing before Begin, so the
+// host can first exchange its own records on the connection (vm/qemu's
+// park); after Begin it is a Client, and Greeted closes with the hello.
+func TestPendingClient(t *testing.T) {
+	checkGoroutines(t)
+	a, b := socketPair(t)
+	host := PendingClient(a, Config{})
+	defer host.Close()
+	ln, err := host.Listen(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go acceptEach(ln, func(c net.Conn) {
+		defer c.Close()
+		io.Copy(c, c)
+	})
+	// The guest's own record, before its multiplexer: the host's side
+	// reads it from the raw connection, not the session.
+	if _, err := b.Write([]byte("parked!!")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-host.Greeted():
+		t.Fatal("greeted before Begin")
+	case <-host.Done():
+		t.Fatalf("session ended before Begin: %v", host.Err())
+	default:
+	}
+	got := make([]byte, 8)
+	if _, err := io.ReadFull(a, got); err != nil || string(got) != "parked!!" {
+		t.Fatalf("raw read before Begin: %q, %v", got, err)
+	}
+	guest := Server(b, Config{})
+	defer guest.Close()
+	host.Begin()
+	host.Begin()
+	select {
+	case <-host.Greeted():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not greeted after Begin")
+	}
+	c, err := guest.Dial(ctxT(t, 5*time.Second), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, got[:4]); err != nil || string(got[:4]) != "ping" {
+		t.Fatalf("echo %q, %v", got[:4], err)
+	}
+}
+
+// TestPendingClientClose: a PendingClient closed before Begin ends.
+func TestPendingClientClose(t *testing.T) {
+	checkGoroutines(t)
+	a, b := socketPair(t)
+	defer b.Close()
+	host := PendingClient(a, Config{})
+	done := make(chan struct{})
+	go func() {
+		host.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close of a PendingClient never begun hangs")
+	}
+}

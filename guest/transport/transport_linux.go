@@ -24,23 +24,42 @@ type Transport struct {
 	port    *os.File     // serial only
 }
 
-// Paths locates the kernel interfaces Open uses; tests point them elsewhere.
-type Paths struct {
-	Sys string // "/sys"
-	Dev string // "/dev"
+// Options say how Open opens the transport; the zero value opens it as the
+// guest's devices are.
+type Options struct {
+	// Sys and Dev locate the kernel interfaces ("/sys", "/dev"); tests
+	// point them elsewhere.
+	Sys, Dev string
+	// Park, for the serial transport, makes Open park first
+	// (api.BootConfig.Park): write api.Parked on the port, wait for the
+	// host's api.Wake however long that takes (the host may save the
+	// machine meanwhile and start others from it), and hand the Wake to
+	// Park before the multiplexer starts. ctx does not bound that wait.
+	Park func(api.Wake)
 }
 
 // Open prepares kind. For the serial transport it waits (bounded by ctx) for
-// the virtio-serial port to appear, opens it and starts the multiplexer,
-// which greets the host at once.
-func Open(ctx context.Context, kind api.Transport, p Paths) (*Transport, error) {
+// the virtio-serial port to appear, opens it, parks if asked, and starts
+// the multiplexer, which greets the host at once.
+func Open(ctx context.Context, kind api.Transport, o Options) (*Transport, error) {
 	switch kind {
 	case api.TransportVsock, api.TransportHVSock:
+		if o.Park != nil {
+			return nil, fmt.Errorf("transport: a guest parks on the serial transport only, not %s", kind)
+		}
 		return &Transport{kind: kind}, nil
 	case api.TransportSerial:
-		f, err := openSerial(ctx, p)
+		f, err := openSerial(ctx, o)
 		if err != nil {
 			return nil, err
+		}
+		if o.Park != nil {
+			w, err := park(f)
+			if err != nil {
+				f.Close()
+				return nil, err
+			}
+			o.Park(w)
 		}
 		// A 1 MiB receive window, as the host gives its own streams: the
 		// host sends egress downloads and stdin that far ahead of the
@@ -55,7 +74,19 @@ func Open(ctx context.Context, kind api.Transport, p Paths) (*Transport, error) 
 	}
 }
 
-func openSerial(ctx context.Context, p Paths) (*os.File, error) {
+// park writes api.Parked on the port and reads the host's Wake.
+func park(f *os.File) (api.Wake, error) {
+	if _, err := f.Write(api.Parked()); err != nil {
+		return api.Wake{}, fmt.Errorf("transport: park: %w", err)
+	}
+	w, err := api.ReadWake(f)
+	if err != nil {
+		return api.Wake{}, fmt.Errorf("transport: park: %w", err)
+	}
+	return w, nil
+}
+
+func openSerial(ctx context.Context, p Options) (*os.File, error) {
 	if p.Sys == "" {
 		p.Sys = "/sys"
 	}

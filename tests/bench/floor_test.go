@@ -102,8 +102,13 @@ type booted struct {
 }
 
 // boot starts a machine for cfg and waits for its readiness message the way
-// app/sandbox does (listen on PortReady before the start, never poll).
+// app/sandbox does (listen on PortReady before the start, never poll). A
+// boot is a boot: without opts.Templates the machine does not start from a
+// template, nor park for one (the trivial init never parks).
 func boot(ctx context.Context, cfg vm.Config, opts qemu.Options) (*booted, error) {
+	if opts.Templates == "" {
+		opts.Templates = qemu.TemplatesOff
+	}
 	m, err := qemu.New(cfg, opts)
 	if err != nil {
 		return nil, err

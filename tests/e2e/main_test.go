@@ -22,8 +22,9 @@ import (
 )
 
 var (
-	airlockBin string // the CLI under test
-	imageRoot  string // images/out
+	airlockBin string        // the CLI under test
+	imageRoot  string        // images/out
+	image      sandbox.Image // the verified image the shared VM boots
 	shared     *sandbox.Sandbox
 	sharedWS   string       // the shared VM's workspace on the host
 	sharedGate *egress.Gate // the shared VM's egress gate (policy: sharedPolicy)
@@ -46,7 +47,7 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	airlockBin, imageRoot = env.Bin, env.ImageRoot
+	airlockBin, imageRoot, image = env.Bin, env.ImageRoot, env.Image
 	ws, err := os.MkdirTemp("", "airlock-e2e-ws-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

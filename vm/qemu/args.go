@@ -59,6 +59,16 @@ type plan struct {
 	// (vm.Config.ReclaimMemory).
 	Reclaim bool
 
+	// Park boots the guest to park (api.BootConfig.Park): it waits for
+	// the host's Wake before it mounts the share (template.go).
+	Park bool
+	// QMPFD, when set, is an inherited socket QEMU serves its machine
+	// protocol on (qmp.go).
+	QMPFD int
+	// IncomingFD, when set, is an inherited descriptor of a template:
+	// QEMU loads the machine's state from it instead of booting.
+	IncomingFD int
+
 	// Disks are attached as virtio-blk devices, in order.
 	Disks []vm.Disk
 	// DiskFDs, when set, holds for each disk the inherited descriptors
@@ -71,7 +81,7 @@ type plan struct {
 
 // bootConfig is what the guest is told about the devices.
 func (p plan) bootConfig() api.BootConfig {
-	return api.BootConfig{Transport: p.Transport, Share: p.Share, ShareReadOnly: p.ShareReadOnly && p.Share != api.ShareNone}
+	return api.BootConfig{Transport: p.Transport, Share: p.Share, ShareReadOnly: p.ShareReadOnly && p.Share != api.ShareNone, Park: p.Park}
 }
 
 // kernelCmdline is the -append value.
@@ -319,6 +329,12 @@ func (p plan) args() []string {
 			drive += ",readonly=on"
 		}
 		a = append(a, "-drive", drive, "-device", fmt.Sprintf("%s,drive=disk%d", p.device("virtio-blk"), i))
+	}
+	if p.QMPFD > 0 {
+		a = append(a, "-chardev", fmt.Sprintf("socket,id=qmp,fd=%d", p.QMPFD), "-mon", "chardev=qmp,mode=control")
+	}
+	if p.IncomingFD > 0 {
+		a = append(a, "-incoming", fmt.Sprintf("fd:%d", p.IncomingFD))
 	}
 	if p.PIDFile != "" {
 		a = append(a, "-pidfile", p.PIDFile)

@@ -46,10 +46,12 @@ type Machine struct {
 
 	transport api.Transport
 	cid       uint32       // vsock
-	sess      *mux.Session // serial
-	muxChild  *os.File     // serial: QEMU's end of the socket pair, until Start
+	sess      *mux.Session // serial: a PendingClient, begun once the guest is through its park
+	hostConn  net.Conn     // serial: the host's end of the socket pair, which sess reads
+	muxChild  *os.File     // serial: QEMU's end of the socket pair, until QEMU is started for good
 	vsockLns  *vsockListeners
 	cpuModel  string // overrides plan.cpu, for measurements
+	tmpl      templates
 
 	sp sharePlan // how the share is served, decided in New
 
@@ -61,6 +63,8 @@ type Machine struct {
 	virtiofsd *virtiofsd
 	stderr    *tail
 	stopAsked bool
+	restored  bool          // started from a template
+	bootErr   error         // why the host ended a boot that went wrong (the park)
 	exitErr   error         // why QEMU ended, nil after a power-off
 	exited    chan struct{} // closed once QEMU has been reaped and cleaned up
 	cleanOnce sync.Once
@@ -87,6 +91,9 @@ func New(cfg vm.Config, opts Options) (*Machine, error) {
 		return nil, fmt.Errorf("qemu: %w", err)
 	}
 	m := &Machine{cfg: cfg, opts: r, sp: sp, log: cfg.Log().With("backend", "qemu"), exited: make(chan struct{})}
+	if r.Templates != TemplatesOff && r.CacheDir != "" {
+		m.tmpl = templates{dir: filepath.Join(r.CacheDir, "templates"), now: time.Now}
+	}
 	if m.cfg.ConsoleLog == "" {
 		m.cfg.ConsoleLog = filepath.Join(cfg.Dir, "console.log")
 	}
@@ -107,7 +114,8 @@ func New(cfg vm.Config, opts Options) (*Machine, error) {
 		}
 		m.transport = api.TransportSerial
 		m.muxChild = child
-		m.sess = mux.Client(c, mux.HostConfig())
+		m.hostConn = c
+		m.sess = mux.PendingClient(c, mux.HostConfig())
 	}
 	return m, nil
 }
@@ -172,16 +180,89 @@ func (m *Machine) start(ctx context.Context) error {
 		}
 	}
 
+	if m.parks(share) {
+		p.Park = true
+		return m.startParked(ctx, p, accel)
+	}
+	if m.sess != nil {
+		m.sess.Begin()
+	}
+	pr, err := m.spawn(ctx, p, accel, nil, false)
+	if err != nil {
+		return err
+	}
+	m.commit(pr, p)
+	return m.settle(ctx)
+}
+
+// settle watches a QEMU just committed for an early exit (a bad option, a
+// kernel it cannot load) before Start reports the machine running.
+func (m *Machine) settle(ctx context.Context) error {
+	t := time.NewTimer(settle)
+	defer t.Stop()
+	select {
+	case <-m.exited:
+		return m.exitErr
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		m.kill()
+		<-m.exited
+		return fmt.Errorf("qemu: start: %w", ctx.Err())
+	}
+}
+
+// proc is one QEMU process, started but not yet the machine's (commit):
+// a QEMU loading a template is one until it runs the guest.
+type proc struct {
+	cmd    *exec.Cmd
+	stderr *tail
+	qmp    *qmp          // when spawn was asked for the machine protocol
+	exited chan struct{} // closed once QEMU has been waited for; err is then set
+	err    error
+}
+
+// kill ends a QEMU that was never committed and waits for it.
+func (pr *proc) kill() {
+	pr.cmd.Process.Kill()
+	<-pr.exited
+	if pr.qmp != nil {
+		pr.qmp.Close()
+	}
+}
+
+// spawn starts QEMU for p: with the machine protocol on an inherited
+// socket when withQMP, loading the template incoming when set.
+func (m *Machine) spawn(ctx context.Context, p plan, accel string, incoming *os.File, withQMP bool) (*proc, error) {
 	var files []*os.File
 	if m.muxChild != nil {
 		files = append(files, m.muxChild) // fd 3, see plan
+	}
+	var qmpHost, qmpChild *os.File
+	if withQMP {
+		var err error
+		if qmpHost, qmpChild, err = socketPair(); err != nil {
+			return nil, fmt.Errorf("qemu: start: machine protocol: %w", err)
+		}
+		// Closed once QEMU has its copy, so that QEMU's exit ends the
+		// protocol's reads.
+		defer qmpChild.Close()
+		files = append(files, qmpChild)
+		p.QMPFD = 3 + len(files) - 1
+	}
+	if incoming != nil {
+		files = append(files, incoming)
+		p.IncomingFD = 3 + len(files) - 1
 	}
 	var groups []uint32
 	if m.sp.RunAs != nil {
 		opened, err := m.handOver(&p, len(files))
 		defer closeAll(opened)
 		if err != nil {
-			return fmt.Errorf("qemu: start: %w", err)
+			if qmpHost != nil {
+				qmpHost.Close()
+			}
+			return nil, fmt.Errorf("qemu: start: %w", err)
 		}
 		files = append(files, opened...)
 		if g, ok := groupID("kvm"); ok && accel == "kvm" {
@@ -199,32 +280,61 @@ func (m *Machine) start(ctx context.Context) error {
 		runAs(cmd, *u, groups)
 		cmd.Dir = "/" // the runtime folder may be closed to the folder's owner
 	}
-	m.log.Info("starting", "qemu", m.opts.QEMU, "accel", accel, "transport", m.transport, "share", share,
-		"security_model", p.SecurityModel, "run_as", m.sp.RunAs, "args", p.args())
+	m.log.Info("starting", "qemu", m.opts.QEMU, "accel", accel, "transport", m.transport, "share", p.Share,
+		"security_model", p.SecurityModel, "run_as", m.sp.RunAs, "park", p.Park, "template", incoming != nil, "args", p.args())
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("qemu: start %s: %w (apt install %s)", m.opts.QEMU, err, packageFor(m.opts.Arch))
+		if qmpHost != nil {
+			qmpHost.Close()
+		}
+		return nil, fmt.Errorf("qemu: start %s: %w (apt install %s)", m.opts.QEMU, err, packageFor(m.opts.Arch))
 	}
+	pr := &proc{cmd: cmd, stderr: stderr, exited: make(chan struct{})}
+	go func() {
+		pr.err = cmd.Wait()
+		close(pr.exited)
+	}()
+	if qmpHost != nil {
+		qmpChild.Close()
+		q, err := openQMP(ctx, qmpHost)
+		if err != nil {
+			pr.kill()
+			return nil, &qemuFailed{fmt.Errorf("qemu: start: %w%s", err, stderrHint(stderr))}
+		}
+		pr.qmp = q
+	}
+	return pr, nil
+}
+
+// commit makes pr the machine's QEMU: from here on its exit ends the
+// machine.
+func (m *Machine) commit(pr *proc, p plan) {
 	if m.muxChild != nil {
 		m.muxChild.Close() // QEMU holds its own copy now
 		m.muxChild = nil
 	}
 	m.mu.Lock()
-	m.cmd, m.stderr, m.share, m.accel, m.machine = cmd, stderr, share, accel, p.machine()
+	m.cmd, m.stderr, m.share, m.accel, m.machine = pr.cmd, pr.stderr, shareName(p.Share), p.Accel, p.machine()
 	m.mu.Unlock()
-	go m.reap()
+	go m.reap(pr)
+}
 
-	t := time.NewTimer(settle)
-	defer t.Stop()
-	select {
-	case <-m.exited:
-		return m.exitErr
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		m.kill()
-		<-m.exited
-		return fmt.Errorf("qemu: start: %w", ctx.Err())
+// shareName is how Info names the share mechanism.
+func shareName(s api.ShareFS) string {
+	switch s {
+	case api.ShareVirtiofs:
+		return ShareVirtiofs
+	case api.Share9P:
+		return Share9P
 	}
+	return ""
+}
+
+// stderrHint is the end of QEMU's stderr, for an error.
+func stderrHint(t *tail) string {
+	if s := t.String(); s != "" {
+		return ": " + s
+	}
+	return ""
 }
 
 // plan resolves the command line for this machine.
@@ -346,14 +456,19 @@ func (m *Machine) cacheFile() string {
 }
 
 // reap waits for QEMU and releases everything the machine holds.
-func (m *Machine) reap() {
-	err := m.cmd.Wait()
+func (m *Machine) reap(pr *proc) {
+	<-pr.exited
+	err := pr.err
 	m.mu.Lock()
 	asked := m.stopAsked
 	tail := m.stderr.String()
+	bootErr := m.bootErr
 	m.mu.Unlock()
 	var why error
 	switch {
+	case bootErr != nil:
+		// The host ended a boot that went wrong; that is the reason.
+		why = bootErr
 	case err == nil:
 		// -no-reboot: a guest power-off or reboot ends QEMU with status 0.
 	case asked:
@@ -388,6 +503,9 @@ func (m *Machine) finish(why error) {
 		}
 		if m.muxChild != nil {
 			m.muxChild.Close()
+		}
+		if m.hostConn != nil {
+			m.hostConn.Close()
 		}
 		if m.vsockLns != nil {
 			m.vsockLns.closeAll()
@@ -495,7 +613,8 @@ func (m *Machine) Listen(port uint32) (net.Listener, error) {
 func (m *Machine) Info() vm.Info {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	i := vm.Info{Backend: "qemu", Accelerator: m.accel, Machine: m.machine, Transport: string(m.transport), Share: m.share, ConsoleLog: m.cfg.ConsoleLog}
+	i := vm.Info{Backend: "qemu", Accelerator: m.accel, Machine: m.machine, Transport: string(m.transport), Share: m.share,
+		ConsoleLog: m.cfg.ConsoleLog, Restored: m.restored}
 	if m.cmd != nil && m.cmd.Process != nil {
 		i.PID = m.cmd.Process.Pid
 	}

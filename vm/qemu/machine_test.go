@@ -29,7 +29,10 @@ func fakeQEMU(t *testing.T, script string) (vm.Config, Options) {
 	run := filepath.Join(dir, "run")
 	os.Mkdir(run, 0o700)
 	return vm.Config{Kernel: k, Initrd: i, CPUs: 1, MemoryMiB: 256, Dir: run},
-		Options{Arch: "amd64", Accel: AccelTCG, QEMU: bin, CacheDir: filepath.Join(dir, "cache")}
+		// A shell script speaks no machine protocol: these guests boot
+		// through, as with templates off (park_test.go fakes a QEMU that
+		// parks).
+		Options{Arch: "amd64", Accel: AccelTCG, QEMU: bin, CacheDir: filepath.Join(dir, "cache"), Templates: TemplatesOff}
 }
 
 func TestLifecycleStop(t *testing.T) {

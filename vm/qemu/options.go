@@ -47,7 +47,22 @@ type Options struct {
 	CacheDir string
 	// ProbeTimeout bounds the KVM probe (default 2s).
 	ProbeTimeout time.Duration
+	// Templates is "auto" or "off"; empty means $AIRLOCK_TEMPLATES, else
+	// auto. Auto boots a guest that can park (Machine.parks) to park,
+	// starts it from the template saved by the first such boot when there
+	// is one, and saves that template in CacheDir/templates
+	// (template.go). Off boots every guest through to ready.
+	Templates string
 }
+
+// Template choices in Options.Templates and AIRLOCK_TEMPLATES.
+const (
+	TemplatesAuto = "auto"
+	TemplatesOff  = "off"
+)
+
+// EnvTemplates overrides Options.Templates when it is empty.
+const EnvTemplates = "AIRLOCK_TEMPLATES"
 
 // Machine choices in Options.Machine and AIRLOCK_MACHINE.
 const (
@@ -124,6 +139,14 @@ func resolveOptions(o Options, getenv func(string) string, lookPath func(string)
 		r.QEMU = p
 	} else if _, err := os.Stat(r.QEMU); err != nil {
 		return r, fmt.Errorf("%w: QEMU binary %s: %w (apt install %s)", vm.ErrNoHypervisor, r.QEMU, err, packageFor(r.Arch))
+	}
+	switch t := optOrEnv(r.Templates, EnvTemplates, getenv); t {
+	case "", TemplatesAuto:
+		r.Templates = TemplatesAuto
+	case TemplatesOff:
+		r.Templates = TemplatesOff
+	default:
+		return r, fmt.Errorf("%w: templates %q: want auto or off (%s)", vm.ErrInvalidConfig, t, EnvTemplates)
 	}
 	if r.Virtiofsd == "" {
 		for _, p := range virtiofsdPaths {

@@ -76,7 +76,7 @@ func run() error {
 	loadModules(string(b))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	tr, err := transport.Open(ctx, cfg.Transport, transport.Paths{})
+	tr, err := transport.Open(ctx, cfg.Transport, transport.Options{})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,215 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/sandbox"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
+	"github.com/airlock-sandbox/airlock/vm"
+	"github.com/airlock-sandbox/airlock/vm/qemu"
+)
+
+// bootCached boots a sandbox on ws whose machines keep their templates in
+// cache (vm/qemu template.go), and closes it when t ends.
+func bootCached(t *testing.T, cache, ws string, readOnly bool) *sandbox.Sandbox {
+	t.Helper()
+	sb, err := startCached(t, cache, ws, readOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+// startCached is bootCached for a goroutine: it returns the error.
+func startCached(t *testing.T, cache, ws string, readOnly bool) (*sandbox.Sandbox, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sb, err := vmharness.Boot(ctx, image, sandbox.Options{
+		Workspace: ws, ReadOnly: readOnly, ConsoleLog: filepath.Join(t.TempDir(), "console.log"),
+		NewMachine: func(cfg vm.Config) (vm.Machine, error) {
+			return qemu.New(cfg, qemu.Options{CacheDir: cache, Templates: qemu.TemplatesAuto})
+		},
+	})
+	if err == nil {
+		closeOnce := sync.OnceValue(func() error { return vmharness.Close(sb) })
+		cachedClose.Store(sb, closeOnce)
+		t.Cleanup(func() { closeOnce() })
+	}
+	return sb, err
+}
+
+// cachedClose holds each started sandbox's Close, which the test may call
+// before its cleanup does.
+var cachedClose sync.Map
+
+// closeCached shuts sb down now.
+func closeCached(sb *sandbox.Sandbox) {
+	if f, ok := cachedClose.Load(sb); ok {
+		f.(func() error)()
+	}
+}
+
+// templateFiles lists the templates (and unfinished saves) in cache.
+func templateFiles(t *testing.T, cache string) (done, unfinished []string) {
+	t.Helper()
+	ents, _ := os.ReadDir(filepath.Join(cache, "templates"))
+	for _, e := range ents {
+		switch {
+		case strings.HasSuffix(e.Name(), ".vmstate"):
+			done = append(done, filepath.Join(cache, "templates", e.Name()))
+		case strings.HasSuffix(e.Name(), ".tmp"):
+			unfinished = append(unfinished, e.Name())
+		}
+	}
+	return done, unfinished
+}
+
+// TestTemplates: the first machine of a shape boots and saves a template;
+// the next ones start from it, two at once, each with its own workspace,
+// clock and random numbers, as the task user; a read-only share is its own
+// template and stays read-only.
+func TestTemplates(t *testing.T) {
+	cache := t.TempDir()
+	first := bootCached(t, cache, newWorkspace(t), false)
+	if first.Machine().Info().Restored {
+		t.Fatal("the first machine of an empty cache says it was restored")
+	}
+	saved, unfinished := templateFiles(t, cache)
+	if len(saved) != 1 || len(unfinished) != 0 {
+		t.Fatalf("after the first boot: templates %v, unfinished %v", saved, unfinished)
+	}
+	closeCached(first)
+
+	wss := []string{newWorkspace(t), newWorkspace(t)}
+	sbs := make([]*sandbox.Sandbox, len(wss))
+	var wg sync.WaitGroup
+	for i, ws := range wss {
+		os.WriteFile(filepath.Join(ws, "mine.txt"), []byte("workspace "+strconv.Itoa(i)), 0o644)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if sbs[i], err = startCached(t, cache, ws, false); err != nil {
+				t.Errorf("machine %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	random := map[string]bool{}
+	for i, sb := range sbs {
+		if !sb.Machine().Info().Restored {
+			t.Errorf("machine %d booted instead of starting from the template", i)
+		}
+		hostNow := time.Now().Unix()
+		r := vmharness.Exec(t, sb, shell(`cat /workspace/mine.txt; echo; id -u; date +%s; echo written > /workspace/out.txt; `+
+			`cat /proc/sys/kernel/random/uuid; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; echo`), nil)
+		lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+		if r.Exit.Code != 0 || len(lines) != 5 {
+			t.Fatalf("machine %d: %s", i, r)
+		}
+		if want := "workspace " + strconv.Itoa(i); lines[0] != want {
+			t.Errorf("machine %d sees %q in its workspace, want %q", i, lines[0], want)
+		}
+		if lines[1] != strconv.Itoa(vmharness.TaskUID) && os.Getuid() == 0 {
+			t.Errorf("machine %d runs tasks as uid %s", i, lines[1])
+		}
+		if guest, _ := strconv.ParseInt(lines[2], 10, 64); guest < hostNow-5 || guest > hostNow+5 {
+			t.Errorf("machine %d's clock says %d, the host's %d: the wake did not set it", i, guest, hostNow)
+		}
+		if b, err := os.ReadFile(filepath.Join(wss[i], "out.txt")); err != nil || string(b) != "written\n" {
+			t.Errorf("machine %d's write to its workspace: %q, %v", i, b, err)
+		}
+		for _, v := range lines[3:] {
+			if random[v] {
+				t.Errorf("two machines started from one template drew the same random value %s: the wake did not reseed the kernel's generator", v)
+			}
+			random[v] = true
+		}
+	}
+
+	// A read-only share makes another template, and stays read-only when
+	// started from it.
+	for i := range 2 {
+		ro := newWorkspace(t)
+		sb := bootCached(t, cache, ro, true)
+		if got := sb.Machine().Info().Restored; got != (i == 1) {
+			t.Errorf("read-only machine %d: restored %v", i, got)
+		}
+		r := vmharness.Exec(t, sb, shell("echo x > /workspace/f 2>&1; echo $?"), nil)
+		if strings.TrimSpace(r.Stdout) == "0" {
+			t.Errorf("read-only machine %d wrote to its workspace", i)
+		}
+		closeCached(sb)
+	}
+	if saved, _ := templateFiles(t, cache); len(saved) != 2 {
+		t.Errorf("templates after a writable and a read-only share: %v", saved)
+	}
+}
+
+// TestTemplateBroken: a template that no longer loads (here cut short, as
+// a crash or a full disk might leave one written by something else) is
+// discarded; that machine boots and saves a good one, which the next
+// machine starts from.
+func TestTemplateBroken(t *testing.T) {
+	cache := t.TempDir()
+	closeCached(bootCached(t, cache, newWorkspace(t), false))
+	saved, _ := templateFiles(t, cache)
+	if len(saved) != 1 {
+		t.Fatalf("templates: %v", saved)
+	}
+	fi, err := os.Stat(saved[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(saved[0], fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	sb := bootCached(t, cache, newWorkspace(t), false)
+	if sb.Machine().Info().Restored {
+		t.Fatal("a machine says it started from a template cut in half")
+	}
+	if r := vmharness.Exec(t, sb, shell("echo ok"), nil); r.Stdout != "ok\n" {
+		t.Fatalf("the machine that booted instead: %s", r)
+	}
+	closeCached(sb)
+	if fi2, err := os.Stat(saved[0]); err != nil || fi2.Size() < fi.Size()/2+1 {
+		t.Fatalf("the broken template was not replaced by a whole one: %v, %v", fi2, err)
+	}
+	if sb := bootCached(t, cache, newWorkspace(t), false); !sb.Machine().Info().Restored {
+		t.Error("the next machine did not start from the new template")
+	}
+}
+
+// TestTemplateDiskFull: a cache folder with no room for a template leaves
+// the machine running, and no partial file behind.
+func TestTemplateDiskFull(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("mounting a small tmpfs needs root")
+	}
+	cache := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", cache).CombinedOutput(); err != nil {
+		t.Skipf("mount a tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", cache).Run() })
+	sb := bootCached(t, cache, newWorkspace(t), false)
+	if r := vmharness.Exec(t, sb, shell("echo ok"), nil); r.Stdout != "ok\n" {
+		t.Fatalf("the machine whose template did not fit: %s", r)
+	}
+	saved, unfinished := templateFiles(t, cache)
+	if len(saved)+len(unfinished) != 0 {
+		t.Errorf("a full cache folder kept %v %v", saved, unfinished)
+	}
+}

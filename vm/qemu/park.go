@@ -1,0 +1,357 @@
+package qemu
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/vm"
+)
+
+// Bounds of the park (template.go). The guest is hostile and QEMU runs it,
+// so every wait on either ends.
+var (
+	// parkTimeout bounds the wait for a booting guest's api.Parked. The
+	// caller's boot timeout (the sandbox's) is normally the shorter; this
+	// only keeps the wait from outliving a caller that has none.
+	parkTimeout = 10 * time.Minute
+	// loadTimeout bounds QEMU's load of a template until it runs the
+	// guest: tens of megabytes from a local file, 0.1-0.2 s here.
+	loadTimeout = 60 * time.Second
+	// greetTimeout bounds how long a guest started from a template may
+	// take after its Wake to greet the host (the multiplexer's hello,
+	// its first act: ~10 ms under TCG). One that does not is taken for a
+	// template that restores to a broken guest: it is discarded.
+	greetTimeout = 20 * time.Second
+	// saveTimeout bounds the save of a template: 60-70 MB to a local
+	// file, ~0.3 s here.
+	saveTimeout = 2 * time.Minute
+)
+
+// parks reports whether this machine's guest boots to park, so that it
+// can start from a template or save one: the serial transport (a vsock
+// device's connections do not survive QEMU's migration), no share or a 9p
+// one (QEMU migrates a 9p device while the guest has it unmounted, which a
+// parked guest has; virtiofs's vhost-user device not at all), no disks
+// (the standard image switches its root to one during the boot), and
+// templates not turned off.
+func (m *Machine) parks(share string) bool {
+	return m.opts.Templates != TemplatesOff && m.transport == api.TransportSerial &&
+		(m.cfg.Share == nil || share == Share9P) && len(m.cfg.Disks) == 0
+}
+
+// startParked starts a parking guest: from its template when there is one
+// that loads, else by booting it, and then saving its template once it has
+// parked (awaitPark).
+func (m *Machine) startParked(ctx context.Context, p plan, accel string) error {
+	key, err := templateKey(p, m.opts.QEMU)
+	if err != nil {
+		m.log.Warn("no template for this machine", "err", err)
+	}
+	if key != "" {
+		if f := m.tmpl.open(key); f != nil {
+			pr, loaded, err := m.load(ctx, p, accel, f)
+			f.Close()
+			if err == nil {
+				m.mu.Lock()
+				m.restored = true
+				m.mu.Unlock()
+				m.commit(pr, p)
+				go m.wakeLoaded(key)
+				return nil
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("qemu: start: %w", ctx.Err())
+			}
+			if !loaded {
+				// QEMU did not start (a descriptor limit, a folder the
+				// folder's owner cannot read): the template may be fine,
+				// and the boot would fail the same way.
+				return err
+			}
+			// Nothing reached the guest's port (the Wake goes only to a
+			// guest that runs), so the same socket pair serves the boot.
+			m.log.Warn("the template would not load: discarded; booting instead, and saving a new one",
+				"template", m.tmpl.path(key), "err", err)
+			if err := m.tmpl.discard(key); err != nil {
+				m.log.Warn("discard template", "err", err)
+			}
+		}
+	}
+	pr, err := m.spawn(ctx, p, accel, nil, key != "" && m.tmpl.dir != "")
+	if err != nil {
+		return err
+	}
+	m.commit(pr, p)
+	if err := m.settle(ctx); err != nil {
+		if pr.qmp != nil {
+			pr.qmp.Close()
+		}
+		return err
+	}
+	go m.awaitPark(pr.qmp, key)
+	return nil
+}
+
+// load starts QEMU on the template f and waits until it runs the guest.
+// On failure nothing is left running and nothing has reached the guest;
+// started says whether QEMU ran, so that the failure is the template's.
+func (m *Machine) load(ctx context.Context, p plan, accel string, f *os.File) (pr *proc, started bool, err error) {
+	began := time.Now()
+	pr, err = m.spawn(ctx, p, accel, f, true)
+	if err != nil {
+		var fail *qemuFailed
+		return nil, errors.As(err, &fail), err
+	}
+	lctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	defer cancel()
+	err = awaitRunning(lctx, pr.qmp)
+	pr.qmp.Close()
+	pr.qmp = nil
+	if err != nil {
+		pr.kill()
+		return nil, true, fmt.Errorf("%w%s", err, stderrHint(pr.stderr))
+	}
+	m.log.Info("started from a template", "took", time.Since(began).Round(time.Millisecond))
+	return pr, true, nil
+}
+
+// qemuFailed is an error of a QEMU that started and then failed before it
+// spoke its machine protocol (spawn): on a template, the template's fault.
+type qemuFailed struct{ err error }
+
+func (e *qemuFailed) Error() string { return e.err.Error() }
+func (e *qemuFailed) Unwrap() error { return e.err }
+
+// awaitRunning polls QEMU's status until it has loaded the template, and
+// lets the guest run. A template is saved paused, and QEMU 7.2 leaves the
+// machine it loads in the state the saved one was in.
+func awaitRunning(ctx context.Context, q *qmp) error {
+	for {
+		var st struct {
+			Status string `json:"status"`
+		}
+		if err := q.execute(ctx, "query-status", nil, &st); err != nil {
+			return fmt.Errorf("load the template: %w", err)
+		}
+		switch st.Status {
+		case "running":
+			return nil
+		case "paused":
+			if err := q.execute(ctx, "cont", nil, nil); err != nil {
+				return fmt.Errorf("run the loaded template: %w", err)
+			}
+			continue
+		case "inmigrate":
+		default:
+			return fmt.Errorf("load the template: QEMU is %q, not running the guest", st.Status)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("load the template: %w", ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// awaitPark waits for the booting guest to park, saves its template (with
+// q; nil: none is saved) and wakes it. A guest that does not park ends the
+// machine.
+func (m *Machine) awaitPark(q *qmp, key string) {
+	if q != nil {
+		defer q.Close()
+	}
+	_ = m.hostConn.SetReadDeadline(time.Now().Add(parkTimeout))
+	err := api.ReadParked(m.hostConn)
+	_ = m.hostConn.SetReadDeadline(time.Time{})
+	if err != nil {
+		m.failBoot(fmt.Errorf("qemu: the guest did not park: %w", err))
+		return
+	}
+	if q != nil {
+		if err := m.save(q, key); err != nil {
+			m.failBoot(err)
+			return
+		}
+	}
+	m.wake()
+}
+
+// save saves the parked machine's state as key's template and lets the
+// machine go on. A template that cannot be saved (a full disk, a QEMU that
+// refuses) is only logged: this machine goes on, and the next one boots
+// too. An error means the machine could not be resumed.
+func (m *Machine) save(q *qmp, key string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), saveTimeout)
+	defer cancel()
+	began := time.Now()
+	f, commit, abort, err := m.tmpl.create(key)
+	if err == nil {
+		var size int64
+		if size, err = saveState(ctx, q, f); err == nil {
+			err = commit()
+		} else {
+			abort()
+		}
+		if err == nil {
+			m.log.Info("saved a template", "template", m.tmpl.path(key), "bytes", size, "took", time.Since(began).Round(time.Millisecond))
+		}
+	}
+	if err != nil {
+		m.log.Warn("could not save a template: this machine goes on, the next one boots too", "err", err)
+	}
+	// A fresh bound: the save's may be what ran out.
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	if err := q.execute(cctx, "cont", nil, nil); err != nil {
+		return fmt.Errorf("qemu: resume the guest after saving its template: %w", err)
+	}
+	return nil
+}
+
+// saveState pauses the machine and writes its state into f (QEMU's
+// migration stream), returning its size. The machine stays paused.
+func saveState(ctx context.Context, q *qmp, f *os.File) (int64, error) {
+	// No rate limit: the file is local, and the guest waits (QEMU 7.2
+	// limits a migration to 128 MiB/s by default).
+	if err := q.execute(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": int64(1) << 40}, nil); err != nil {
+		return 0, err
+	}
+	if err := q.execute(ctx, "stop", nil, nil); err != nil {
+		return 0, err
+	}
+	if err := q.sendFD(ctx, "template", f); err != nil {
+		return 0, err
+	}
+	if err := q.execute(ctx, "migrate", map[string]any{"uri": "fd:template"}, nil); err != nil {
+		return 0, err
+	}
+	size, err := awaitMigration(ctx, q, f)
+	if err != nil {
+		// A migration still running would keep the machine from
+		// resuming; cancel it, with a bound of its own.
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = q.execute(cctx, "migrate_cancel", nil, nil)
+	}
+	return size, err
+}
+
+// awaitMigration polls the migration into f until it has ended.
+func awaitMigration(ctx context.Context, q *qmp, f *os.File) (int64, error) {
+	for {
+		var st struct {
+			Status string `json:"status"`
+			Error  string `json:"error-desc"`
+		}
+		if err := q.execute(ctx, "query-migrate", nil, &st); err != nil {
+			return 0, err
+		}
+		switch st.Status {
+		case "completed":
+			fi, err := f.Stat()
+			if err != nil {
+				return 0, err
+			}
+			return fi.Size(), nil
+		case "failed", "cancelled":
+			return 0, fmt.Errorf("save the machine's state: %s: %s", st.Status, st.Error)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("save the machine's state: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// wakeLoaded wakes a guest started from key's template, and discards the
+// template if the guest does not greet the host after it: it restored to
+// something broken, which every machine started from it would be.
+func (m *Machine) wakeLoaded(key string) {
+	t := time.NewTimer(greetTimeout)
+	defer t.Stop()
+	m.wake()
+	select {
+	case <-m.sess.Greeted():
+		return
+	case <-m.exited:
+		m.mu.Lock()
+		asked := m.stopAsked
+		m.mu.Unlock()
+		if asked {
+			return
+		}
+	case <-t.C:
+	}
+	if err := m.tmpl.discard(key); err != nil {
+		m.log.Warn("discard template", "err", err)
+	}
+	m.failBoot(fmt.Errorf("qemu: %w: its guest did not answer within %s of its wake (the template %s is discarded; the next start boots)",
+		vm.ErrSavedState, greetTimeout, m.tmpl.path(key)))
+}
+
+// wake sends the parked guest its Wake and starts the multiplexer, whose
+// hello the guest sends next.
+func (m *Machine) wake() {
+	w := api.Wake{Time: time.Now()}
+	if _, err := rand.Read(w.Entropy[:]); err != nil {
+		m.failBoot(fmt.Errorf("qemu: entropy for the guest: %w", err))
+		return
+	}
+	_ = m.hostConn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_, err := m.hostConn.Write(w.Marshal())
+	_ = m.hostConn.SetWriteDeadline(time.Time{})
+	if err != nil {
+		if !errors.Is(err, net.ErrClosed) {
+			m.failBoot(fmt.Errorf("qemu: wake the parked guest: %w", err))
+		}
+		return
+	}
+	m.sess.Begin()
+}
+
+// openQMP speaks the machine protocol on f, the host's end of the socket
+// pair whose other end QEMU was given. QEMU greets at once; its exit ends
+// the wait.
+func openQMP(ctx context.Context, f *os.File) (*qmp, error) {
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("machine protocol: %w", err)
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("machine protocol: not a unix socket")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	q, err := newQMP(ctx, uc)
+	if err != nil {
+		uc.Close()
+		return nil, err
+	}
+	return q, nil
+}
+
+// failBoot ends a machine whose boot went wrong on the host's side of it,
+// with err as the reason its Wait reports.
+func (m *Machine) failBoot(err error) {
+	m.mu.Lock()
+	if m.stopAsked {
+		m.mu.Unlock()
+		return // stopping anyway: the guest's silence is no failure
+	}
+	if m.bootErr == nil {
+		m.bootErr = err
+	}
+	m.mu.Unlock()
+	m.log.Warn("ending the machine", "err", err)
+	m.kill()
+}

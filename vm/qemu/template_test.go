@@ -1,0 +1,224 @@
+//go:build linux
+
+package qemu
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
+)
+
+// TestTemplateKey: the key changes with what the saved machine depends on,
+// and not with a run's own paths and descriptors.
+func TestTemplateKey(t *testing.T) {
+	setup := func(t *testing.T) (p plan, qemu string) {
+		dir := t.TempDir()
+		qemu = filepath.Join(dir, "qemu-system-x86_64")
+		p = basePlan("amd64", "tcg")
+		p.Kernel, p.Initrd = filepath.Join(dir, "vmlinux"), filepath.Join(dir, "initramfs.cpio")
+		for _, f := range []string{qemu, p.Kernel, p.Initrd} {
+			writeFile(t, f, "contents of "+filepath.Base(f))
+		}
+		p.Transport, p.MuxFD = api.TransportSerial, 3
+		p.Share, p.SharePath, p.SecurityModel = api.Share9P, "/home/u/proj", modelNone
+		p.GuestTSCkHz, p.Park = 2600000, true
+		return p, qemu
+	}
+	touch := func(t *testing.T, path string) {
+		then := time.Now().Add(-time.Hour)
+		if err := os.Chtimes(path, then, then); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, p *plan, qemu *string)
+		same   bool
+	}{
+		{"nothing", func(*testing.T, *plan, *string) {}, true},
+		{"share path", func(_ *testing.T, p *plan, _ *string) { p.SharePath = "/home/v/other,dir" }, true},
+		{"console log", func(_ *testing.T, p *plan, _ *string) { p.ConsoleLog = "/run/other/console.log" }, true},
+		{"console fd", func(_ *testing.T, p *plan, _ *string) { p.ConsoleFD = 9 }, true},
+		{"pid file", func(_ *testing.T, p *plan, _ *string) { p.PIDFile = "" }, true},
+		{"qmp fd", func(_ *testing.T, p *plan, _ *string) { p.QMPFD = 4 }, true},
+		{"incoming fd", func(_ *testing.T, p *plan, _ *string) { p.QMPFD, p.IncomingFD = 4, 5 }, true},
+		{"memory", func(_ *testing.T, p *plan, _ *string) { p.MemoryMiB *= 2 }, false},
+		{"cpus", func(_ *testing.T, p *plan, _ *string) { p.CPUs++ }, false},
+		{"cmdline", func(_ *testing.T, p *plan, _ *string) { p.Cmdline = append(p.Cmdline, "quiet") }, false},
+		{"share read-only", func(_ *testing.T, p *plan, _ *string) { p.ShareReadOnly = true }, false},
+		{"no share", func(_ *testing.T, p *plan, _ *string) { p.Share, p.SharePath, p.SecurityModel = api.ShareNone, "", "" }, false},
+		{"security model", func(_ *testing.T, p *plan, _ *string) { p.SecurityModel = modelMappedXattr }, false},
+		{"accel", func(_ *testing.T, p *plan, _ *string) { p.Accel = "kvm" }, false},
+		{"tsc rate", func(_ *testing.T, p *plan, _ *string) { p.GuestTSCkHz++ }, false},
+		{"not parked", func(_ *testing.T, p *plan, _ *string) { p.Park = false }, false},
+		{"kernel path", func(t *testing.T, p *plan, _ *string) {
+			k := p.Kernel + ".copy"
+			b, _ := os.ReadFile(p.Kernel)
+			writeFile(t, k, string(b))
+			p.Kernel = k
+		}, false},
+		{"kernel contents", func(t *testing.T, p *plan, _ *string) { writeFile(t, p.Kernel, "another kernel") }, false},
+		{"kernel mtime", func(t *testing.T, p *plan, _ *string) { touch(t, p.Kernel) }, false},
+		{"initrd contents", func(t *testing.T, p *plan, _ *string) { writeFile(t, p.Initrd, "another initrd") }, false},
+		{"qemu binary", func(t *testing.T, _ *plan, qemu *string) { touch(t, *qemu) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, qemu := setup(t)
+			before, err := templateKey(p, qemu)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(before) != 32 || strings.Trim(before, "0123456789abcdef") != "" {
+				t.Errorf("key %q: want 32 hex digits", before)
+			}
+			tc.change(t, &p, &qemu)
+			after, err := templateKey(p, qemu)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if same := before == after; same != tc.same {
+				t.Errorf("key %s → %s: same %v, want %v", before, after, same, tc.same)
+			}
+		})
+	}
+	t.Run("missing file", func(t *testing.T) {
+		p, qemu := setup(t)
+		os.Remove(p.Initrd)
+		if k, err := templateKey(p, qemu); err == nil {
+			t.Errorf("key %q for a missing initrd", k)
+		}
+	})
+}
+
+// TestTemplatesPrune: the templates used last are kept, and temporary
+// files of saves cut off an hour ago or more are removed.
+func TestTemplatesPrune(t *testing.T) {
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		used int // the template opened (used) just before the prune; -1: none
+		want []string
+	}{
+		{"newest kept", -1, []string{"t0", "t1", "t2", "t3"}},
+		{"opened counts as used", 5, []string{"t0", "t1", "t2", "t5"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tm := templates{dir: dir, now: func() time.Time { return now }}
+			at := func(name string, age time.Duration) {
+				p := filepath.Join(dir, name)
+				writeFile(t, p, "state")
+				if err := os.Chtimes(p, now.Add(-age), now.Add(-age)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range keepTemplates + 2 {
+				at(fmt.Sprintf("t%d%s", i, templateExt), time.Duration(i+1)*time.Minute)
+			}
+			at("t9.1234.tmp", 2*time.Hour)
+			at("t9.5678.tmp", 10*time.Minute) // a save going on
+			at("notes.txt", 48*time.Hour)
+			if err := os.Mkdir(filepath.Join(dir, "d"+templateExt), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if tc.used >= 0 {
+				f := tm.open(fmt.Sprintf("t%d", tc.used))
+				if f == nil {
+					t.Fatal("open found no template")
+				}
+				f.Close()
+			}
+			tm.prune()
+			var want []string
+			for _, k := range tc.want {
+				want = append(want, k+templateExt)
+			}
+			want = append(want, "d"+templateExt, "notes.txt", "t9.5678.tmp")
+			slices.Sort(want)
+			ents, _ := os.ReadDir(dir)
+			var got []string
+			for _, e := range ents {
+				got = append(got, e.Name())
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("after prune: %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestTemplatesCreate: a template appears whole on commit or not at all.
+func TestTemplatesCreate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "templates")
+	tm := templates{dir: dir, now: time.Now}
+	if tm.open("k") != nil {
+		t.Error("open found a template in a folder that does not exist")
+	}
+	save := func(state string, keep bool) {
+		t.Helper()
+		f, commit, abort, err := tm.create("k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(state)
+		if !keep {
+			abort()
+			return
+		}
+		if err := commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() string {
+		t.Helper()
+		f := tm.open("k")
+		if f == nil {
+			return ""
+		}
+		defer f.Close()
+		b, err := io.ReadAll(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	save("one", true)
+	save("two", false)
+	if got := read(); got != "one" {
+		t.Errorf("after a commit and an abort: %q", got)
+	}
+	save("three", true)
+	if got := read(); got != "three" {
+		t.Errorf("after a second commit: %q", got)
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmp) > 0 {
+		t.Errorf("temporary files left: %q", tmp)
+	}
+	if err := tm.discard("k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tm.discard("k"); err != nil {
+		t.Errorf("discard of no template: %v", err)
+	}
+	if got := read(); got != "" {
+		t.Errorf("after discard: %q", got)
+	}
+	writeFile(t, tm.path("k"), "") // a save cut off by a crash after the rename
+	if tm.open("k") != nil {
+		t.Error("open took an empty template")
+	}
+	// templates{} is what New leaves without a cache folder.
+	if _, _, _, err := (templates{}).create("k"); err == nil {
+		t.Error("create without a folder")
+	}
+	if (templates{}).open("k") != nil {
+		t.Error("open without a folder")
+	}
+}

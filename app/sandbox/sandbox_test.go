@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -293,16 +294,19 @@ func TestStartKernelNeverReachesInit(t *testing.T) {
 	initDeadline, stallPoll = 150*time.Millisecond, 10*time.Millisecond
 	for _, tt := range []struct {
 		name     string
-		hangs    int  // first boots that hang before init
-		initLine bool // a slow boot that has started init
+		hangs    int    // first boots that hang before init
+		initLine string // the line of a slow boot that has started init
 		wantErr  bool
 		wantBoot int
 	}{
-		{"second boot comes up", 1, false, false, 2},
+		{"second boot comes up", 1, "", false, 2},
 		// The second boot is slower than the deadline yet not given up on.
-		{"slow second boot", 1, false, false, 2},
-		{"slow boot past init", 0, true, false, 1},
-		{"both hang", 2, false, true, 2},
+		{"slow second boot", 1, "", false, 2},
+		{"slow boot past init", 0, api.InitRunning, false, 1},
+		// A machine started from a template: its boot printed
+		// InitRunning on another machine's console.
+		{"slow start from a template", 0, api.Woken, false, 1},
+		{"both hang", 2, "", true, 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a := &fakeAgent{off: make(chan struct{})}
@@ -314,12 +318,12 @@ func TestStartKernelNeverReachesInit(t *testing.T) {
 					<-ctx.Done()
 					return ctx.Err()
 				}
-				if tt.initLine {
+				if tt.initLine != "" {
 					f, _ := os.OpenFile(console, os.O_APPEND|os.O_WRONLY, 0)
-					f.WriteString(api.InitRunning + "\n")
+					f.WriteString(tt.initLine + "\n")
 					f.Close()
 				}
-				if tt.initLine || tt.name == "slow second boot" {
+				if tt.initLine != "" || tt.name == "slow second boot" {
 					time.Sleep(4 * initDeadline)
 				}
 				return goodGuest(a)(ctx, g)
@@ -342,6 +346,49 @@ func TestStartKernelNeverReachesInit(t *testing.T) {
 				// The second boot timed out: not a stall, a plain NotReady.
 				if err == nil || errors.Is(err, ErrStalled) || !errors.Is(err, ErrNotReady) {
 					t.Fatalf("err = %v, want the second boot's timeout", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			sb.Close(context.Background())
+		})
+	}
+}
+
+// TestStartSavedStateFails: a machine started from a saved state that
+// fails (vm.ErrSavedState: the backend discarded that state) is started
+// once more, and only once.
+func TestStartSavedStateFails(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		fails    int
+		wantBoot int
+		wantErr  bool
+	}{
+		{"second start boots", 1, 2, false},
+		{"both fail", 2, 2, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &fakeAgent{off: make(chan struct{})}
+			var boots atomic.Int32
+			boot := func(ctx context.Context, g *vmtest.Guest) error {
+				if int(boots.Add(1)) <= tt.fails {
+					return fmt.Errorf("qemu: %w: its guest did not answer", vm.ErrSavedState)
+				}
+				return goodGuest(a)(ctx, g)
+			}
+			sb, err := Start(context.Background(), Options{
+				Image: Image{Kernel: "k", Initrd: "i"}, RunDir: t.TempDir(), BootTimeout: time.Minute,
+				NewMachine: func(cfg vm.Config) (vm.Machine, error) { return vmtest.New(cfg, boot), nil },
+			})
+			if got := int(boots.Load()); got != tt.wantBoot {
+				t.Errorf("%d starts, want %d", got, tt.wantBoot)
+			}
+			if tt.wantErr {
+				if !errors.Is(err, vm.ErrSavedState) || !errors.Is(err, ErrNotReady) {
+					t.Fatalf("err = %v, want the saved state's failure", err)
 				}
 				return
 			}

@@ -54,7 +54,7 @@ func Open(ctx context.Context, kind api.Transport, o Options) (*Transport, error
 			return nil, err
 		}
 		if o.Park != nil {
-			w, err := park(f)
+			w, err := Park(f)
 			if err != nil {
 				f.Close()
 				return nil, err
@@ -74,8 +74,10 @@ func Open(ctx context.Context, kind api.Transport, o Options) (*Transport, error
 	}
 }
 
-// park writes api.Parked on the port and reads the host's Wake.
-func park(f *os.File) (api.Wake, error) {
+// Park writes api.Parked on the serial port f and reads the host's Wake
+// (Options.Park; exported for guests that open the port themselves, as
+// tests/robust's hostile agent does).
+func Park(f *os.File) (api.Wake, error) {
 	if _, err := f.Write(api.Parked()); err != nil {
 		return api.Wake{}, fmt.Errorf("transport: park: %w", err)
 	}

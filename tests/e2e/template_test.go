@@ -140,6 +140,25 @@ func TestTemplates(t *testing.T) {
 		}
 	}
 
+	// The kernel's generator also reseeds itself on a schedule (up to a
+	// second apart this early in a guest's life), from interrupt timings
+	// that differ from machine to machine: only a draw right after the
+	// start shows whether the wake reseeded it. One machine at a time,
+	// each drawing first thing.
+	draws := map[string]int{}
+	for i := range 3 {
+		sb := bootCached(t, cache, newWorkspace(t), false)
+		r := vmharness.Exec(t, sb, shell("head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'"), nil)
+		closeCached(sb)
+		if r.Exit.Code != 0 || len(r.Stdout) != 32 {
+			t.Fatalf("draw on machine %d: %s", i, r)
+		}
+		if j, seen := draws[r.Stdout]; seen {
+			t.Errorf("machines %d and %d, started from one template, drew the same first random bytes %s: the wake did not reseed the kernel's generator", j, i, r.Stdout)
+		}
+		draws[r.Stdout] = i
+	}
+
 	// A read-only share makes another template, and stays read-only when
 	// started from it.
 	for i := range 2 {

@@ -154,6 +154,17 @@ func TestHostileBoot(t *testing.T) {
 		}
 		t.Logf("refused: %v", err)
 	})
+	t.Run("garbage instead of the parked record", func(t *testing.T) {
+		began := time.Now()
+		_, err := boot(t, "garbage-park", &testLogger{})
+		if !errors.Is(err, sandbox.ErrNotReady) || !strings.Contains(err.Error(), "did not park") {
+			t.Fatalf("boot of a guest that sends garbage where it parks: %v", err)
+		}
+		if d := time.Since(began); d > 2*time.Minute {
+			t.Errorf("refused only after %s", d)
+		}
+		t.Logf("refused: %v", err)
+	})
 	t.Run("ready but mute", func(t *testing.T) {
 		_, err := boot(t, "mute", &testLogger{})
 		if err == nil || !strings.Contains(err.Error(), "does not answer after readiness") {

@@ -6,8 +6,11 @@
 // initramfs, so it runs in the real kernel, on the real transport, against
 // the real host code.
 //
-// What it does is chosen on the kernel command line with airlock.hostile=:
+// On a guest booted to park it parks first, as the real agent does. What
+// it does is chosen on the kernel command line with airlock.hostile=:
 //
+//	garbage-park   writes random bytes instead of the parked record
+//	               (api.Parked), on a guest booted to park
 //	garbage-hello  writes random bytes instead of the multiplexer's hello
 //	bogus-ready    sends malformed, oversized and dribbled readiness
 //	               messages before a valid one
@@ -89,6 +92,22 @@ func run(opts agent.Options) error {
 	}
 	defer f.Close() // returning, the agent lets go of the port for the next one
 	log.Info("port open")
+	if m == "garbage-park" {
+		// Where the host waits for the parked record (api.Parked).
+		junk := make([]byte, 1<<20)
+		rand.Read(junk)
+		f.Write(junk)
+		select {}
+	}
+	if opts.Park != nil {
+		// Parked as the real agent does (the host may have saved this
+		// machine there): what is under test comes after.
+		w, err := transport.Park(f)
+		if err != nil {
+			return err
+		}
+		opts.Park(w)
+	}
 	if m == "garbage-hello" {
 		junk := make([]byte, 1<<20)
 		rand.Read(junk)

@@ -108,6 +108,7 @@ func (m *Machine) load(ctx context.Context, p plan, accel string, f *os.File) (p
 		var fail *qemuFailed
 		return nil, errors.As(err, &fail), err
 	}
+	m.log.Debug("QEMU speaks its machine protocol", "took", time.Since(began).Round(time.Microsecond))
 	lctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
 	err = awaitRunning(lctx, pr.qmp)
@@ -276,9 +277,11 @@ func awaitMigration(ctx context.Context, q *qmp, f *os.File) (int64, error) {
 func (m *Machine) wakeLoaded(key string) {
 	t := time.NewTimer(greetTimeout)
 	defer t.Stop()
+	woke := time.Now()
 	m.wake()
 	select {
 	case <-m.sess.Greeted():
+		m.log.Debug("the guest greeted after its wake", "took", time.Since(woke).Round(time.Microsecond))
 		return
 	case <-m.exited:
 		m.mu.Lock()

@@ -63,11 +63,13 @@ type Machine struct {
 	virtiofsd *virtiofsd
 	stderr    *tail
 	stopAsked bool
-	restored  bool          // started from a template
-	bootErr   error         // why the host ended a boot that went wrong (the park)
-	exitErr   error         // why QEMU ended, nil after a power-off
-	exited    chan struct{} // closed once QEMU has been reaped and cleaned up
-	cleanOnce sync.Once
+	// abortStart ends a Start in progress (Stop).
+	abortStart context.CancelFunc
+	restored   bool          // started from a template
+	bootErr    error         // why the host ended a boot that went wrong (the park)
+	exitErr    error         // why QEMU ended, nil after a power-off
+	exited     chan struct{} // closed once QEMU has been reaped and cleaned up
+	cleanOnce  sync.Once
 }
 
 // New prepares a machine; nothing runs until Start. Listen works from here
@@ -138,6 +140,10 @@ func (m *Machine) Start(ctx context.Context) error {
 		return fmt.Errorf("qemu: %w", vm.ErrAlreadyStarted)
 	}
 	m.cmd = &exec.Cmd{} // claims the start
+	// A Stop during the start ends it (a template may take a while to
+	// load, and until it runs there is no QEMU of the machine's to stop).
+	ctx, m.abortStart = context.WithCancel(ctx)
+	defer m.abortStart()
 	m.mu.Unlock()
 	m.Set(vm.StateStarting)
 	if err := m.start(ctx); err != nil {
@@ -314,8 +320,14 @@ func (m *Machine) commit(pr *proc, p plan) {
 	}
 	m.mu.Lock()
 	m.cmd, m.stderr, m.share, m.accel, m.machine = pr.cmd, pr.stderr, shareName(p.Share), p.Accel, p.machine()
+	stopping := m.stopAsked
 	m.mu.Unlock()
 	go m.reap(pr)
+	if stopping {
+		// Stop came while this QEMU was starting (a template loads for
+		// a tenth of a second or more): it had nothing to stop yet.
+		pr.cmd.Process.Kill()
+	}
 }
 
 // shareName is how Info names the share mechanism.
@@ -536,6 +548,9 @@ func (m *Machine) Stop(ctx context.Context) error {
 	m.mu.Lock()
 	cmd := m.cmd
 	m.stopAsked = true
+	if m.abortStart != nil {
+		m.abortStart()
+	}
 	m.mu.Unlock()
 	if cmd == nil { // never started
 		m.finish(nil)

@@ -53,6 +53,7 @@ const (
 	fakeGarbage    = "garbage"     // writes garbage where api.Parked belongs
 	fakeSaveFails  = "save-fails"  // query-migrate says the migration failed
 	fakeSaveHangs  = "save-hangs"  // query-migrate says "active" for ever
+	fakeLoadHangs  = "load-hangs"  // -incoming: query-status says "inmigrate" for ever
 )
 
 // TestFakeQEMUHelper is the fake QEMU, when run as one (parkFake); in the
@@ -319,7 +320,7 @@ func (s *fakeQMPServer) handle(line []byte) {
 		s.event("RESUME")
 		s.reply(cmd.ID, struct{}{})
 	case "query-status":
-		if s.status == "inmigrate" && s.queried {
+		if s.status == "inmigrate" && s.queried && !(s.incoming && s.mode == fakeLoadHangs) {
 			select {
 			case <-s.loaded:
 				s.status = "paused" // the template was saved paused

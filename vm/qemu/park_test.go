@@ -243,3 +243,50 @@ func TestParkWhen(t *testing.T) {
 		})
 	}
 }
+
+// TestTemplateStopWhileLoading: a Stop that comes while a template loads
+// ends the start and leaves no QEMU behind, though the QEMU it should
+// stop was not the machine's yet.
+func TestTemplateStopWhileLoading(t *testing.T) {
+	checkNoLeakedGoroutines(t)
+	f := newParkFake(t, fakeLoadHangs)
+	m1 := f.start(t, f.opts)
+	echo(t, m1)
+	f.savedBy(t, m1.Info().PID)
+	m1.Stop(context.Background())
+
+	cfg := f.cfg
+	cfg.Dir = t.TempDir()
+	m2, err := New(cfg, f.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() { started <- m2.Start(ctx) }()
+	// Until the second fake QEMU runs: the one loading the template.
+	for deadline := time.Now().Add(10 * time.Second); len(f.runs(t)) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the loading QEMU never started")
+		}
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer scancel()
+	if err := m2.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	if sctx.Err() != nil {
+		t.Error("Stop waited out its context: the start it came during did not end")
+	}
+	if err := <-started; !errors.Is(err, context.Canceled) {
+		t.Errorf("Start during which Stop came = %v, want it cancelled", err)
+	}
+	for _, r := range f.runs(t) {
+		for deadline := time.Now().Add(5 * time.Second); processGone(r.pid) != nil; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("fake QEMU %d still runs after Stop", r.pid)
+			}
+		}
+	}
+}

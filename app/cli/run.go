@@ -149,7 +149,8 @@ func run(ctx context.Context, stdio Stdio, f runFlags, argv []string) error {
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		if err := sb.Close(cctx); err != nil {
+		// The task has ended, and what it left running with it.
+		if err := sb.CloseIdle(cctx); err != nil {
 			fmt.Fprintf(stdio.Err, "airlock: %s\n", oneLine(err.Error()))
 		}
 	}()

@@ -399,3 +399,57 @@ func TestStartSavedStateFails(t *testing.T) {
 		})
 	}
 }
+
+// slowOffAgent answers Shutdown at once and powers its guest off a while
+// later, as a guest's power-off does under emulation.
+type slowOffAgent struct {
+	fakeAgent
+	delay time.Duration
+}
+
+func (a *slowOffAgent) Shutdown(context.Context, *agentv1.ShutdownRequest) (*agentv1.ShutdownResponse, error) {
+	time.AfterFunc(a.delay, func() { close(a.off) })
+	return &agentv1.ShutdownResponse{}, nil
+}
+
+// TestCloseIdle: Close waits for the guest's own power-off once the agent
+// answered the shutdown; CloseIdle stops the machine right after the
+// answer (the agent syncs before it answers), so the guest never gets to
+// power itself off.
+func TestCloseIdle(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		idle       bool
+		wantPowOff bool
+	}{
+		{"Close waits for the power-off", false, true},
+		{"CloseIdle stops after the answer", true, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &slowOffAgent{fakeAgent: fakeAgent{off: make(chan struct{})}, delay: time.Second}
+			ended := make(chan error, 1)
+			boot := func(ctx context.Context, g *vmtest.Guest) error {
+				err := g.ServeAgent(ctx, a, nil, api.Ready{AgentVersion: "test", BootMillis: 5}, a.off)
+				ended <- err
+				return err
+			}
+			sb, err := Start(context.Background(), Options{
+				Image: Image{Kernel: "k", Initrd: "i"}, RunDir: t.TempDir(), BootTimeout: time.Minute,
+				NewMachine: func(cfg vm.Config) (vm.Machine, error) { return vmtest.New(cfg, boot), nil },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			closeFn := sb.Close
+			if tt.idle {
+				closeFn = sb.CloseIdle
+			}
+			if err := closeFn(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if poweredOff := <-ended == nil; poweredOff != tt.wantPowOff {
+				t.Errorf("the guest powered itself off: %v, want %v", poweredOff, tt.wantPowOff)
+			}
+		})
+	}
+}

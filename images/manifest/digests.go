@@ -68,7 +68,7 @@ func (c *DigestCache) sum(path string, fi fs.FileInfo) (string, error) {
 	if err != nil {
 		return FileSHA256(path)
 	}
-	id, changed := fileIdentity(fi)
+	id, changed := FileIdentity(fi)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	entries := c.load()

@@ -319,7 +319,7 @@ func (m *Machine) commit(pr *proc, p plan) {
 		m.muxChild = nil
 	}
 	m.mu.Lock()
-	m.cmd, m.stderr, m.share, m.accel, m.machine = pr.cmd, pr.stderr, shareName(p.Share), p.Accel, p.machine()
+	m.cmd, m.stderr, m.share, m.accel, m.machine = pr.cmd, pr.stderr, string(p.Share), p.Accel, p.machine()
 	stopping := m.stopAsked
 	m.mu.Unlock()
 	go m.reap(pr)
@@ -328,17 +328,6 @@ func (m *Machine) commit(pr *proc, p plan) {
 		// a tenth of a second or more): it had nothing to stop yet.
 		pr.cmd.Process.Kill()
 	}
-}
-
-// shareName is how Info names the share mechanism.
-func shareName(s api.ShareFS) string {
-	switch s {
-	case api.ShareVirtiofs:
-		return ShareVirtiofs
-	case api.Share9P:
-		return Share9P
-	}
-	return ""
 }
 
 // stderrHint is the end of QEMU's stderr, for an error.

@@ -85,16 +85,6 @@ func groupID(name string) (uint32, bool) {
 	return uint32(id), err == nil
 }
 
-// fileID tells one version of a file from another: its device, inode,
-// size and modification and change times.
-func fileID(fi os.FileInfo) string {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return fmt.Sprintf("%d:%d", fi.Size(), fi.ModTime().UnixNano())
-	}
-	return fmt.Sprintf("%d:%d:%d:%d:%d", st.Dev, st.Ino, fi.Size(), fi.ModTime().UnixNano(), st.Ctim.Nano())
-}
-
 // unixRights is the ancillary data that passes descriptor fd.
 func unixRights(fd int) []byte { return syscall.UnixRights(fd) }
 

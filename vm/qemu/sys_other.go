@@ -4,7 +4,6 @@ package qemu
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 )
@@ -33,7 +32,5 @@ func fileOwner(os.FileInfo) (uid, gid uint32, ok bool) { return 0, 0, false }
 func terminate(p *os.Process) error { return p.Kill() }
 
 func usable(string) bool { return false }
-
-func fileID(fi os.FileInfo) string { return fmt.Sprintf("%d:%d", fi.Size(), fi.ModTime().UnixNano()) }
 
 func unixRights(int) []byte { return nil }

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/images/manifest"
 )
 
 // Templates. A guest booted to park (api.BootConfig.Park) stops at the
@@ -55,7 +57,8 @@ func templateKey(p plan, qemu string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("template key: %w", err)
 		}
-		fmt.Fprintf(h, "%s\x00%s\x00", f, fileID(fi))
+		id, _ := manifest.FileIdentity(fi)
+		fmt.Fprintf(h, "%s\x00%s\x00", f, id)
 	}
 	q := p
 	q.SharePath = "-"

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 )
 
 // pipeConn is one end of an in-memory, half-closable connection: two
@@ -103,23 +103,6 @@ func (h *fakeHost) accept(t *testing.T, port uint32) *pipeConn {
 	}
 }
 
-// checkGoroutines fails the test if, at its end, more goroutines run than
-// at its start.
-func checkGoroutines(t *testing.T) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				t.Errorf("goroutines leaked: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
-}
-
 // serve runs a Forwarder on a loopback listener forwarding to port, and
 // stops it (checking that Serve returns) when the test ends.
 func serve(t *testing.T, cfg Config, port uint32) (*Forwarder, string) {
@@ -171,7 +154,7 @@ func randomBytes(t *testing.T, n int) []byte {
 // TestBytesBothWays sends a megabyte up, half-closes, then receives a
 // different megabyte down, and checks both byte for byte.
 func TestBytesBothWays(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	host := newFakeHost(api.PortEgressHTTP)
 	_, addr := serve(t, Config{Dial: host.Dial}, api.PortEgressHTTP)
 	c := dial(t, addr)
@@ -207,7 +190,7 @@ func TestBytesBothWays(t *testing.T) {
 // TestHalfCloseFromHost: the host finishes first; the client reads EOF and
 // can still send, and the host still receives.
 func TestHalfCloseFromHost(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	host := newFakeHost(api.PortEgressSOCKS)
 	_, addr := serve(t, Config{Dial: host.Dial}, api.PortEgressSOCKS)
 	c := dial(t, addr)
@@ -276,7 +259,7 @@ func expectResetFast(t *testing.T, addr string, msg []byte, within time.Duration
 // TestRefusedPortResetsClient: the host has no listener on the port (no
 // gate yet); the client is reset at once.
 func TestRefusedPortResetsClient(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	host := newFakeHost() // listens on nothing
 	_, addr := serve(t, Config{Dial: host.Dial}, api.PortEgressHTTP)
 	expectResetFast(t, addr, []byte("GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n"), time.Second)
@@ -285,7 +268,7 @@ func TestRefusedPortResetsClient(t *testing.T) {
 // TestDialTimeout: a host that never answers the stream open costs the
 // client at most the dial timeout.
 func TestDialTimeout(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	hang := func(ctx context.Context, port uint32) (net.Conn, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -297,7 +280,7 @@ func TestDialTimeout(t *testing.T) {
 // TestCap: beyond MaxConns a new connection is reset at once without
 // reaching the host; when one ends, there is room again.
 func TestCap(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	host := newFakeHost(api.PortEgressHTTP)
 	f, addr := serve(t, Config{Dial: host.Dial, MaxConns: 2}, api.PortEgressHTTP)
 	var held []*pipeConn
@@ -348,7 +331,7 @@ func TestCap(t *testing.T) {
 // TestHostFailureClosesClient: when the host's stream fails, the client's
 // connection is closed, even though the client is only waiting to read.
 func TestHostFailureClosesClient(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	host := newFakeHost(api.PortEgressHTTP)
 	_, addr := serve(t, Config{Dial: host.Dial}, api.PortEgressHTTP)
 	c := dial(t, addr)
@@ -360,7 +343,7 @@ func TestHostFailureClosesClient(t *testing.T) {
 // TestClientResetClosesHost: when the client resets, the host's stream is
 // closed both ways.
 func TestClientResetClosesHost(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	host := newFakeHost(api.PortEgressHTTP)
 	_, addr := serve(t, Config{Dial: host.Dial}, api.PortEgressHTTP)
 	c := dial(t, addr)
@@ -386,7 +369,7 @@ func TestClientResetClosesHost(t *testing.T) {
 // TestCancelClosesEverything: cancelling Serve's context closes the
 // listener and every connection, and Serve returns with nothing left.
 func TestCancelClosesEverything(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	host := newFakeHost(api.PortEgressHTTP)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -426,7 +409,7 @@ func TestCancelClosesEverything(t *testing.T) {
 // TestManyConnections runs connections concurrently, each echoing through
 // the host, and checks every byte and that nothing is left behind.
 func TestManyConnections(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	host := newFakeHost(api.PortEgressHTTP)
 	f, addr := serve(t, Config{Dial: host.Dial, MaxConns: 64}, api.PortEgressHTTP)
 	stopEcho := make(chan struct{})

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 )
 
 // pipeKinds are the byte streams sessions are tested over.
@@ -55,23 +57,6 @@ func socketPair(t testing.TB) (net.Conn, net.Conn) {
 	return a, b
 }
 
-// checkGoroutines fails t if goroutines started during the test outlive it.
-func checkGoroutines(t *testing.T) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				t.Errorf("goroutines leaked: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
-}
-
 // pair starts a host Client and a guest Server connected by kind.
 func pair(t *testing.T, kind string, cfg Config) (host, guest *Session) {
 	t.Helper()
@@ -94,7 +79,7 @@ func TestDialListen(t *testing.T) {
 	for kind := range pipeKinds {
 		for _, dir := range []string{"host-to-guest", "guest-to-host"} {
 			t.Run(kind+"/"+dir, func(t *testing.T) {
-				checkGoroutines(t)
+				leakcheck.Goroutines(t)
 				host, guest := pair(t, kind, Config{})
 				dialer, listener := host, guest
 				if dir == "guest-to-host" {
@@ -155,7 +140,7 @@ func TestDialErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkGoroutines(t)
+			leakcheck.Goroutines(t)
 			host, guest := pair(t, "netpipe", Config{AcceptBacklog: 2})
 			tt.setup(t, guest)
 			if tt.name == "backlog full" {
@@ -186,7 +171,7 @@ func TestDialErrors(t *testing.T) {
 }
 
 func TestListenPortInUse(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	host, _ := pair(t, "netpipe", Config{})
 	ln, err := host.Listen(1025) // before the hello: must work
 	if err != nil {
@@ -214,7 +199,7 @@ func TestListenPortInUse(t *testing.T) {
 func TestHalfClose(t *testing.T) {
 	for kind := range pipeKinds {
 		t.Run(kind, func(t *testing.T) {
-			checkGoroutines(t)
+			leakcheck.Goroutines(t)
 			host, guest := pair(t, kind, Config{})
 			ln, _ := guest.Listen(1)
 			errc := make(chan error, 1)
@@ -266,7 +251,7 @@ func TestHalfClose(t *testing.T) {
 // the peer may send Window ahead on the streams we open, only PeerWindow on
 // those it opens (the host keeps a hostile guest's many streams small).
 func TestWindowByOpener(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	a, b := socketPair(t)
 	host := Client(a, Config{Window: 1 << 20, PeerWindow: minWindow})
 	guest := Server(b, Config{})
@@ -299,7 +284,7 @@ func TestWindowByOpener(t *testing.T) {
 }
 
 func TestDeadlines(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	host, guest := pair(t, "socketpair", Config{})
 	c, peer := dialAccepted(t, host, guest)
 	defer c.Close()
@@ -358,7 +343,7 @@ func TestManyStreams(t *testing.T) {
 			if testing.Short() && kind == "netpipe" {
 				t.Skip("short")
 			}
-			checkGoroutines(t)
+			leakcheck.Goroutines(t)
 			host, guest := pair(t, kind, Config{})
 			ln, _ := guest.Listen(9)
 			// The guest: read a stream id, then send its pattern while
@@ -465,7 +450,7 @@ func TestPeerGarbage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkGoroutines(t)
+			leakcheck.Goroutines(t)
 			a, b := net.Pipe()
 			host := Client(a, Config{})
 			defer host.Close()
@@ -496,7 +481,7 @@ func TestPeerGarbage(t *testing.T) {
 // TestHelloFirst checks that the host writes nothing before the guest's
 // hello, and that Dial waits for it.
 func TestHelloFirst(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	a, b := net.Pipe()
 	host := Client(a, Config{})
 	defer host.Close()
@@ -522,7 +507,7 @@ func TestHelloFirst(t *testing.T) {
 // TestDialContext checks that Dial gives up when the peer never answers the
 // port handshake.
 func TestDialContext(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	a, b := net.Pipe()
 	host := Client(a, Config{})
 	defer host.Close()
@@ -545,7 +530,7 @@ func TestDialContext(t *testing.T) {
 // TestSessionEnd checks that a peer hanging up ends the session and every
 // stream in it.
 func TestSessionEnd(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	a, b := socketPair(t)
 	host, guest := Client(a, Config{}), Server(b, Config{})
 	defer host.Close()
@@ -651,7 +636,7 @@ func TestHostilePeerNeverReads(t *testing.T) {
 
 // TestGoroutinesEnd checks that closing a busy session ends everything.
 func TestGoroutinesEnd(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	a, b := socketPair(t)
 	host, guest := Client(a, Config{}), Server(b, Config{})
 	ln, _ := guest.Listen(1)
@@ -689,7 +674,7 @@ func TestGoroutinesEnd(t *testing.T) {
 // concurrent Write is still sending: the peer reads what was written, then
 // EOF, and neither session sees a protocol violation.
 func TestCloseWriteDuringWrite(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	host, guest := pair(t, "socketpair", Config{})
 	ln, _ := guest.Listen(1)
 	got := make(chan error, 1)
@@ -744,7 +729,7 @@ func TestCloseWriteDuringWrite(t *testing.T) {
 // TestConcurrentReads checks that Reads racing on one stream each get
 // bytes the peer sent, none another's buffer holds.
 func TestConcurrentReads(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	host, guest := pair(t, "socketpair", Config{})
 	ln, _ := guest.Listen(1)
 	const size = 16 << 20
@@ -795,7 +780,7 @@ func TestConcurrentReads(t *testing.T) {
 // TestOpenBurst checks that a burst of opens larger than the accept backlog
 // is held until Accept makes room, not refused.
 func TestOpenBurst(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	host, guest := pair(t, "socketpair", Config{AcceptBacklog: 4})
 	ln, _ := host.Listen(1)
 	go func() {
@@ -938,7 +923,7 @@ func rawGuestStream(t *testing.T, a, b io.ReadWriteCloser) (*Session, net.Conn) 
 func TestReadDeadlineMidFrame(t *testing.T) {
 	for kind, conns := range connKinds {
 		t.Run(kind, func(t *testing.T) {
-			checkGoroutines(t)
+			leakcheck.Goroutines(t)
 			a, b := conns(t)
 			host, c := rawGuestStream(t, a, b)
 			c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
@@ -979,7 +964,7 @@ func TestReadDeadlineMidFrame(t *testing.T) {
 func TestWaitingReaderGetsWholeFrame(t *testing.T) {
 	for _, kind := range []string{"netpipe", "ospipe"} {
 		t.Run(kind, func(t *testing.T) {
-			checkGoroutines(t)
+			leakcheck.Goroutines(t)
 			a, b := connKinds[kind](t)
 			host, c := rawGuestStream(t, a, b)
 			type result struct {
@@ -1036,7 +1021,7 @@ func TestWaitingReaderGetsWholeFrame(t *testing.T) {
 // host can first exchange its own records on the connection (vm/qemu's
 // park); after Begin it is a Client, and Greeted closes with the hello.
 func TestPendingClient(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	a, b := socketPair(t)
 	host := PendingClient(a, Config{})
 	defer host.Close()
@@ -1089,7 +1074,7 @@ func TestPendingClient(t *testing.T) {
 
 // TestPendingClientClose: a PendingClient closed before Begin ends.
 func TestPendingClientClose(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	a, b := socketPair(t)
 	defer b.Close()
 	host := PendingClient(a, Config{})

@@ -9,6 +9,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 )
 
 // guestPort stands for the guest's end of a virtio-serial port: each agent
@@ -87,7 +89,7 @@ func echo(t *testing.T, host *Session, msg string) net.Conn {
 // afresh: the old streams end with ErrPeerRestarted, what the host sent
 // the dead agent is skipped by its successor, and the next Dial works.
 func TestPeerRestart(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	hc, port := newGuestPort(t)
 	host := Client(hc, Config{})
 	defer host.Close()
@@ -113,7 +115,7 @@ func TestPeerRestart(t *testing.T) {
 // TestPeerRestartStorm checks the bound: one restart more than
 // Config.PeerRestarts in the window ends the session.
 func TestPeerRestartStorm(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	hc, port := newGuestPort(t)
 	host := Client(hc, Config{PeerRestarts: 2})
 	defer host.Close()
@@ -153,7 +155,7 @@ func TestPeerRestartRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkGoroutines(t)
+			leakcheck.Goroutines(t)
 			a, b := net.Pipe()
 			cfg := Config{}
 			if tt.name == "restarts not allowed" {
@@ -183,7 +185,7 @@ func TestPeerRestartMute(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for the handshake timeout")
 	}
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	a, b := net.Pipe()
 	defer b.Close()
 	host := Client(a, Config{})

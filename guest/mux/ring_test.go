@@ -8,6 +8,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 )
 
 // TestRing checks the stream buffer against a plain one over random adds
@@ -56,7 +58,7 @@ func TestRing(t *testing.T) {
 func TestStreamExact(t *testing.T) {
 	for kind, conns := range connKinds {
 		t.Run(kind, func(t *testing.T) {
-			checkGoroutines(t)
+			leakcheck.Goroutines(t)
 			a, b := conns(t)
 			host, guest := Client(a, Config{}), Server(b, Config{})
 			defer host.Close()

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 )
 
 // socketFiles returns the ends of a unix socketpair: the host's as a
@@ -114,7 +116,7 @@ func writePipe(c net.Conn, pipe syscall.RawConn, avail int) (int, []byte, error)
 // order, never beyond the stream's credit: the host (which checks credit
 // and ends the session on a violation) reads them all.
 func TestWritePipe(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	h, g := socketFiles(t)
 	_, gs, hc, gc := splicePair(t, h, g)
 	data := spliceData(700 << 10) // beyond the 256 KiB window
@@ -171,7 +173,7 @@ func commonPrefix(a, b []byte) int {
 // TestWritePipeWaitsForCredit: with the window used up, WritePipe sends
 // nothing until the host reads.
 func TestWritePipeWaitsForCredit(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	h, g := socketFiles(t)
 	_, _, hc, gc := splicePair(t, h, g)
 	data := spliceData(minWindow + 100)
@@ -216,7 +218,7 @@ func TestWritePipeWaitsForCredit(t *testing.T) {
 // TestWritePipeCutFrame: a pipe holding less than the caller said cuts the
 // frame after its header went out: the session ends, on both sides.
 func TestWritePipeCutFrame(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	h, g := socketFiles(t)
 	hs, gs, hc, gc := splicePair(t, h, g)
 	r, w := filledPipe(t, spliceData(1000))
@@ -253,7 +255,7 @@ func (c appendConn) SyscallConn() (syscall.RawConn, error) { return c.app.Syscal
 // first frame copied whole; the next WritePipe says unsupported, and so do
 // sessions without Splice.
 func TestWritePipeFallback(t *testing.T) {
-	checkGoroutines(t)
+	leakcheck.Goroutines(t)
 	app, err := os.OpenFile(t.TempDir()+"/app", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)

@@ -13,13 +13,14 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 	"github.com/airlock-sandbox/airlock/vm"
 )
 
 // TestParkFakeQEMU runs the templates' flows that need no package
 // variable changed, in parallel.
 func TestParkFakeQEMU(t *testing.T) {
-	checkNoLeakedGoroutines(t)
+	leakcheck.Goroutines(t)
 
 	t.Run("save-then-restore", func(t *testing.T) {
 		t.Parallel()
@@ -165,7 +166,7 @@ func TestParkFakeQEMU(t *testing.T) {
 // does not greet the host after its Wake ends the machine with
 // vm.ErrSavedState, and its template is discarded.
 func TestTemplateRestoredGuestSilent(t *testing.T) {
-	checkNoLeakedGoroutines(t)
+	leakcheck.Goroutines(t)
 	old := greetTimeout
 	greetTimeout = 200 * time.Millisecond
 	t.Cleanup(func() { greetTimeout = old })
@@ -198,7 +199,7 @@ func TestTemplateRestoredGuestSilent(t *testing.T) {
 // TestTemplateSaveTimeout: a save that does not end in saveTimeout is
 // given up, and the machine goes on without a template, as save says.
 func TestTemplateSaveTimeout(t *testing.T) {
-	checkNoLeakedGoroutines(t)
+	leakcheck.Goroutines(t)
 	old := saveTimeout
 	saveTimeout = 200 * time.Millisecond
 	t.Cleanup(func() { saveTimeout = old })
@@ -248,7 +249,7 @@ func TestParkWhen(t *testing.T) {
 // ends the start and leaves no QEMU behind, though the QEMU it should
 // stop was not the machine's yet.
 func TestTemplateStopWhileLoading(t *testing.T) {
-	checkNoLeakedGoroutines(t)
+	leakcheck.Goroutines(t)
 	f := newParkFake(t, fakeLoadHangs)
 	m1 := f.start(t, f.opts)
 	echo(t, m1)

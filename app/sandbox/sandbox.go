@@ -431,10 +431,11 @@ func (s *Sandbox) Close(ctx context.Context) error { return s.close(ctx, false) 
 // guest's power-off ends processes, unmounts the workspace and powers off,
 // which keeps nothing and cost a guest started from a template 130-190 ms
 // under TCG (code nothing in that QEMU had run): the workspace's writes are
-// on the host already (both file systems write through, and 9p's
-// cache=mmap writes a shared mapping back when it is unmapped, as a task
-// that ends does: a task that wrote through a mapping and never synced had
-// its bytes on the host even with the agent's sync skipped, 2026-12-03). A
+// on the host already (9p with cache=mmap writes through, and writes a
+// shared mapping back when it is unmapped, as a task that ends does: a task
+// that wrote through a mapping and never synced had its bytes on the host
+// even with the agent's sync skipped, 2026-12-03), and the agent's sync
+// before its answer flushes anything else. A
 // machine with a persistent disk still powers off in order: its file
 // system is unmounted cleanly.
 func (s *Sandbox) CloseIdle(ctx context.Context) error { return s.close(ctx, s.diskLock == nil) }

@@ -232,7 +232,9 @@ func (in *pid1) awaitWake() error {
 
 // reseed credits entropy to the kernel's input pool (RNDADDENTROPY) and
 // makes its generator reseed from the pool at once (RNDRESEEDCRNG), rather
-// than at its next scheduled reseed, up to a minute away.
+// than at its next scheduled reseed: about a second away this early in a
+// guest's life, up to a minute later on, and until then every machine of
+// one template draws the same numbers (tests/e2e TestTemplates).
 func reseed(entropy []byte) error {
 	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
 	if err != nil {

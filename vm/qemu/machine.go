@@ -311,6 +311,13 @@ func (m *Machine) spawn(ctx context.Context, p plan, accel string, incoming *os.
 	return pr, nil
 }
 
+// qemuFailed is an error of a QEMU that started and then failed before it
+// spoke its machine protocol (spawn): on a template, the template's fault.
+type qemuFailed struct{ err error }
+
+func (e *qemuFailed) Error() string { return e.err.Error() }
+func (e *qemuFailed) Unwrap() error { return e.err }
+
 // commit makes pr the machine's QEMU: from here on its exit ends the
 // machine.
 func (m *Machine) commit(pr *proc, p plan) {

@@ -412,3 +412,27 @@ func printable(s string, max int) string {
 	}
 	return s
 }
+
+// openQMP speaks the machine protocol on f, the host's end of the socket
+// pair whose other end QEMU was given. QEMU greets at once; its exit ends
+// the wait.
+func openQMP(ctx context.Context, f *os.File) (*qmp, error) {
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("machine protocol: %w", err)
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("machine protocol: not a unix socket")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	q, err := newQMP(ctx, uc)
+	if err != nil {
+		uc.Close()
+		return nil, err
+	}
+	return q, nil
+}

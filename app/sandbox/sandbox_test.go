@@ -419,11 +419,13 @@ func (a *slowOffAgent) Shutdown(context.Context, *agentv1.ShutdownRequest) (*age
 func TestCloseIdle(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
-		idle       bool
+		idle, disk bool
 		wantPowOff bool
 	}{
-		{"Close waits for the power-off", false, true},
-		{"CloseIdle stops after the answer", true, false},
+		{"Close waits for the power-off", false, false, true},
+		{"CloseIdle stops after the answer", true, false, false},
+		// Its file system is unmounted cleanly.
+		{"CloseIdle with a persistent disk waits", true, true, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a := &slowOffAgent{fakeAgent: fakeAgent{off: make(chan struct{})}, delay: time.Second}
@@ -439,6 +441,11 @@ func TestCloseIdle(t *testing.T) {
 			})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tt.disk {
+				if sb.diskLock, err = LockDataDisk(filepath.Join(t.TempDir(), "data.img")); err != nil {
+					t.Fatal(err)
+				}
 			}
 			closeFn := sb.Close
 			if tt.idle {

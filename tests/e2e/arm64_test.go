@@ -38,6 +38,18 @@ func TestArm64Image(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(ws, "uid")); len(b) == 0 {
 		t.Fatalf("the arm64 guest could not write to the workspace")
 	}
+	// The first arm64 guest of this shape saved a template (or one before
+	// it did): the next starts from it, on QEMU's virt machine.
+	ws2 := newWorkspace(t)
+	os.WriteFile(filepath.Join(ws2, "hello.txt"), []byte("hi again\n"), 0o644)
+	sb2 := bootArm64(t, ctx, img, ws2, 768, 4*time.Minute)
+	if !sb2.Machine().Info().Restored {
+		t.Errorf("the second arm64 guest booted instead of starting from the first one's template")
+	}
+	out.Reset()
+	if exit, err := sb2.Agent().Exec(ctx, client.Spec{Argv: []string{"cat", "/workspace/hello.txt"}}, client.Stdio{Stdout: &out}); err != nil || exit.Code != 0 || out.String() != "hi again\n" {
+		t.Fatalf("arm64 task from a template: %+v %v %q", exit, err, out.String())
+	}
 }
 
 // bootArm64 boots img under qemu-system-aarch64 with ws shared, owned as

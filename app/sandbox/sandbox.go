@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -103,6 +104,9 @@ type Sandbox struct {
 	stopClock context.CancelFunc
 	diskLock  *filelock.Lock // held on the persistent disk while the VM runs
 	log       *slog.Logger
+
+	closeOnce sync.Once
+	closeErr  error // the first Close's, returned by every later one
 }
 
 // Start boots a guest and waits until its agent is ready. On failure nothing
@@ -421,7 +425,8 @@ func (s *Sandbox) BootTime() time.Duration { return s.bootTime }
 
 // Close shuts the guest down in order: the agent syncs and powers off; if it
 // does not within the grace period, the machine is stopped by force. Nothing
-// is left running when Close returns.
+// is left running when Close returns. Close may be called more than once,
+// from any goroutine: only the first shuts down; the rest return its error.
 func (s *Sandbox) Close(ctx context.Context) error { return s.close(ctx, false) }
 
 // CloseIdle is Close for a guest that runs no task any more (the CLI's,
@@ -440,7 +445,14 @@ func (s *Sandbox) Close(ctx context.Context) error { return s.close(ctx, false) 
 // system is unmounted cleanly.
 func (s *Sandbox) CloseIdle(ctx context.Context) error { return s.close(ctx, s.diskLock == nil) }
 
+// close shuts the sandbox down once; later calls, of either kind, wait for
+// the first and return its error.
 func (s *Sandbox) close(ctx context.Context, synced bool) error {
+	s.closeOnce.Do(func() { s.closeErr = s.shutdown(ctx, synced) })
+	return s.closeErr
+}
+
+func (s *Sandbox) shutdown(ctx context.Context, synced bool) error {
 	if s.stopClock != nil {
 		s.stopClock()
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,8 +23,9 @@ import (
 // fakeAgent answers SetTime and Shutdown; Shutdown powers the fake guest off.
 type fakeAgent struct {
 	execwire.UnimplementedAgent
-	off     chan struct{}
-	setTime atomic.Int64
+	off       chan struct{}
+	setTime   atomic.Int64
+	shutdowns atomic.Int32
 }
 
 func (a *fakeAgent) SetTime(_ context.Context, r *agentv1.SetTimeRequest) (*agentv1.SetTimeResponse, error) {
@@ -32,6 +34,9 @@ func (a *fakeAgent) SetTime(_ context.Context, r *agentv1.SetTimeRequest) (*agen
 }
 
 func (a *fakeAgent) Shutdown(context.Context, *agentv1.ShutdownRequest) (*agentv1.ShutdownResponse, error) {
+	if a.shutdowns.Add(1) > 1 {
+		return &agentv1.ShutdownResponse{}, nil // powering off already
+	}
 	close(a.off)
 	return &agentv1.ShutdownResponse{}, nil
 }
@@ -65,8 +70,21 @@ func TestStartAndClose(t *testing.T) {
 	if sb.Ready().AgentVersion != "test" || a.setTime.Load() == 0 {
 		t.Fatalf("ready %+v, clock set %d", sb.Ready(), a.setTime.Load())
 	}
-	if err := sb.Close(context.Background()); err != nil {
-		t.Fatal(err)
+	// Close from several goroutines at once, and again after: one shutdown,
+	// every caller its result.
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Go(func() { errs[i] = sb.Close(context.Background()) })
+	}
+	wg.Wait()
+	for i, err := range append(errs, sb.CloseIdle(context.Background())) {
+		if err != nil {
+			t.Errorf("Close %d: %v", i, err)
+		}
+	}
+	if n := a.shutdowns.Load(); n != 1 {
+		t.Errorf("the agent was asked to shut down %d times, want once", n)
 	}
 	if s := m.State(); s != vm.StateStopped {
 		t.Fatalf("after Close the machine is %s, want an orderly stop", s)

@@ -130,7 +130,7 @@ func ImageSubdirs(name, goos, arch string) []string {
 // linux-source (amd64 only, every driver built in, no Hyper-V drivers) is
 // preferred to Debian's kernel: on a Linux host, where QEMU boots it, it
 // is ready in about half the time (no modules to load under emulation;
-// README "Performance"). Windows (Hyper-V) and macOS keep Debian's kernel.
+// docs/performance.md). Windows (Hyper-V) and macOS keep Debian's kernel.
 func SourceKernelFirst(goos, arch string) bool { return goos == "linux" && arch == "amd64" }
 
 // DirUnder is the folder under the images folder root that image name for

@@ -141,7 +141,7 @@ func (p plan) loopsPerJiffy() int {
 // machine is the QEMU machine type. An amd64 guest under TCG whose TSC rate
 // the host measured boots on microvm: no PCI bus or firmware tables to
 // probe, its devices on virtio-mmio, so the guest is up ~25% sooner than on
-// q35 (README, Performance). microvm has no HPET or ACPI PM timer: a guest
+// q35 (docs/performance.md, Image choices). microvm has no HPET or ACPI PM timer: a guest
 // that had to calibrate its TSC against the PIT, and missed under TCG, had
 // no reference to fall back on and hung (2 boots in 13), so without the
 // measured rate, under KVM, or when the user's kernel arguments take the

@@ -101,6 +101,12 @@ type Row struct {
 	Note            string    `json:"note,omitempty"`
 }
 
+// hasRatio says whether r has a baseline a ratio can be taken against: one
+// measured, and not zero.
+func (r *Row) hasRatio() bool {
+	return r.BaselineName != "" && r.Baseline != 0 && !math.IsNaN(r.Baseline) && !math.IsNaN(r.Value)
+}
+
 // Report is the JSON document.
 type Report struct {
 	Time     time.Time `json:"time"`
@@ -143,11 +149,13 @@ func (t *table) add(key, name, unit string, vals []float64, baseName string, bas
 		if len(base) > 1 {
 			r.BaselineSamples = base
 		}
-		if r.Baseline != 0 {
+		if r.hasRatio() {
 			r.Ratio = r.Value / r.Baseline
 		}
 	}
-	if target != nil && (target.OfValue || base != nil) {
+	// A baseline of nothing (an idle trivial init's VM can take no host CPU
+	// at all over a window) leaves the ratio, and a verdict on it, out.
+	if target != nil && (target.OfValue || r.hasRatio()) {
 		x := r.Ratio
 		if target.OfValue {
 			x = r.Value
@@ -189,7 +197,10 @@ func (t *table) print(w *os.File) {
 		base, ratio := "-", "-"
 		if r.BaselineName != "" {
 			base = fmt.Sprintf("%s %s", fmtVal(r.Baseline, r.Unit), r.BaselineName)
-			ratio = fmt.Sprintf("%.2f", r.Ratio)
+			ratio = "n/a"
+			if r.hasRatio() {
+				ratio = fmt.Sprintf("%.2f", r.Ratio)
+			}
 		}
 		ok := "-"
 		if r.OK != nil {
@@ -245,7 +256,7 @@ func BenchmarkTable(b *testing.B) {
 		fmt.Printf("%s\n(JSON written to %s; %d rounds, %.0f s)\n", js, p, h.rounds, rep.Duration)
 		// The ratios as benchmark metrics too, for benchstat.
 		for _, r := range t.rows {
-			if r.BaselineName != "" && !math.IsNaN(r.Ratio) {
+			if r.hasRatio() {
 				b.ReportMetric(r.Ratio, r.Key+"-ratio")
 			}
 		}

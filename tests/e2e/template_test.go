@@ -227,10 +227,10 @@ func TestTemplateDiskFull(t *testing.T) {
 
 // TestTemplatesQ35: q35, the machine QEMU gets wherever KVM works and
 // wherever the host's TSC rate is not measured, saves and restores its
-// templates too. CI's default machine here is microvm, so without this
-// nothing would ever start a q35 guest from a template: the PCI devices'
-// state (virtio-serial, 9p) must survive QEMU's migration as the
-// virtio-mmio ones do.
+// templates too. On a CI host whose TSC qualifies, every other test runs
+// on microvm, so without this no q35 guest would start from a template
+// there: the PCI devices' state (virtio-serial, 9p) must survive QEMU's
+// migration as the virtio-mmio ones do.
 func TestTemplatesQ35(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("q35 is an amd64 machine")

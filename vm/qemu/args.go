@@ -65,9 +65,16 @@ type plan struct {
 	// QMPFD, when set, is an inherited socket QEMU serves its machine
 	// protocol on (qmp.go).
 	QMPFD int
-	// IncomingFD, when set, is an inherited descriptor of a template:
-	// QEMU loads the machine's state from it instead of booting.
+	// IncomingFD, when set, is an inherited descriptor of a template's
+	// machine state: QEMU waits for it (-incoming defer) until the host
+	// has set the migration's capabilities and names it (load), and then
+	// loads it instead of booting.
 	IncomingFD int
+	// RAMFD, when set, is an inherited memory file the guest's RAM lives
+	// in (ram_linux.go), which the host shares: a template's memory is
+	// copied out of it, and a machine started from a template finds its
+	// memory there (template.go).
+	RAMFD int
 
 	// Disks are attached as virtio-blk devices, in order.
 	Disks []vm.Disk
@@ -219,7 +226,7 @@ func (p plan) args() []string {
 	a := []string{"-name", optValue(p.Name)}
 	switch machine := p.machine(); machine {
 	case "virt":
-		a = append(a, "-M", "virt,gic-version=max,accel="+p.Accel)
+		a = append(a, "-M", "virt,gic-version=max,accel="+p.Accel+p.ramBackend())
 	case MachineMicrovm:
 		// The defaults keep what the guest needs: ACPI (a hardware-reduced
 		// table set whose sleep register powers the machine off, so the
@@ -234,9 +241,9 @@ func (p plan) args() []string {
 		if p.Share == api.ShareVirtiofs {
 			m += ",memory-backend=mem"
 		}
-		a = append(a, "-M", m, "-global", "virtio-mmio.force-legacy=false")
+		a = append(a, "-M", m+p.ramBackend(), "-global", "virtio-mmio.force-legacy=false")
 	default:
-		a = append(a, "-M", machine+",accel="+p.Accel)
+		a = append(a, "-M", machine+",accel="+p.Accel+p.ramBackend())
 	}
 	if cpu := p.cpu(); cpu != "" {
 		a = append(a, "-cpu", cpu)
@@ -244,6 +251,14 @@ func (p plan) args() []string {
 	a = append(a,
 		"-smp", strconv.Itoa(p.CPUs),
 		"-m", strconv.Itoa(p.MemoryMiB)+"M",
+	)
+	if p.RAMFD > 0 {
+		// QEMU maps the file shared, so the host sees the guest's memory;
+		// it reopens it through /proc/self/fd (a memfd's mode lets any
+		// user, QEMU running as the folder's owner among them).
+		a = append(a, "-object", fmt.Sprintf("memory-backend-file,id=ram,size=%dM,share=on,mem-path=/proc/self/fd/%d", p.MemoryMiB, p.RAMFD))
+	}
+	a = append(a,
 		// No default devices, no config files, no display, and no network
 		// card at all: the guest's only way out is the host's gate.
 		"-nodefaults", "-no-user-config", "-nographic", "-display", "none",
@@ -334,12 +349,20 @@ func (p plan) args() []string {
 		a = append(a, "-chardev", fmt.Sprintf("socket,id=qmp,fd=%d", p.QMPFD), "-mon", "chardev=qmp,mode=control")
 	}
 	if p.IncomingFD > 0 {
-		a = append(a, "-incoming", fmt.Sprintf("fd:%d", p.IncomingFD))
+		a = append(a, "-incoming", "defer")
 	}
 	if p.PIDFile != "" {
 		a = append(a, "-pidfile", p.PIDFile)
 	}
 	return a
+}
+
+// ramBackend is the -M option that puts the guest's RAM in its memory file.
+func (p plan) ramBackend() string {
+	if p.RAMFD > 0 {
+		return ",memory-backend=ram"
+	}
+	return ""
 }
 
 // cpu picks the CPU model: the host's under KVM. Under TCG, arm64 needs

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -57,6 +58,33 @@ func TestArgsGolden(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestArgsTemplateGolden: a parking guest's memory is a shared memory
+// file (RAMFD), on each machine type, and a machine started from a
+// template waits for the host to name its state (-incoming defer).
+func TestArgsTemplateGolden(t *testing.T) {
+	for _, tc := range []struct{ arch, accel string }{{"amd64", "tcg"}, {"amd64", "tcg-tsc"}, {"arm64", "tcg"}} {
+		name := fmt.Sprintf("%s-serial-9p-%s-template", tc.arch, tc.accel)
+		t.Run(name, func(t *testing.T) {
+			p := basePlan(tc.arch, strings.TrimSuffix(tc.accel, "-tsc"))
+			if tc.accel == "tcg-tsc" {
+				p.GuestTSCkHz = 2600000
+			}
+			p.Transport, p.MuxFD = api.TransportSerial, 3
+			p.Share, p.SharePath, p.SecurityModel = api.Share9P, "/home/u/proj", "none"
+			p.Park, p.QMPFD, p.IncomingFD, p.RAMFD = true, 4, 5, 6
+			got := p.args()
+			checkInvariants(t, p, got)
+			a := joinArgs(got)
+			for _, want := range []string{",memory-backend=ram", "-object memory-backend-file,id=ram,size=" + strconv.Itoa(p.MemoryMiB) + "M,share=on,mem-path=/proc/self/fd/6", "-incoming defer"} {
+				if !strings.Contains(a, want) {
+					t.Errorf("no %q in %s", want, a)
+				}
+			}
+			golden(t, name, formatArgs(got))
+		})
 	}
 }
 

@@ -61,6 +61,7 @@ type Machine struct {
 	machine   string // the machine type, once started
 	cmd       *exec.Cmd
 	virtiofsd *virtiofsd
+	ram       *os.File // the guest's memory file (a parking guest's), closed at the end
 	stderr    *tail
 	stopAsked bool
 	// abortStart ends a Start in progress (Stop).
@@ -193,7 +194,7 @@ func (m *Machine) start(ctx context.Context) error {
 	if m.sess != nil {
 		m.sess.Begin()
 	}
-	pr, err := m.spawn(ctx, p, accel, nil, false)
+	pr, err := m.spawn(ctx, p, accel, launch{})
 	if err != nil {
 		return err
 	}
@@ -221,11 +222,20 @@ func (m *Machine) settle(ctx context.Context) error {
 // proc is one QEMU process, started but not yet the machine's (commit):
 // a QEMU loading a template is one until it runs the guest.
 type proc struct {
-	cmd    *exec.Cmd
-	stderr *tail
-	qmp    *qmp          // when spawn was asked for the machine protocol
-	exited chan struct{} // closed once QEMU has been waited for; err is then set
-	err    error
+	cmd        *exec.Cmd
+	stderr     *tail
+	qmp        *qmp          // when spawn was asked for the machine protocol
+	ram        *os.File      // the guest's memory file, when it has one
+	incomingFD int           // QEMU's descriptor of the template's state, when loading one
+	exited     chan struct{} // closed once QEMU has been waited for; err is then set
+	err        error
+}
+
+// launch is what a QEMU is spawned with besides its plan.
+type launch struct {
+	qmp      bool     // serve the machine protocol on an inherited socket
+	incoming *os.File // a template's machine state to load
+	ram      *os.File // a memory file for the guest's RAM (ram_linux.go)
 }
 
 // kill ends a QEMU that was never committed and waits for it.
@@ -237,15 +247,14 @@ func (pr *proc) kill() {
 	}
 }
 
-// spawn starts QEMU for p: with the machine protocol on an inherited
-// socket when withQMP, loading the template incoming when set.
-func (m *Machine) spawn(ctx context.Context, p plan, accel string, incoming *os.File, withQMP bool) (*proc, error) {
+// spawn starts QEMU for p, with what l adds.
+func (m *Machine) spawn(ctx context.Context, p plan, accel string, l launch) (*proc, error) {
 	var files []*os.File
 	if m.muxChild != nil {
 		files = append(files, m.muxChild) // fd 3, see plan
 	}
 	var qmpHost, qmpChild *os.File
-	if withQMP {
+	if l.qmp {
 		var err error
 		if qmpHost, qmpChild, err = socketPair(); err != nil {
 			return nil, fmt.Errorf("qemu: start: machine protocol: %w", err)
@@ -256,9 +265,13 @@ func (m *Machine) spawn(ctx context.Context, p plan, accel string, incoming *os.
 		files = append(files, qmpChild)
 		p.QMPFD = 3 + len(files) - 1
 	}
-	if incoming != nil {
-		files = append(files, incoming)
+	if l.incoming != nil {
+		files = append(files, l.incoming)
 		p.IncomingFD = 3 + len(files) - 1
+	}
+	if l.ram != nil {
+		files = append(files, l.ram)
+		p.RAMFD = 3 + len(files) - 1
 	}
 	var groups []uint32
 	if m.sp.RunAs != nil {
@@ -287,14 +300,14 @@ func (m *Machine) spawn(ctx context.Context, p plan, accel string, incoming *os.
 		cmd.Dir = "/" // the runtime folder may be closed to the folder's owner
 	}
 	m.log.Info("starting", "qemu", m.opts.QEMU, "accel", accel, "transport", m.transport, "share", p.Share,
-		"security_model", p.SecurityModel, "run_as", m.sp.RunAs, "park", p.Park, "template", incoming != nil, "args", p.args())
+		"security_model", p.SecurityModel, "run_as", m.sp.RunAs, "park", p.Park, "template", l.incoming != nil, "args", p.args())
 	if err := cmd.Start(); err != nil {
 		if qmpHost != nil {
 			qmpHost.Close()
 		}
 		return nil, fmt.Errorf("qemu: start %s: %w (apt install %s)", m.opts.QEMU, err, packageFor(m.opts.Arch))
 	}
-	pr := &proc{cmd: cmd, stderr: stderr, exited: make(chan struct{})}
+	pr := &proc{cmd: cmd, stderr: stderr, ram: l.ram, incomingFD: p.IncomingFD, exited: make(chan struct{})}
 	go func() {
 		pr.err = cmd.Wait()
 		close(pr.exited)
@@ -327,6 +340,7 @@ func (m *Machine) commit(pr *proc, p plan) {
 	}
 	m.mu.Lock()
 	m.cmd, m.stderr, m.share, m.accel, m.machine = pr.cmd, pr.stderr, string(p.Share), p.Accel, p.machine()
+	m.ram = pr.ram
 	stopping := m.stopAsked
 	m.mu.Unlock()
 	go m.reap(pr)
@@ -517,6 +531,13 @@ func (m *Machine) finish(why error) {
 		}
 		if m.vsockLns != nil {
 			m.vsockLns.closeAll()
+		}
+		m.mu.Lock()
+		ram := m.ram
+		m.ram = nil
+		m.mu.Unlock()
+		if ram != nil {
+			ram.Close()
 		}
 		if why != nil {
 			m.Set(vm.StateFailed)

@@ -56,9 +56,10 @@ func (m *Machine) startParked(ctx context.Context, p plan, accel string) error {
 		m.log.Warn("no template for this machine", "err", err)
 	}
 	if key != "" {
-		if f := m.tmpl.open(key); f != nil {
-			pr, loaded, err := m.load(ctx, p, accel, f)
-			f.Close()
+		if state, ram := m.tmpl.open(key); state != nil {
+			pr, loaded, err := m.load(ctx, p, accel, state, ram)
+			state.Close()
+			ram.Close()
 			if err == nil {
 				m.mu.Lock()
 				m.restored = true
@@ -85,8 +86,13 @@ func (m *Machine) startParked(ctx context.Context, p plan, accel string) error {
 			}
 		}
 	}
-	pr, err := m.spawn(ctx, p, accel, nil, key != "" && m.tmpl.dir != "")
+	ram, err := newRAM(int64(p.MemoryMiB) << 20)
 	if err != nil {
+		return fmt.Errorf("qemu: start: %w", err)
+	}
+	pr, err := m.spawn(ctx, p, accel, launch{ram: ram, qmp: key != "" && m.tmpl.dir != ""})
+	if err != nil {
+		ram.Close()
 		return err
 	}
 	m.commit(pr, p)
@@ -100,24 +106,43 @@ func (m *Machine) startParked(ctx context.Context, p plan, accel string) error {
 	return nil
 }
 
-// load starts QEMU on the template f and waits until it runs the guest.
-// On failure nothing is left running and nothing has reached the guest;
-// started says whether QEMU ran, so that the failure is the template's.
-func (m *Machine) load(ctx context.Context, p plan, accel string, f *os.File) (pr *proc, started bool, err error) {
+// load starts QEMU on a template, its machine state and its guest memory
+// ram, and waits until it runs the guest. On failure nothing is left
+// running and nothing has reached the guest; started says whether QEMU
+// ran, so that the failure is the template's.
+func (m *Machine) load(ctx context.Context, p plan, accel string, state, ram *os.File) (pr *proc, started bool, err error) {
 	began := time.Now()
-	pr, err = m.spawn(ctx, p, accel, f, true)
+	mem, err := newRAM(int64(p.MemoryMiB) << 20)
 	if err != nil {
+		return nil, false, fmt.Errorf("qemu: start: %w", err)
+	}
+	n, err := copyData(mem, ram, int64(p.MemoryMiB)<<20)
+	if err != nil {
+		mem.Close()
+		return nil, false, fmt.Errorf("qemu: start: the template's guest memory: %w", err)
+	}
+	m.log.Debug("guest memory copied from the template", "bytes", n, "took", time.Since(began).Round(time.Microsecond))
+	pr, err = m.spawn(ctx, p, accel, launch{ram: mem, incoming: state, qmp: true})
+	if err != nil {
+		mem.Close()
 		var fail *qemuFailed
 		return nil, errors.As(err, &fail), err
 	}
 	m.log.Debug("QEMU speaks its machine protocol", "took", time.Since(began).Round(time.Microsecond))
 	lctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
-	err = awaitRunning(lctx, pr.qmp)
+	err = ignoreSharedMemory(lctx, pr.qmp)
+	if err == nil {
+		err = pr.qmp.execute(lctx, "migrate-incoming", map[string]any{"uri": fmt.Sprintf("fd:%d", pr.incomingFD)}, nil)
+	}
+	if err == nil {
+		err = awaitRunning(lctx, pr.qmp)
+	}
 	pr.qmp.Close()
 	pr.qmp = nil
 	if err != nil {
 		pr.kill()
+		mem.Close()
 		return nil, true, fmt.Errorf("%w%s", err, stderrHint(pr.stderr))
 	}
 	m.log.Info("started from a template", "took", time.Since(began).Round(time.Millisecond))
@@ -186,16 +211,27 @@ func (m *Machine) save(q *qmp, key string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), saveTimeout)
 	defer cancel()
 	began := time.Now()
-	f, commit, abort, err := m.tmpl.create(key)
+	state, ram, commit, abort, err := m.tmpl.create(key)
 	if err == nil {
-		var size int64
-		if size, err = saveState(ctx, q, f); err == nil {
+		var size, mem int64
+		if size, err = saveState(ctx, q, state); err == nil {
+			// The guest is paused: its memory is what it parked with.
+			m.mu.Lock()
+			guest := m.ram
+			m.mu.Unlock()
+			if guest == nil {
+				err = errors.New("the machine has no memory file")
+			} else {
+				mem, err = copyData(ram, guest, int64(m.cfg.MemoryMiB)<<20)
+			}
+		}
+		if err == nil {
 			err = commit()
 		} else {
 			abort()
 		}
 		if err == nil {
-			m.log.Info("saved a template", "template", m.tmpl.path(key), "bytes", size, "took", time.Since(began).Round(time.Millisecond),
+			m.log.Info("saved a template", "template", m.tmpl.path(key), "state_bytes", size, "memory_bytes", mem, "took", time.Since(began).Round(time.Millisecond),
 				"qemu", fmt.Sprintf("%d.%d.%d (%s)", q.version.Major, q.version.Minor, q.version.Micro, q.version.Package))
 		}
 	}
@@ -219,6 +255,9 @@ func saveState(ctx context.Context, q *qmp, f *os.File) (int64, error) {
 	if err := q.execute(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": int64(1) << 40}, nil); err != nil {
 		return 0, err
 	}
+	if err := ignoreSharedMemory(ctx, q); err != nil {
+		return 0, err
+	}
 	if err := q.execute(ctx, "stop", nil, nil); err != nil {
 		return 0, err
 	}
@@ -237,6 +276,16 @@ func saveState(ctx context.Context, q *qmp, f *os.File) (int64, error) {
 		_ = q.execute(cctx, "migrate_cancel", nil, nil)
 	}
 	return size, err
+}
+
+// ignoreSharedMemory has QEMU's migration leave out the guest's memory,
+// which lives in the memory file the host shares (template.go): the
+// stream then holds the machine state only. Both ends of a migration must
+// say so (QEMU 7.2 takes the capability only through its protocol).
+func ignoreSharedMemory(ctx context.Context, q *qmp) error {
+	return q.execute(ctx, "migrate-set-capabilities", map[string]any{
+		"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": true}},
+	}, nil)
 }
 
 // awaitMigration polls the migration into f until it has ended.

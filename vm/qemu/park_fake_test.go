@@ -40,6 +40,8 @@ const (
 	envFakeQEMUDir = "AIRLOCK_FAKE_QEMU_DIR" // its records folder
 	fakeEchoPort   = 1024
 	fakeStateMagic = "FAKESTATE"
+	// fakeMemoryAt is where in its memory the fake guest keeps its line.
+	fakeMemoryAt = 1 << 20
 )
 
 // Modes of the fake QEMU. Each changes one thing, and only where it says:
@@ -71,12 +73,13 @@ func TestFakeQEMUHelper(t *testing.T) {
 
 // fakeArgs is what the fake takes from QEMU's command line; -1: absent.
 type fakeArgs struct {
-	mux, qmp, incoming int
-	park               bool // airlock.park=1 in -append
+	mux, qmp, ram int
+	incoming      bool // -incoming defer: the state's descriptor comes by migrate-incoming
+	park          bool // airlock.park=1 in -append
 }
 
 func parseFakeArgs(args []string) (fakeArgs, error) {
-	fa := fakeArgs{mux: -1, qmp: -1, incoming: -1}
+	fa := fakeArgs{mux: -1, qmp: -1, ram: -1}
 	for i := 0; i+1 < len(args); i++ {
 		v := args[i+1]
 		switch args[i] {
@@ -101,12 +104,19 @@ func parseFakeArgs(args []string) (fakeArgs, error) {
 				fa.qmp = fd
 			}
 		case "-incoming":
-			s, ok := strings.CutPrefix(v, "fd:")
-			n, err := strconv.Atoi(s)
-			if !ok || err != nil {
-				return fa, fmt.Errorf("-incoming %q: want fd:N", v)
+			if v != "defer" {
+				return fa, fmt.Errorf("-incoming %q: want defer", v)
 			}
-			fa.incoming = n
+			fa.incoming = true
+		case "-object":
+			if !strings.HasPrefix(v, "memory-backend-file,id=ram,") {
+				continue
+			}
+			for _, o := range strings.Split(v, ",") {
+				if path, ok := strings.CutPrefix(o, "mem-path=/proc/self/fd/"); ok {
+					fa.ram, _ = strconv.Atoi(path)
+				}
+			}
 		case "-append":
 			fa.park = slices.Contains(strings.Fields(v), "airlock.park=1")
 		}
@@ -144,7 +154,7 @@ func runFakeQEMU(mode, dir string, args []string) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	incoming := fa.incoming >= 0
+	incoming := fa.incoming
 	if incoming && mode == fakeLoadExits {
 		return fail("load of migration failed (mode %s)", mode)
 	}
@@ -152,13 +162,21 @@ func runFakeQEMU(mode, dir string, args []string) int {
 	if err != nil {
 		return fail("mux: %v", err)
 	}
+	// The guest's memory, when it lives in a file the host shares: the
+	// fake guest keeps a line of its own there (fakeMemoryAt), which a
+	// machine started from its template must find.
+	var ram *os.File
+	if fa.ram >= 0 {
+		ram = os.NewFile(uintptr(fa.ram), "ram")
+	}
 	loaded := make(chan struct{})
+	incomingFD := make(chan int, 1)
 	if fa.qmp >= 0 {
 		c, err := fdConn(fa.qmp, "qmp")
 		if err != nil {
 			return fail("qmp: %v", err)
 		}
-		s := &fakeQMPServer{c: c.(*net.UnixConn), mode: mode, pid: pid, incoming: incoming, loaded: loaded,
+		s := &fakeQMPServer{c: c.(*net.UnixConn), mode: mode, pid: pid, incoming: incoming, loaded: loaded, incomingFD: incomingFD,
 			record: func(cmd string) { record("qmp", cmd) }, fds: map[string]*os.File{}}
 		go s.serve()
 	}
@@ -167,15 +185,24 @@ func runFakeQEMU(mode, dir string, args []string) int {
 	switch {
 	case incoming:
 		// Started from a template: the guest is parked already, in
-		// ReadWake, once QEMU has loaded the state.
-		f := os.NewFile(uintptr(fa.incoming), "incoming")
+		// ReadWake, once QEMU has loaded the state (which the host
+		// names with migrate-incoming) and finds its memory.
+		f := os.NewFile(uintptr(<-incomingFD), "incoming")
 		state, err := io.ReadAll(f)
 		f.Close()
 		if err != nil || !bytes.HasPrefix(state, []byte(fakeStateMagic)) {
 			return fail("load of migration failed: %.24q (%v)", state, err)
 		}
+		if ram != nil {
+			line := make([]byte, 64)
+			ram.ReadAt(line, fakeMemoryAt)
+			record("memory", string(bytes.TrimRight(line, "\x00")))
+		}
 		close(loaded)
 	case fa.park:
+		if ram != nil {
+			ram.WriteAt([]byte(fmt.Sprintf("booted by pid %d", pid)), fakeMemoryAt)
+		}
 		rec := api.Parked()
 		if mode == fakeGarbage {
 			rec = []byte("GARBAGE-NOT-PARK")
@@ -226,12 +253,16 @@ func fdConn(fd int, name string) (net.Conn, error) {
 // fakeQMPServer is the fake's machine protocol: what the host's templates
 // use of QMP, one command at a time, in order.
 type fakeQMPServer struct {
-	c        *net.UnixConn
-	mode     string
-	pid      int
-	incoming bool
-	loaded   <-chan struct{} // closed once the incoming state was read
-	record   func(cmd string)
+	c          *net.UnixConn
+	mode       string
+	pid        int
+	incoming   bool
+	loaded     <-chan struct{} // closed once the incoming state was read
+	incomingFD chan<- int      // migrate-incoming's descriptor
+	record     func(cmd string)
+	// ignoreShared: x-ignore-shared was set, as both ends of a migration
+	// must have it (the stream's layout depends on it).
+	ignoreShared bool
 
 	status  string
 	queried bool
@@ -310,6 +341,33 @@ func (s *fakeQMPServer) handle(line []byte) {
 	switch cmd.Execute {
 	case "qmp_capabilities", "migrate-set-parameters", "migrate_cancel":
 		s.reply(cmd.ID, struct{}{})
+	case "migrate-set-capabilities":
+		var caps struct {
+			Capabilities []struct {
+				Capability string `json:"capability"`
+				State      bool   `json:"state"`
+			} `json:"capabilities"`
+		}
+		json.Unmarshal(cmd.Arguments, &caps)
+		for _, c := range caps.Capabilities {
+			if c.Capability == "x-ignore-shared" {
+				s.ignoreShared = c.State
+			}
+		}
+		s.reply(cmd.ID, struct{}{})
+	case "migrate-incoming":
+		n, err := strconv.Atoi(strings.TrimPrefix(args.URI, "fd:"))
+		switch {
+		case !s.incoming:
+			s.fail(cmd.ID, "GenericError", "The incoming migration has not been deferred")
+		case !s.ignoreShared:
+			s.fail(cmd.ID, "GenericError", "fake: x-ignore-shared not set: the stream would not parse")
+		case !strings.HasPrefix(args.URI, "fd:") || err != nil:
+			s.fail(cmd.ID, "GenericError", "fake: want fd:N")
+		default:
+			s.incomingFD <- n
+			s.reply(cmd.ID, struct{}{})
+		}
 	case "stop":
 		s.status = "paused"
 		s.event("STOP") // before the reply, as QEMU does: the client skips it
@@ -345,6 +403,10 @@ func (s *fakeQMPServer) handle(line []byte) {
 		s.fds[args.FDName] = os.NewFile(uintptr(fd), args.FDName)
 		s.reply(cmd.ID, struct{}{})
 	case "migrate":
+		if !s.ignoreShared {
+			s.fail(cmd.ID, "GenericError", "fake: x-ignore-shared not set: the guest's memory would be in the stream")
+			return
+		}
 		name, _ := strings.CutPrefix(args.URI, "fd:")
 		f := s.fds[name]
 		if f == nil {
@@ -356,7 +418,7 @@ func (s *fakeQMPServer) handle(line []byte) {
 		if s.mode == fakeSaveFails {
 			state = state[:len(state)/2] // cut off by the full disk
 		} else {
-			state += strings.Repeat("guest memory ", 1000)
+			state += strings.Repeat("device state ", 1000)
 		}
 		f.WriteString(state)
 		f.Close()
@@ -447,6 +509,9 @@ type fakeRun struct {
 	args []string
 	wake string   // the Wake's entropy in hex, "" if none came
 	qmp  []string // the commands, in order
+	// memory is the line a fake started from a template found in its
+	// guest memory (fakeMemoryAt).
+	memory string
 }
 
 func (r fakeRun) incoming() bool { return slices.Contains(r.args, "-incoming") }
@@ -477,6 +542,7 @@ func (f *parkFake) run(t *testing.T, pid int) fakeRun {
 		}
 	}
 	r.qmp = read("qmp")
+	r.memory = strings.Join(read("memory"), " ")
 	return r
 }
 

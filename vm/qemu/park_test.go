@@ -5,6 +5,7 @@ package qemu
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,7 +39,7 @@ func TestParkFakeQEMU(t *testing.T) {
 		if r1.wake == "" {
 			t.Error("the parked guest got no Wake")
 		}
-		if want := []string{"qmp_capabilities", "migrate-set-parameters", "stop", "getfd", "migrate", "query-migrate", "cont"}; !inOrder(r1.qmp, want) || slices.Contains(r1.qmp, "query-status") {
+		if want := []string{"qmp_capabilities", "migrate-set-parameters", "migrate-set-capabilities", "stop", "getfd", "migrate", "query-migrate", "cont"}; !inOrder(r1.qmp, want) || slices.Contains(r1.qmp, "query-status") {
 			t.Errorf("machine protocol of the save: %q, want %q", r1.qmp, want)
 		}
 		f.savedBy(t, r1.pid)
@@ -63,8 +64,17 @@ func TestParkFakeQEMU(t *testing.T) {
 		if r2.wake == "" || r2.wake == r1.wake {
 			t.Errorf("Wake entropy: first %q, second %q: want two different", r1.wake, r2.wake)
 		}
-		if want := []string{"qmp_capabilities", "query-status", "query-status", "cont", "query-status"}; !inOrder(r2.qmp, want) || slices.Contains(r2.qmp, "migrate") {
+		if want := []string{"qmp_capabilities", "migrate-set-capabilities", "migrate-incoming", "query-status", "query-status", "cont", "query-status"}; !inOrder(r2.qmp, want) || slices.Contains(r2.qmp, "migrate") {
 			t.Errorf("machine protocol of the load: %q, want %q", r2.qmp, want)
+		}
+		// The guest's memory came with the template, not in QEMU's stream.
+		if want := fmt.Sprintf("booted by pid %d", r1.pid); r2.memory != want {
+			t.Errorf("the restored guest's memory holds %q, want %q (the saved guest's)", r2.memory, want)
+		}
+		for _, r := range []fakeRun{r1, r2} {
+			if a := joinArgs(r.args); !strings.Contains(a, "memory-backend=ram") || !strings.Contains(a, "-object memory-backend-file,id=ram,size=256M,share=on,mem-path=/proc/self/fd/") {
+				t.Errorf("QEMU %d's guest memory is not in a shared memory file: %s", r.pid, a)
+			}
 		}
 		f.savedBy(t, r1.pid) // kept, not saved again
 		if rs := f.runs(t); len(rs) != 2 {

@@ -121,7 +121,9 @@ func TestTemplatesPrune(t *testing.T) {
 			}
 			for i := range keepTemplates + 2 {
 				at(fmt.Sprintf("t%d%s", i, templateExt), time.Duration(i+1)*time.Minute)
+				at(fmt.Sprintf("t%d%s", i, ramExt), time.Duration(i+1)*time.Minute)
 			}
+			at("orphan"+ramExt, time.Minute) // its state discarded
 			at("t9.1234.tmp", 2*time.Hour)
 			at("t9.5678.tmp", 10*time.Minute) // a save going on
 			at("notes.txt", 48*time.Hour)
@@ -129,16 +131,17 @@ func TestTemplatesPrune(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.used >= 0 {
-				f := tm.open(fmt.Sprintf("t%d", tc.used))
-				if f == nil {
+				state, ram := tm.open(fmt.Sprintf("t%d", tc.used))
+				if state == nil {
 					t.Fatal("open found no template")
 				}
-				f.Close()
+				state.Close()
+				ram.Close()
 			}
 			tm.prune()
 			var want []string
 			for _, k := range tc.want {
-				want = append(want, k+templateExt)
+				want = append(want, k+templateExt, k+ramExt)
 			}
 			want = append(want, "d"+templateExt, "notes.txt", "t9.5678.tmp")
 			slices.Sort(want)
@@ -154,20 +157,22 @@ func TestTemplatesPrune(t *testing.T) {
 	}
 }
 
-// TestTemplatesCreate: a template appears whole on commit or not at all.
+// TestTemplatesCreate: a template, its machine state and its memory,
+// appears whole on commit or not at all.
 func TestTemplatesCreate(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "templates")
 	tm := templates{dir: dir, now: time.Now}
-	if tm.open("k") != nil {
+	if state, _ := tm.open("k"); state != nil {
 		t.Error("open found a template in a folder that does not exist")
 	}
-	save := func(state string, keep bool) {
+	save := func(content string, keep bool) {
 		t.Helper()
-		f, commit, abort, err := tm.create("k")
+		state, ram, commit, abort, err := tm.create("k")
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.WriteString(state)
+		state.WriteString("state " + content)
+		ram.WriteString("memory " + content)
 		if !keep {
 			abort()
 			return
@@ -178,24 +183,29 @@ func TestTemplatesCreate(t *testing.T) {
 	}
 	read := func() string {
 		t.Helper()
-		f := tm.open("k")
-		if f == nil {
+		state, ram := tm.open("k")
+		if state == nil {
 			return ""
 		}
-		defer f.Close()
-		b, err := io.ReadAll(f)
+		defer state.Close()
+		defer ram.Close()
+		s, err := io.ReadAll(state)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return string(b)
+		r, err := io.ReadAll(ram)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(s) + ", " + string(r)
 	}
 	save("one", true)
 	save("two", false)
-	if got := read(); got != "one" {
+	if got := read(); got != "state one, memory one" {
 		t.Errorf("after a commit and an abort: %q", got)
 	}
 	save("three", true)
-	if got := read(); got != "three" {
+	if got := read(); got != "state three, memory three" {
 		t.Errorf("after a second commit: %q", got)
 	}
 	if tmp, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmp) > 0 {
@@ -210,15 +220,24 @@ func TestTemplatesCreate(t *testing.T) {
 	if got := read(); got != "" {
 		t.Errorf("after discard: %q", got)
 	}
+	if left, _ := os.ReadDir(dir); len(left) > 0 {
+		t.Errorf("discard left %v", left)
+	}
 	writeFile(t, tm.path("k"), "") // a save cut off by a crash after the rename
-	if tm.open("k") != nil {
+	writeFile(t, tm.ramPath("k"), "memory")
+	if state, _ := tm.open("k"); state != nil {
 		t.Error("open took an empty template")
 	}
+	writeFile(t, tm.path("k"), "state") // a state whose memory is missing
+	os.Remove(tm.ramPath("k"))
+	if state, _ := tm.open("k"); state != nil {
+		t.Error("open took a template without its memory")
+	}
 	// templates{} is what New leaves without a cache folder.
-	if _, _, _, err := (templates{}).create("k"); err == nil {
+	if _, _, _, _, err := (templates{}).create("k"); err == nil {
 		t.Error("create without a folder")
 	}
-	if (templates{}).open("k") != nil {
+	if state, _ := (templates{}).open("k"); state != nil {
 		t.Error("open without a folder")
 	}
 }

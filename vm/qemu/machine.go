@@ -514,11 +514,15 @@ func (m *Machine) reap(pr *proc) {
 func (m *Machine) finish(why error) {
 	m.cleanOnce.Do(func() {
 		m.mu.Lock()
-		d := m.virtiofsd
+		d, ram := m.virtiofsd, m.ram
+		m.ram = nil
 		m.exitErr = why
 		m.mu.Unlock()
 		if d != nil {
 			d.stop()
+		}
+		if ram != nil {
+			ram.Close()
 		}
 		if m.sess != nil {
 			m.sess.Close()
@@ -531,13 +535,6 @@ func (m *Machine) finish(why error) {
 		}
 		if m.vsockLns != nil {
 			m.vsockLns.closeAll()
-		}
-		m.mu.Lock()
-		ram := m.ram
-		m.ram = nil
-		m.mu.Unlock()
-		if ram != nil {
-			ram.Close()
 		}
 		if why != nil {
 			m.Set(vm.StateFailed)

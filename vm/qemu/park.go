@@ -40,10 +40,10 @@ var (
 // device's connections do not survive QEMU's migration), no share or a 9p
 // one (QEMU migrates a 9p device while the guest has it unmounted, which a
 // parked guest has; virtiofs's vhost-user device not at all), no disks
-// (the standard image switches its root to one during the boot), and
-// templates not turned off.
+// (the standard image switches its root to one during the boot),
+// templates not turned off, and a host with memory files (Linux).
 func (m *Machine) parks(share string) bool {
-	return m.opts.Templates != TemplatesOff && m.transport == api.TransportSerial &&
+	return haveRAMFiles && m.opts.Templates != TemplatesOff && m.transport == api.TransportSerial &&
 		(m.cfg.Share == nil || share == Share9P) && len(m.cfg.Disks) == 0
 }
 
@@ -118,8 +118,10 @@ func (m *Machine) load(ctx context.Context, p plan, accel string, state, ram *os
 	}
 	n, err := copyData(mem, ram, int64(p.MemoryMiB)<<20)
 	if err != nil {
+		// A template whose memory cannot be read is discarded, as one
+		// QEMU cannot load is.
 		mem.Close()
-		return nil, false, fmt.Errorf("qemu: start: the template's guest memory: %w", err)
+		return nil, true, fmt.Errorf("qemu: start: the template's guest memory: %w", err)
 	}
 	m.log.Debug("guest memory copied from the template", "bytes", n, "took", time.Since(began).Round(time.Microsecond))
 	pr, err = m.spawn(ctx, p, accel, launch{ram: mem, incoming: state, qmp: true})

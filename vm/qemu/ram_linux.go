@@ -9,6 +9,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// haveRAMFiles says whether this host has memory files for a parking
+// guest's RAM (newRAM): templates need them.
+const haveRAMFiles = true
+
 // newRAM makes the memory file a parking guest's RAM lives in (template.go):
 // an anonymous shared-memory file of size bytes, all of it holes until the
 // guest touches it, handed to QEMU as memory-backend-file. The host keeps

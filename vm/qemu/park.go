@@ -21,7 +21,9 @@ var (
 	// only keeps the wait from outliving a caller that has none.
 	parkTimeout = 10 * time.Minute
 	// loadTimeout bounds QEMU's load of a template until it runs the
-	// guest: tens of megabytes from a local file, 0.1-0.2 s here.
+	// guest: a few hundred KB of machine state from a local file (the
+	// guest's memory is copied before QEMU starts), 0.2-0.6 s here under
+	// TCG, most of it QEMU's own start.
 	loadTimeout = 60 * time.Second
 	// greetTimeout bounds how long a guest started from a template may
 	// take after its Wake to greet the host (the multiplexer's hello,
@@ -30,8 +32,9 @@ var (
 	// One that does not is taken for a template that restores to a broken
 	// guest: it is discarded.
 	greetTimeout = 20 * time.Second
-	// saveTimeout bounds the save of a template: 60-70 MB to a local
-	// file, 0.1-0.2 s here.
+	// saveTimeout bounds the save of a template: a few hundred KB of
+	// machine state and 55-70 MB of guest memory to local files, ~0.1 s
+	// here.
 	saveTimeout = 2 * time.Minute
 )
 

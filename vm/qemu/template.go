@@ -157,26 +157,32 @@ func (t templates) create(key string) (state, ram *os.File, commit func() error,
 		os.Remove(state.Name())
 		return nil, nil, nil, nil, err
 	}
-	files := []*os.File{ram, state} // the order of commit's renames
+	// In the order of commit's renames: the state last, as it makes the
+	// template (a memory file left alone by a crash between the two is an
+	// orphan that prune removes).
+	files := []struct {
+		f    *os.File
+		path string
+	}{{ram, t.ramPath(key)}, {state, t.path(key)}}
 	abort = func() {
-		for _, f := range files {
-			f.Close()
-			os.Remove(f.Name())
+		for _, x := range files {
+			x.f.Close()
+			os.Remove(x.f.Name())
 		}
 	}
 	commit = func() error {
-		for _, f := range files {
-			if err := f.Sync(); err != nil {
+		for _, x := range files {
+			if err := x.f.Sync(); err != nil {
 				abort()
 				return err
 			}
 		}
-		for i, f := range files {
-			if err := f.Close(); err != nil {
+		for _, x := range files {
+			if err := x.f.Close(); err != nil {
 				abort()
 				return err
 			}
-			if err := os.Rename(f.Name(), []string{t.ramPath(key), t.path(key)}[i]); err != nil {
+			if err := os.Rename(x.f.Name(), x.path); err != nil {
 				abort()
 				return err
 			}

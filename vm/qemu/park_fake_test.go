@@ -481,6 +481,27 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 // stopped at cleanup.
 func (f *parkFake) start(t *testing.T, opts Options) *Machine {
 	t.Helper()
+	// The fake's script was just written: a process another parallel
+	// test forked meanwhile may still hold it open for writing until it
+	// execs, and then exec fails with ETXTBSY (golang.org/issue/22315).
+	// Such a start never ran the fake; a new machine tries again.
+	for range 10 {
+		m, err := f.tryStart(t, opts)
+		if !errors.Is(err, syscall.ETXTBSY) {
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			return m
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("Start: the fake QEMU's script stayed busy (ETXTBSY)")
+	return nil
+}
+
+// tryStart is start's one try.
+func (f *parkFake) tryStart(t *testing.T, opts Options) (*Machine, error) {
+	t.Helper()
 	cfg := f.cfg
 	cfg.Dir = t.TempDir()
 	m, err := New(cfg, opts)
@@ -497,10 +518,7 @@ func (f *parkFake) start(t *testing.T, opts Options) *Machine {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := m.Start(ctx); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	return m
+	return m, m.Start(ctx)
 }
 
 // fakeRun is what one fake QEMU process saw.

@@ -76,7 +76,7 @@ run: deps airlock image
 
 ## test: everything: vet, darwin type-check, windows cross-build, unit tests, generated-code drift,
 ## e2e in real VMs, the web UI in Chromium, the Linux desktop app under Xvfb
-test: vet check-darwin check-windows test-unit check-proto check-wailsjs test-e2e test-security test-robust test-browser test-desktop desktop-windows
+test: vet check-darwin check-windows test-unit check-proto check-wailsjs test-e2e test-security test-user test-robust test-browser test-desktop desktop-windows
 
 vet:
 	$(GO) vet ./...
@@ -214,6 +214,19 @@ test-security: airlock
 	$(GO) run ./images/cmd/airlock-image -arch $(ARCH) -out $(IMAGE_DIR) -q
 	AIRLOCK_E2E_BIN=$(CURDIR)/bin/airlock AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) \
 		$(GO) test -count=1 -tags e2e -parallel 8 -timeout $(SECURITY_TIMEOUT) -v ./tests/security/ 2>&1 | tee /tmp/airlock-security.log | grep -E '^(\s*--- (FAIL|SKIP)|PASS|FAIL|ok|panic|\s+\S+_test.go|security|family|[a-z ]+:\s+[0-9]|  KNOWN HOLE)' ; exit $${PIPESTATUS[0]}
+
+## test-user: when make runs as root, the e2e and security suites once more as the ordinary user
+## AIRLOCK_TEST_USER (bash .ci/run creates airlock-ci), with a fresh home and folders of its own
+## (build/linux/test-as-user.sh): Airlock takes other paths for a user than for root (the share's
+## security model, the task user, virtiofs). As an ordinary user, test-e2e and test-security
+## already ran as one.
+.PHONY: test-user
+AIRLOCK_TEST_USER ?=
+test-user: airlock
+	@if [ "$$(id -u)" != 0 ]; then echo "test-user: make runs as $$(id -un), an ordinary user: test-e2e and test-security ran as one"; \
+	elif [ -z "$(AIRLOCK_TEST_USER)" ]; then echo "test-user: not run: set AIRLOCK_TEST_USER to an ordinary user (bash .ci/run creates airlock-ci)"; \
+	else set -o pipefail; AIRLOCK_E2E_BIN=$(CURDIR)/bin/airlock AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) AIRLOCK_REQUIRE_ARM64_STANDARD=1 TIMEOUT=$(E2E_TIMEOUT) \
+		build/linux/test-as-user.sh $(AIRLOCK_TEST_USER) ./tests/e2e/ ./tests/security/ 2>&1 | tee /tmp/airlock-user.log | grep -E '^(as |=== RUN|\s*--- (FAIL|SKIP)|PASS|FAIL|ok|panic|\s+\S+_test.go|security|family|  KNOWN HOLE)'; fi
 
 ## test-robust: issue 8's hostile guest, faults and load (tests/robust): a guest agent that attacks
 ## the host, QEMU/agent/service killed, the VM frozen, the log folder full, the workspace deleted,

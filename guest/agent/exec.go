@@ -85,7 +85,7 @@ func (s *Server) Exec(stream ExecStream) error {
 	}
 	p, err := s.start(sp)
 	if err != nil {
-		if derr := checkDir(sp.dir); derr != nil {
+		if derr := s.checkDir(sp); derr != nil {
 			return derr // the child's chdir failed, not its exec
 		}
 		if !errors.As(err, new(*execwire.Error)) {

@@ -143,8 +143,14 @@ func (s *Server) taskDir(cwd, home string) (string, error) {
 }
 
 // checkDir explains a failed start whose cause is the working directory,
-// which must be an existing directory; nil when dir is one.
-func checkDir(dir string) error {
+// which must be an existing directory the task's user may enter; nil when
+// it is one. The agent runs as root, so it reads the directory's owner and
+// mode and decides for the task's uid itself: the child's chdir reports the
+// same EACCES as its exec would, and "not executable" would blame the
+// program for a folder the task user cannot enter (a root-owned 0700
+// workspace shared by root).
+func (s *Server) checkDir(sp *spec) error {
+	dir := sp.dir
 	fi, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -154,7 +160,37 @@ func checkDir(dir string) error {
 	case !fi.IsDir():
 		return invalid("working directory %s is not a directory", dir)
 	}
-	return nil
+	if sp.root {
+		return nil
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || searchable(st.Uid, st.Gid, uint32(fi.Mode().Perm()), s.cfg.UID, s.cfg.GID) {
+		return nil
+	}
+	hint := ""
+	if dir == s.cfg.WorkspaceDir || strings.HasPrefix(dir, s.cfg.WorkspaceDir+"/") {
+		hint = "; the shared folder's owner and mode come from the host: give the folder to the user who runs Airlock, or run the task as root"
+	}
+	return execwire.Errorf(execwire.PermissionDenied,
+		"permission denied: the task user (uid %d) cannot enter the working directory %s (owner uid %d, gid %d, mode %04o)%s",
+		s.cfg.UID, truncate(dir, 256), st.Uid, st.Gid, fi.Mode().Perm(), hint)
+}
+
+// searchable says whether uid (with primary group gid and no others: tasks
+// have no supplementary groups) may search a directory of that owner, group
+// and permission bits, by the kernel's rule: the owner's bits for the owner,
+// else the group's for the group, else the others'.
+func searchable(owner, group, perm, uid, gid uint32) bool {
+	switch {
+	case uid == 0:
+		return true
+	case uid == owner:
+		return perm&0o100 != 0
+	case gid == group:
+		return perm&0o010 != 0
+	default:
+		return perm&0o001 != 0
+	}
 }
 
 // taskEnv is a clean default environment overridden by the request's

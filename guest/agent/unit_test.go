@@ -162,3 +162,23 @@ func TestRestrictPrivileges(t *testing.T) {
 	}
 	t.Logf("child: %s", out)
 }
+
+func TestSearchable(t *testing.T) {
+	tests := []struct {
+		owner, group, perm, uid, gid uint32
+		want                         bool
+	}{
+		{0, 0, 0o700, 1000, 1000, false}, // root's private folder
+		{0, 0, 0o755, 1000, 1000, true},  // others may search
+		{0, 0, 0o750, 1000, 0, true},     // group may search
+		{1000, 1000, 0o700, 1000, 1000, true},
+		{1000, 1000, 0o077, 1000, 1000, false}, // the owner's own bits decide, not the others'
+		{0, 1000, 0o705, 1000, 1000, false},    // the group's bits decide for the group
+		{5, 5, 0o000, 0, 0, true},              // root searches anything
+	}
+	for _, tt := range tests {
+		if got := searchable(tt.owner, tt.group, tt.perm, tt.uid, tt.gid); got != tt.want {
+			t.Errorf("searchable(owner %d, group %d, %04o, uid %d, gid %d) = %v, want %v", tt.owner, tt.group, tt.perm, tt.uid, tt.gid, got, tt.want)
+		}
+	}
+}

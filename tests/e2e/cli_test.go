@@ -257,3 +257,23 @@ func TestRunRefusesBrokenImage(t *testing.T) {
 		t.Fatalf("incomplete image: code %d stderr %q", code, errOut)
 	}
 }
+
+// TestRunFolderTaskUserCannotEnter shares a root-owned 0700 folder as root:
+// the task user (uid 1000) cannot enter /workspace, and the error must say
+// so instead of blaming the program ("sh is not executable").
+func TestRunFolderTaskUserCannotEnter(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("only root can share a folder the task user cannot enter (an ordinary user's own folder is the task user's)")
+	}
+	ws := filepath.Join(t.TempDir(), "private")
+	if err := os.Mkdir(ws, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := airlock(t, "", "run", "--workspace", ws, "--", "sh", "-c", "true")
+	if code != 126 || !strings.Contains(errOut, "cannot enter the working directory /workspace") || strings.Contains(errOut, "not executable") {
+		t.Fatalf("code %d stderr %q, want 126 and the folder named as the cause", code, errOut)
+	}
+	if code, out, errOut := airlock(t, "", "run", "--workspace", ws, "--root", "--", "sh", "-c", "echo ok"); code != 0 || out != "ok\n" {
+		t.Fatalf("--root: code %d stdout %q stderr %q", code, out, errOut)
+	}
+}

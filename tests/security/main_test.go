@@ -253,7 +253,9 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "security: write the report:", err)
 		code = 1
 	}
-	if os.Getenv("AIRLOCK_SECURITY_REPORT") == "" {
+	// The committed report is root's run, which has every attack; a user's
+	// run lacks those that need root (another host user, root's own folder).
+	if os.Getenv("AIRLOCK_SECURITY_REPORT") == "" && os.Getuid() == 0 {
 		if diff := compareReport(rep); diff != "" {
 			fmt.Printf("security: docs/security-report.md differs from this run (make security-report rewrites it): %s\n", diff)
 		}

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/guest/client"
 	"github.com/airlock-sandbox/airlock/images/manifest"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 )
 
 // TestArm64StandardImage boots the arm64 standard image (what Apple
@@ -57,7 +59,7 @@ id -u > /workspace/uid`}}, client.Stdio{Stdout: &out, Stderr: &errOut})
 		lines[2] != "rootfs=overlay" || lines[3] != "os=debian-bookworm" {
 		t.Fatalf("arm64 standard task printed %q", out.String())
 	}
-	if b, _ := os.ReadFile(filepath.Join(ws, "uid")); strings.TrimSpace(string(b)) != "1000" {
-		t.Fatalf("the task did not write the workspace as uid 1000: %q", b)
+	if b, _ := os.ReadFile(filepath.Join(ws, "uid")); strings.TrimSpace(string(b)) != fmt.Sprint(vmharness.UserUID()) {
+		t.Fatalf("the task did not write the workspace as uid %d: %q", vmharness.UserUID(), b)
 	}
 }

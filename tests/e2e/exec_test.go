@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/guest/client"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 	"github.com/airlock-sandbox/airlock/vm/qemu"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -135,8 +136,8 @@ func TestWorkspaceFilesBothWays(t *testing.T) {
 		t.Fatalf("guest→host: file differs")
 	}
 	fi, _ := os.Stat(filepath.Join(sharedWS, "out.bin"))
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && os.Getuid() == 0 && st.Uid != 1000 {
-		t.Fatalf("a file the task wrote belongs to uid %d on the host, want the folder owner 1000", st.Uid)
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != vmharness.UserUID() {
+		t.Fatalf("a file the task wrote belongs to uid %d on the host, want the folder owner %d", st.Uid, vmharness.UserUID())
 	}
 	// Nothing but the workspace is shared: the host's other folders are not there.
 	r = sh(t, shell("ls /workspace"), nil)
@@ -151,21 +152,22 @@ func TestWorkspaceFilesBothWays(t *testing.T) {
 
 // TestWorkspaceEverydayWork: what a task does with a user's folder all day
 // works through the share as it is served (as the folder's owner when the
-// tests run as root): the host's files are there as uid 1000 and editable,
+// tests run as root): the host's files are there as the owner's and editable,
 // scripts are written, made executable, run, renamed and removed, and what
 // the guest leaves behind, even as root, belongs to the folder's owner.
 func TestWorkspaceEverydayWork(t *testing.T) {
 	dir := filepath.Join(sharedWS, "everyday")
 	os.Mkdir(dir, 0o755)
 	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("from the host\n"), 0o644)
+	uid := vmharness.UserUID()
 	if os.Getuid() == 0 {
-		os.Chown(dir, 1000, 1000)
-		os.Chown(filepath.Join(dir, "notes.txt"), 1000, 1000)
+		os.Chown(dir, int(uid), int(uid))
+		os.Chown(filepath.Join(dir, "notes.txt"), int(uid), int(uid))
 	}
 	r := sh(t, shell(`cd /workspace/everyday && stat -c '%u %a' notes.txt && cat notes.txt && echo edited >> notes.txt &&
 		printf '#!/bin/sh\necho ran\n' > job.sh && chmod +x job.sh && ./job.sh && mkdir -p bin/x && mv job.sh bin/x/run.sh &&
 		bin/x/run.sh && echo gone > tmp.txt && rm tmp.txt && rmdir bin/x 2>/dev/null; ls -R`), nil)
-	if want := "1000 644\nfrom the host\nran\nran\n.:\nbin\nnotes.txt\n\n./bin:\nx\n\n./bin/x:\nrun.sh\n"; r.Stdout != want {
+	if want := fmt.Sprint(uid) + " 644\nfrom the host\nran\nran\n.:\nbin\nnotes.txt\n\n./bin:\nx\n\n./bin/x:\nrun.sh\n"; r.Stdout != want {
 		t.Fatalf("everyday work in the workspace:\n%s\nwant stdout %q", r, want)
 	}
 	r = sh(t, client.Spec{Argv: []string{"sh", "-c", "echo by-root > /workspace/everyday/root.txt"}, Root: true}, nil)
@@ -182,15 +184,15 @@ func TestWorkspaceEverydayWork(t *testing.T) {
 			continue
 		}
 		st := fi.Sys().(*syscall.Stat_t)
-		if fi.Mode().Perm() != perm || (os.Getuid() == 0 && st.Uid != 1000) {
-			t.Errorf("the host sees %s as %v owned by %d, want %v owned by the folder's owner 1000", name, fi.Mode(), st.Uid, perm)
+		if fi.Mode().Perm() != perm || st.Uid != uid {
+			t.Errorf("the host sees %s as %v owned by %d, want %v owned by the folder's owner %d", name, fi.Mode(), st.Uid, perm, uid)
 		}
 	}
 }
 
 func TestUnprivilegedByDefault(t *testing.T) {
 	r := sh(t, shell("id -u; id -g; grep NoNewPrivs /proc/self/status | tr -d ' \t'"), nil)
-	if r.Stdout != "1000\n1000\nNoNewPrivs:1\n" {
+	if want := fmt.Sprintf("%d\n%d\nNoNewPrivs:1\n", vmharness.UserUID(), vmharness.UserUID()); r.Stdout != want {
 		t.Fatalf("default task identity: %q", r.Stdout)
 	}
 	r = sh(t, client.Spec{Argv: []string{"id", "-u"}, Root: true}, nil)

@@ -29,6 +29,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/workspace"
 	"github.com/airlock-sandbox/airlock/guest/client"
 	"github.com/airlock-sandbox/airlock/images/manifest"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 )
 
 // The standard image's scenarios share one booted standard VM (started by
@@ -154,7 +155,8 @@ if touch /usr/bin/x 2>/dev/null; then echo "user wrote /usr/bin"; exit 1; fi
 ls /usr/lib/x86_64-linux-gnu/libxml2.so.2 /usr/lib/*/libjpeg.so.62 >/dev/null
 `)
 	mustOK(t, r, "tools")
-	for _, want := range []string{"os=debian-bookworm", "user=1000:1000 home=/home/agent", "rootfs=overlay", "python OpenSSL", "[1,2]", "hi\n"} {
+	ids := fmt.Sprintf("user=%d:%d home=/home/agent", vmharness.UserUID(), vmharness.UserUID())
+	for _, want := range []string{"os=debian-bookworm", ids, "rootfs=overlay", "python OpenSSL", "[1,2]", "hi\n"} {
 		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, r.Stdout)
 		}

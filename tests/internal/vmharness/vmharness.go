@@ -53,6 +53,16 @@ func FromEnv(suite string) (Env, error) {
 // TaskUID is the uid a user's folder belongs to when the suites run as root.
 const TaskUID = 1000
 
+// UserUID is the uid of the guest's task user, which Airlock gives the
+// shared folder's owner: TaskUID when the suites run as root (they give
+// their folders to it), else the uid of the user running them.
+func UserUID() uint32 {
+	if os.Getuid() == 0 {
+		return TaskUID
+	}
+	return uint32(os.Getuid())
+}
+
 // OwnedByTaskUser makes dir belong to uid 1000 when the tests run as root,
 // as a user's own folder would (the guest's task user then gets that uid),
 // and returns it canonicalised, as Airlock shares it.

@@ -65,7 +65,12 @@ func configure(d Description) (*vz.VirtualMachineConfiguration, error) {
 	if len(d.Disks) > 0 {
 		var disks []vz.StorageDeviceConfiguration
 		for _, disk := range d.Disks {
-			att, err := vz.NewDiskImageStorageDeviceAttachment(disk.Path, disk.ReadOnly)
+			caching, sync, err := diskModes(disk)
+			if err != nil {
+				return nil, fmt.Errorf("disk %s: %w", disk.Path, err)
+			}
+			// macOS 12 and later: older ones get vz.ErrUnsupportedOSVersion.
+			att, err := vz.NewDiskImageStorageDeviceAttachmentWithCacheAndSync(disk.Path, disk.ReadOnly, caching, sync)
 			if err != nil {
 				return nil, fmt.Errorf("disk %s: %w", disk.Path, err)
 			}
@@ -114,6 +119,25 @@ func configure(d Description) (*vz.VirtualMachineConfiguration, error) {
 		return nil, fmt.Errorf("%w: the framework refused the configuration: %w (the executable must be signed with the com.apple.security.virtualization entitlement: see build/darwin)", vm.ErrInvalidConfig, err)
 	}
 	return conf, nil
+}
+
+// diskModes are d's modes in vz's terms (see DiskCached).
+func diskModes(d DiskDevice) (vz.DiskImageCachingMode, vz.DiskImageSynchronizationMode, error) {
+	var c vz.DiskImageCachingMode
+	var s vz.DiskImageSynchronizationMode
+	switch d.Caching {
+	case DiskCached:
+		c = vz.DiskImageCachingModeCached
+	default:
+		return 0, 0, fmt.Errorf("unknown caching mode %q", d.Caching)
+	}
+	switch d.Sync {
+	case DiskFsync:
+		s = vz.DiskImageSynchronizationModeFsync
+	default:
+		return 0, 0, fmt.Errorf("unknown synchronization mode %q", d.Sync)
+	}
+	return c, s, nil
 }
 
 // toEvent maps the framework's state to an event.

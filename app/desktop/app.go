@@ -3,6 +3,7 @@ package desktop
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime"
@@ -29,6 +30,11 @@ type Config struct {
 // CloseTimeout bounds the service's shutdown on quit: stopping the VM in
 // order, then killing it.
 const CloseTimeout = 20 * time.Second
+
+// backgroundWait bounds how long Close waits for the background work
+// (control socket, VM start, tray updates) after cancelling it; the
+// process is quitting, so work that does not end by then is left behind.
+const backgroundWait = 5 * time.Second
 
 // App is the desktop app over the host core: the window's handler, the
 // Wails lifecycle hooks, and the actions of the tray and the bindings.
@@ -119,12 +125,19 @@ func (a *App) goBackground(f func()) {
 // Shutdown is Wails' OnShutdown: see Close.
 func (a *App) Shutdown() { a.Close() }
 
-// Close stops the background work and closes the service the app owns,
-// VM included; a service the app only connected to keeps running. It is
-// safe to call more than once.
+// Close stops the tray and the background work and closes the service the
+// app owns, VM included; a service the app only connected to keeps
+// running. Every wait in it is bounded: it returns within CloseTimeout
+// plus backgroundWait (and a second) whatever hangs. It is safe to call
+// more than once.
+//
+// Wails calls it (OnShutdown) on the main thread after its run loop has
+// stopped, so the tray stops first: on macOS a tray update waits for that
+// thread and would never end (see tray).
 func (a *App) Close() error {
 	var err error
 	a.closed.Do(func() {
+		a.tray.stop()
 		a.mu.Lock()
 		cancel := a.cancel
 		a.mu.Unlock()
@@ -134,14 +147,39 @@ func (a *App) Close() error {
 		if a.be.svc != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
 			defer cancel()
-			err = a.be.svc.Close(ctx)
+			errc := make(chan error, 1)
+			if within(CloseTimeout+time.Second, func() { errc <- a.be.svc.Close(ctx) }) {
+				err = <-errc
+			} else {
+				err = fmt.Errorf("desktop: the service did not close within %s; quitting anyway", CloseTimeout)
+			}
 		}
 		if a.be.socket != nil {
 			a.be.socket.Close() // Serve closed it if Startup ran
 		}
-		a.bg.Wait()
+		if !within(backgroundWait, a.bg.Wait) {
+			a.log.Warn("background work did not end; quitting anyway", "waited", backgroundWait)
+		}
 	})
 	return err
+}
+
+// within runs f and reports whether it returned within d; f runs on
+// (and is left behind) when it did not.
+func within(d time.Duration, f func()) bool {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 func (a *App) runtime() Runtime {

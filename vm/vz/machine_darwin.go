@@ -2,6 +2,7 @@ package vz
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -35,6 +36,7 @@ const forceStopWait = 5 * time.Second
 type Machine struct {
 	vm.StateHub
 	desc Description
+	lim  Limits
 	opts Options
 	log  *slog.Logger
 	vm   *vz.VirtualMachine
@@ -53,7 +55,8 @@ type Machine struct {
 // until Start. A kernel the framework cannot boot, a size outside this
 // Mac's limits, or a missing entitlement is reported here.
 func New(cfg vm.Config, opts Options) (*Machine, error) {
-	d, err := Describe(cfg, runtime.GOARCH, hostLimits())
+	lim := hostLimits()
+	d, err := Describe(cfg, runtime.GOARCH, lim)
 	if err != nil {
 		return nil, err
 	}
@@ -74,18 +77,18 @@ func New(cfg vm.Config, opts Options) (*Machine, error) {
 	f.Close()
 	conf, err := configure(d)
 	if err != nil {
-		return nil, fmt.Errorf("vz: %w", err)
+		return nil, explainConfigure(err, lim)
 	}
 	v, err := vz.NewVirtualMachine(conf)
 	if err != nil {
-		return nil, fmt.Errorf("vz: create the virtual machine: %w", err)
+		return nil, explain("create the virtual machine", err, errors.Is(err, vz.ErrUnsupportedOSVersion), false, lim)
 	}
 	socks := v.SocketDevices()
 	if len(socks) != 1 {
 		return nil, fmt.Errorf("vz: the virtual machine has %d virtio-socket devices, want 1", len(socks))
 	}
 	m := &Machine{
-		desc: d, opts: opts, log: cfg.Log().With("backend", "vz"),
+		desc: d, lim: lim, opts: opts, log: cfg.Log().With("backend", "vz"),
 		vm: v, sock: socks[0],
 		listeners: map[uint32]*listener{},
 		exited:    make(chan struct{}),
@@ -138,7 +141,7 @@ func (m *Machine) Start(ctx context.Context) error {
 	select {
 	case err := <-errc:
 		if err != nil {
-			err = fmt.Errorf("vz: start: %w", err)
+			err = explain("start", err, errors.Is(err, vz.ErrUnsupportedOSVersion), false, m.lim)
 			m.finish(err)
 			return err
 		}

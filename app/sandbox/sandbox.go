@@ -220,6 +220,9 @@ func start(ctx context.Context, o Options, initBy time.Duration) (_ *Sandbox, er
 	}
 	readyL, err := s.m.Listen(api.PortReady)
 	if err != nil {
+		// The machine exists before it boots (vz creates the framework's
+		// VM in New): only Stop releases it.
+		s.stopMachine()
 		return nil, fmt.Errorf("sandbox: listen for readiness: %w", err)
 	}
 	defer readyL.Close()

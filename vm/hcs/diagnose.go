@@ -27,6 +27,9 @@ var (
 	ErrServiceDenied       = errors.New("the Airlock VM service refused this account: it serves interactive users only; sign in to Windows as yourself (not through a network or service logon) and run Airlock again")
 	ErrBootFilesAccess     = errors.New("the VM cannot read its kernel or initramfs: Windows refused to grant the VM access to the guest image; reinstall Airlock so the image sits in its install folder on a local NTFS drive")
 	ErrPlan9Mount          = errors.New("the guest could not mount the workspace over Plan9: a known Windows update broke Plan9 shares for Hyper-V guests; install the latest Windows update and restart, and check that the folder is on a local NTFS drive")
+	ErrDiskRefused         = errors.New("a VM disk file is compressed, encrypted or sparse and Hyper-V refused it: " +
+		"in Explorer, open Properties > Advanced of %LOCALAPPDATA%\\Airlock (and of Airlock's install folder) and clear \"Compress contents\" and \"Encrypt contents\" for the folder and its files, " +
+		"then install the latest Windows update and run Airlock again")
 )
 
 // HRESULT is a Windows status code as HCS returns it.
@@ -46,6 +49,11 @@ const (
 	hrServiceNotAvailable  HRESULT = 0x80370114 // HCS_E_SERVICE_NOT_AVAILABLE
 	hrOperationTimeout     HRESULT = 0x80370118 // HCS_E_OPERATION_TIMEOUT
 	hrHvNotPresent         HRESULT = 0xC0351000 // HV_E_NOT_PRESENT: no hypervisor running
+	// hrVirtualDiskLimitation is ERROR_VIRTUAL_DISK_LIMITATION (winerror.h;
+	// golang.org/x/sys/windows zerrors_windows.go): "Virtual hard disk files
+	// must be uncompressed and unencrypted and must not be sparse"
+	// (microsoft/WSL#4103), unless the attachment allows them.
+	hrVirtualDiskLimitation HRESULT = 0xC03A001A
 )
 
 var hrNames = map[HRESULT]string{
@@ -54,6 +62,7 @@ var hrNames = map[HRESULT]string{
 	hrHyperVNotInstalled: "HCS_E_HYPERV_NOT_INSTALLED", hrSystemNotFound: "HCS_E_SYSTEM_NOT_FOUND",
 	hrSystemAlreadyStopped: "HCS_E_SYSTEM_ALREADY_STOPPED", hrServiceNotAvailable: "HCS_E_SERVICE_NOT_AVAILABLE",
 	hrOperationTimeout: "HCS_E_OPERATION_TIMEOUT", hrHvNotPresent: "HV_E_NOT_PRESENT",
+	hrVirtualDiskLimitation: "ERROR_VIRTUAL_DISK_LIMITATION",
 }
 
 func (h HRESULT) String() string {
@@ -126,6 +135,8 @@ func diagnosis(op string, hr HRESULT) error {
 		return ErrPlatformMissing
 	case hrProcNotFound:
 		return ErrWindowsTooOld
+	case hrVirtualDiskLimitation:
+		return ErrDiskRefused
 	}
 	switch op {
 	case OpGrant:

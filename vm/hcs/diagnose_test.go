@@ -30,6 +30,8 @@ func TestDiagnose(t *testing.T) {
 		{OpStart, 0x80070005, ErrBootFilesAccess},
 		{OpCreate, 0x80070002, ErrBootFilesAccess},
 		{OpCreate, 0x80070003, ErrBootFilesAccess},
+		{OpCreate, 0xC03A001A, ErrDiskRefused}, // a sparse, compressed or encrypted VHD
+		{OpStart, 0xC03A001A, ErrDiskRefused},
 		{OpModify, 0x80070005, nil},
 		{OpTerminate, 0x80370110, nil},
 		{OpCreate, 0x8037010D, nil},
@@ -59,7 +61,7 @@ func TestDiagnose(t *testing.T) {
 // TestSentinels: every diagnosis is distinct, says what to do, and the
 // platform ones count as "no hypervisor" for callers that only know vm.
 func TestSentinels(t *testing.T) {
-	all := []error{ErrPlatformMissing, ErrWindowsTooOld, ErrServiceNotInstalled, ErrServiceNotRunning, ErrServiceDenied, ErrBootFilesAccess, ErrPlan9Mount}
+	all := []error{ErrPlatformMissing, ErrWindowsTooOld, ErrServiceNotInstalled, ErrServiceNotRunning, ErrServiceDenied, ErrBootFilesAccess, ErrPlan9Mount, ErrDiskRefused}
 	for i, a := range all {
 		for j, b := range all {
 			if i != j && errors.Is(a, b) {

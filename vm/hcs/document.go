@@ -117,7 +117,12 @@ func Document(s Spec) ComputeSystem {
 	if len(s.Disks) > 0 {
 		att := map[string]Attachment{}
 		for i, disk := range s.Disks {
-			att[strconv.Itoa(i)] = Attachment{Type: "VirtualDisk", Path: disk.Path, ReadOnly: disk.ReadOnly}
+			// The persistent disk is a sparse file; the flags are WSL's
+			// (see Attachment).
+			att[strconv.Itoa(i)] = Attachment{
+				Type: "VirtualDisk", Path: disk.Path, ReadOnly: disk.ReadOnly,
+				SupportCompressedVolumes: true, AlwaysAllowSparseFiles: true, SupportEncryptedFiles: true,
+			}
 		}
 		d.Scsi = map[string]Scsi{"0": {Attachments: att}}
 	}

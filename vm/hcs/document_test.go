@@ -92,6 +92,11 @@ func checkDocument(t *testing.T, s Spec, d ComputeSystem) {
 		if a.Type != "VirtualDisk" || a.Path != disk.Path || a.ReadOnly != disk.ReadOnly {
 			t.Errorf("LUN %d: %+v, want %+v", i, a, disk)
 		}
+		// Hyper-V refuses a sparse (or compressed, or encrypted) VHD
+		// without these: 0xC03A001A.
+		if !a.AlwaysAllowSparseFiles || !a.SupportCompressedVolumes || !a.SupportEncryptedFiles {
+			t.Errorf("LUN %d refuses sparse, compressed or encrypted files: %+v", i, a)
+		}
 	}
 	if d.VirtualMachine.ComputeTopology.Memory.SizeInMB%2 != 0 {
 		t.Error("memory is not a multiple of 2 MB")

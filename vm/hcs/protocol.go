@@ -131,6 +131,7 @@ const (
 	CodePlatform     Code = "platform"        // ErrPlatformMissing
 	CodeTooOld       Code = "windows_too_old" // ErrWindowsTooOld
 	CodeBootFiles    Code = "boot_files"      // ErrBootFilesAccess
+	CodeDisk         Code = "disk_refused"    // ErrDiskRefused
 	CodeNotRunning   Code = "not_running"     // vm.ErrNotRunning
 	CodeAlreadyStart Code = "already_started"
 	CodeInternal     Code = "internal"
@@ -153,6 +154,7 @@ var codeErrors = []struct {
 	{CodePlatform, ErrPlatformMissing},
 	{CodeTooOld, ErrWindowsTooOld},
 	{CodeBootFiles, ErrBootFilesAccess},
+	{CodeDisk, ErrDiskRefused},
 	{CodeNotRunning, vm.ErrNotRunning},
 	{CodeAlreadyStart, vm.ErrAlreadyStarted},
 	{CodeInvalid, vm.ErrInvalidConfig},

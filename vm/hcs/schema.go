@@ -83,6 +83,16 @@ type Attachment struct {
 	Type     string `json:"Type,omitempty"`
 	Path     string `json:"Path,omitempty"`
 	ReadOnly bool   `json:"ReadOnly,omitempty"`
+	// Without these three, Hyper-V refuses a VHD file that is sparse,
+	// NTFS-compressed or EFS-encrypted with 0xC03A001A
+	// (ERROR_VIRTUAL_DISK_LIMITATION, microsoft/WSL#4103). WSL sets all
+	// three on every disk it attaches (microsoft/WSL
+	// src/windows/common/hcs.cpp AddVhd, src/windows/common/hcs_schema.h
+	// Attachment); hcsshim's internal/hcs/schema2/attachment.go has the
+	// first two under the same keys.
+	SupportCompressedVolumes bool `json:"SupportCompressedVolumes,omitempty"`
+	AlwaysAllowSparseFiles   bool `json:"AlwaysAllowSparseFiles,omitempty"`
+	SupportEncryptedFiles    bool `json:"SupportEncryptedFiles,omitempty"`
 }
 
 // ComPort connects a serial port to a named pipe.

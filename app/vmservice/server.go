@@ -318,7 +318,7 @@ func (s *Server) start(ctx context.Context, m *machine, c Caller) error {
 		return err
 	}
 	if m.plan.SharePath != "" {
-		req := hcs.AddPlan9Share(m.plan.SharePath, m.plan.ShareReadOnly)
+		req := hcs.AddPlan9Share(m.plan.SharePath, m.plan.ShareReadOnly, c.Token != 0)
 		if err := m.sys.Modify(ctx, req, c.Token); err != nil {
 			_ = m.sys.Terminate(ctx)
 			return fmt.Errorf("vmservice: share %s: %w", m.plan.SharePath, err)

@@ -67,7 +67,9 @@ func TestServerLifecycle(t *testing.T) {
 		t.Fatalf("share not added with the caller's token: %+v %v", sys.modifies, sys.identity)
 	}
 	share := sys.modifies[0].Settings.(hcs.Plan9Share)
-	if share.Path != project || share.Flags != 0x4 || share.Port != 564 {
+	// LinuxMetadata (0x4) and, with the caller's token, UseShareRootIdentity
+	// (0x10), as WSL's AddPlan9Share.
+	if share.Path != project || share.Flags != 0x14 || share.Port != 564 {
 		t.Errorf("share %+v", share)
 	}
 	if err := sess.Start(ctx); !errors.Is(err, vm.ErrAlreadyStarted) {

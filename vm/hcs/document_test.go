@@ -137,17 +137,24 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 }
 
+// TestAddPlan9ShareGolden: the service adds the share with the user's
+// token, so the flags are LinuxMetadata|UseShareRootIdentity (0x14), plus
+// ReadOnly (0x15).
 func TestAddPlan9ShareGolden(t *testing.T) {
 	for _, ro := range []bool{false, true} {
 		name := "plan9-add.json"
 		if ro {
 			name = "plan9-add-ro.json"
 		}
-		got, err := json.MarshalIndent(AddPlan9Share(`D:\work\project`, ro), "", "  ")
+		got, err := json.MarshalIndent(AddPlan9Share(`D:\work\project`, ro, true), "", "  ")
 		if err != nil {
 			t.Fatal(err)
 		}
 		golden(t, name, append(got, '\n'))
+	}
+	// Without a token there is no identity to use.
+	if f := AddPlan9Share(`D:\work\project`, false, false).Settings.(Plan9Share).Flags; f != plan9LinuxMetadata {
+		t.Errorf("flags without a token: %#x", f)
 	}
 }
 

@@ -145,7 +145,15 @@ func Document(s Spec) ComputeSystem {
 				KernelCmdLine:  s.KernelCmdline(),
 			}},
 			ComputeTopology: &Topology{
-				Memory:    &Memory{SizeInMB: MemorySizeMB(s.MemoryMiB)},
+				// Memory is not pinned: pagefile-backed and committed on
+				// first touch, as WSL's VMs (microsoft/WSL
+				// src/windows/service/exe/WslCoreVm.cpp sets
+				// AllowOvercommit and EnableDeferredCommit).
+				Memory: &Memory{
+					SizeInMB:             MemorySizeMB(s.MemoryMiB),
+					AllowOvercommit:      true,
+					EnableDeferredCommit: true,
+				},
 				Processor: &Processor{Count: uint32(s.CPUs)},
 			},
 			Devices: d,

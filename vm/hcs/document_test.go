@@ -98,8 +98,12 @@ func checkDocument(t *testing.T, s Spec, d ComputeSystem) {
 			t.Errorf("LUN %d refuses sparse, compressed or encrypted files: %+v", i, a)
 		}
 	}
-	if d.VirtualMachine.ComputeTopology.Memory.SizeInMB%2 != 0 {
+	mem := d.VirtualMachine.ComputeTopology.Memory
+	if mem.SizeInMB%2 != 0 {
 		t.Error("memory is not a multiple of 2 MB")
+	}
+	if !mem.AllowOvercommit || !mem.EnableDeferredCommit {
+		t.Errorf("memory is pinned: %+v", mem)
 	}
 	// The guest must read back exactly what the host meant.
 	cl := d.VirtualMachine.Chipset.LinuxKernelDirect.KernelCmdLine

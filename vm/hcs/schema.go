@@ -48,9 +48,18 @@ type Topology struct {
 	Processor *Processor `json:"Processor,omitempty"`
 }
 
-// Memory is the VM's memory.
+// Memory is the VM's memory (hcsshim's VirtualMachineMemory,
+// internal/hcs/schema2/virtual_machine_memory.go).
 type Memory struct {
 	SizeInMB uint64 `json:"SizeInMB,omitempty"`
+	// AllowOvercommit backs guest memory with the host's pagefile instead
+	// of pinned physical pages, so a VM starts when free RAM is short and
+	// its memory can be trimmed and paged like a process's.
+	AllowOvercommit bool `json:"AllowOvercommit,omitempty"`
+	// EnableDeferredCommit charges commit for a page only when the guest
+	// first touches it (needs AllowOvercommit: hcsshim
+	// internal/uvm/create.go refuses it on physically backed VMs).
+	EnableDeferredCommit bool `json:"EnableDeferredCommit,omitempty"`
 }
 
 // Processor is the VM's virtual processors.

@@ -139,7 +139,7 @@ func Document(s Spec) ComputeSystem {
 		ShouldTerminateOnLastHandleClosed: true,
 		VirtualMachine: &VirtualMachine{
 			StopOnReset: true,
-			Chipset: &Chipset{LinuxKernelDirect: &LinuxKernelDirect{
+			Chipset: &Chipset{UseUtc: true, LinuxKernelDirect: &LinuxKernelDirect{
 				KernelFilePath: s.Kernel,
 				InitRdPath:     s.Initrd,
 				KernelCmdLine:  s.KernelCmdline(),

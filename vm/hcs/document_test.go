@@ -105,6 +105,9 @@ func checkDocument(t *testing.T, s Spec, d ComputeSystem) {
 	if !mem.AllowOvercommit || !mem.EnableDeferredCommit {
 		t.Errorf("memory is pinned: %+v", mem)
 	}
+	if !d.VirtualMachine.Chipset.UseUtc {
+		t.Error("the RTC keeps local time; the guest reads it as UTC")
+	}
 	// The guest must read back exactly what the host meant.
 	cl := d.VirtualMachine.Chipset.LinuxKernelDirect.KernelCmdLine
 	got, err := api.ParseCmdline(cl)

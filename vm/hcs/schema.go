@@ -32,6 +32,12 @@ type VirtualMachine struct {
 
 // Chipset selects the boot path; Airlock boots the kernel directly.
 type Chipset struct {
+	// UseUtc makes the virtual RTC keep UTC, which is what a Linux guest
+	// reads it as (the default is local time). WSL sets it on every VM
+	// (microsoft/WSL src/windows/service/exe/WslCoreVm.cpp,
+	// vmSettings.Chipset.UseUtc); the key is hcsshim's
+	// internal/hcs/schema2/chipset.go.
+	UseUtc            bool               `json:"UseUtc,omitempty"`
 	LinuxKernelDirect *LinuxKernelDirect `json:"LinuxKernelDirect,omitempty"`
 }
 

@@ -173,6 +173,9 @@ func (h *fakeHCS) Orphans(context.Context) ([]string, error) {
 }
 
 func (h *fakeHCS) TerminateOrphan(_ context.Context, id string) error {
+	if err := h.fail("terminate"); err != nil {
+		return err
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.killed = append(h.killed, id)

@@ -99,7 +99,7 @@ func (s *Server) Sweep(ctx context.Context) error {
 		if live {
 			continue
 		}
-		if err := s.HCS.TerminateOrphan(ctx, id); err != nil && !hcs.IsNotFound(err) && !hcs.IsAlreadyStopped(err) {
+		if err := s.HCS.TerminateOrphan(ctx, id); err != nil && !hcs.TerminateSettled(err) {
 			errs = append(errs, fmt.Errorf("%s: %w", id, err))
 			continue
 		}
@@ -333,7 +333,7 @@ func (s *Server) stop(ctx context.Context, m *machine) error {
 		return nil
 	default:
 	}
-	if err := m.sys.Terminate(ctx); err != nil && !hcs.IsAlreadyStopped(err) && !hcs.IsNotFound(err) {
+	if err := m.sys.Terminate(ctx); err != nil && !hcs.TerminateSettled(err) {
 		return err
 	}
 	return nil

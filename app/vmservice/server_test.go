@@ -196,6 +196,18 @@ func TestServerRefusals(t *testing.T) {
 			t.Error("a VM without its workspace keeps running")
 		}
 	})
+	t.Run("out of resources at start", func(t *testing.T) {
+		hs := newHarness(t)
+		hs.h.failWith["start"] = hcs.Diagnose(hcs.OpStart, 0x800705AA, "") // ERROR_NO_SYSTEM_RESOURCES
+		sess, _, err := hs.client(aliceCaller()).Create(ctx, goodRequest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		if err := sess.Start(ctx); !errors.Is(err, hcs.ErrOutOfResources) {
+			t.Fatalf("start = %v", err)
+		}
+	})
 	t.Run("wrong version", func(t *testing.T) {
 		hs := newHarness(t)
 		a, b := net.Pipe()
@@ -222,6 +234,28 @@ func TestServerRefusals(t *testing.T) {
 	})
 }
 
+// TestStopPending: HCS answering a terminate with "operation pending"
+// (hcsshim ErrVmcomputeOperationPending) is ending the VM already.
+func TestStopPending(t *testing.T) {
+	ctx := context.Background()
+	hs := newHarness(t)
+	sess, info, err := hs.client(aliceCaller()).Create(ctx, goodRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if err := sess.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hs.h.mu.Lock()
+	hs.h.failWith["terminate"] = hcs.Diagnose(hcs.OpTerminate, 0xC0370103, "")
+	hs.h.mu.Unlock()
+	if err := sess.Stop(ctx); err != nil {
+		t.Fatalf("stop = %v", err)
+	}
+	hs.h.system(info.ID).powerOff(hcs.Exit{Type: "ForcedExit"}) // the pending terminate ends
+}
+
 func TestSweep(t *testing.T) {
 	hs := newHarness(t)
 	hs.h.orphans = []string{"0e8bd9a0-1b7c-4d6f-9a3b-2c1d0e9f8a7b", "1e8bd9a0-1b7c-4d6f-9a3b-2c1d0e9f8a7b"}
@@ -230,6 +264,12 @@ func TestSweep(t *testing.T) {
 	}
 	if len(hs.h.killed) != 2 {
 		t.Fatalf("killed %v", hs.h.killed)
+	}
+	// An orphan gone by the time it is terminated, in the code hcsshim
+	// knows (ErrComputeSystemDoesNotExist), is not a failure.
+	hs.h.failWith["terminate"] = hcs.Diagnose(hcs.OpTerminate, 0xC037010E, "")
+	if err := hs.srv.Sweep(context.Background()); err != nil {
+		t.Fatalf("sweep with the orphan gone: %v", err)
 	}
 }
 

@@ -316,14 +316,15 @@ func (s *System) Modify(ctx context.Context, request []byte, identity windows.To
 	return err
 }
 
-// Terminate ends the system at once. A system that had stopped already is
-// not an error.
+// Terminate ends the system at once. A system that is gone, had stopped
+// already, or is being terminated already is not an error
+// (hcs.TerminateSettled).
 func (s *System) Terminate(ctx context.Context) error {
 	_, err := withOperation(hcs.OpTerminate, func(op uintptr) uintptr {
 		r, _, _ := procTerminateComputeSystem.Call(s.handle, op, 0)
 		return r
 	})
-	if err != nil && (hcs.IsAlreadyStopped(err) || hcs.IsNotFound(err)) {
+	if hcs.TerminateSettled(err) {
 		return nil
 	}
 	return err

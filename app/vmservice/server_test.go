@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/vm"
 	"github.com/airlock-sandbox/airlock/vm/hcs"
@@ -206,6 +207,26 @@ func TestServerRefusals(t *testing.T) {
 		defer sess.Close()
 		if err := sess.Start(ctx); !errors.Is(err, hcs.ErrOutOfResources) {
 			t.Fatalf("start = %v", err)
+		}
+	})
+	t.Run("start never finishes", func(t *testing.T) {
+		hs := newHarness(t)
+		hs.srv.OpTimeout = 100 * time.Millisecond
+		hs.h.hangStart = true
+		sess, info, err := hs.client(aliceCaller()).Create(ctx, goodRequest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		start := time.Now()
+		if err := sess.Start(ctx); err == nil || !strings.Contains(err.Error(), "deadline") {
+			t.Fatalf("start = %v", err)
+		}
+		if el := time.Since(start); el > 2*time.Second {
+			t.Errorf("start took %v with a 100ms bound", el)
+		}
+		if st, err := sess.Status(ctx); err != nil || st.ID != info.ID {
+			t.Errorf("the connection is not served after a bounded start: %+v %v", st, err)
 		}
 	})
 	t.Run("wrong version", func(t *testing.T) {

@@ -115,7 +115,9 @@ type fakeHCS struct {
 	orphans  []string
 	killed   []string
 	failWith map[string]error // op -> error
-	docs     []hcs.ComputeSystem
+	// hangStart makes Start wait for its context (up to 3s).
+	hangStart bool
+	docs      []hcs.ComputeSystem
 }
 
 func newFakeHCS() *fakeHCS {
@@ -173,6 +175,9 @@ func (h *fakeHCS) Orphans(context.Context) ([]string, error) {
 }
 
 func (h *fakeHCS) TerminateOrphan(_ context.Context, id string) error {
+	if err := h.fail("terminate"); err != nil {
+		return err
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.killed = append(h.killed, id)
@@ -207,9 +212,17 @@ type fakeSystem struct {
 
 func (s *fakeSystem) RuntimeID() string { return s.runtimeID }
 
-func (s *fakeSystem) Start(context.Context) error {
+func (s *fakeSystem) Start(ctx context.Context) error {
 	if err := s.h.fail("start"); err != nil {
 		return err
+	}
+	if s.h.hangStart {
+		// HCS never finishing the operation: only ctx ends the wait.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(3 * time.Second):
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

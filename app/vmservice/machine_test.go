@@ -331,6 +331,9 @@ func TestMachineUnexpectedExit(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "UnexpectedExit") || !strings.Contains(err.Error(), "0x80370106") {
 		t.Fatalf("Wait = %v", err)
 	}
+	if !errors.Is(err, hcs.ErrUnexpectedExit) {
+		t.Errorf("no diagnosis: %v", err)
+	}
 	if r.m.State() != vm.StateFailed {
 		t.Errorf("state %s", r.m.State())
 	}

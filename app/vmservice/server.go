@@ -61,6 +61,11 @@ type Server struct {
 	// FirstRequest bounds the wait for a connection's first request; zero
 	// means 30s.
 	FirstRequest time.Duration
+	// OpTimeout bounds each HCS call the service makes (create, start
+	// with its share, stop, each orphan's terminate): the computecore
+	// bindings cancel an operation whose context ends. Zero means 2
+	// minutes.
+	OpTimeout time.Duration
 
 	mu  sync.Mutex
 	vms map[string]*machine
@@ -77,6 +82,17 @@ type machine struct {
 	started bool
 }
 
+// opContext bounds one HCS call. It is not cancelled with ctx alone (the
+// service stopping), so a call that cleans up still runs; the deadline
+// bounds it.
+func (s *Server) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := s.OpTimeout
+	if d == 0 {
+		d = 2 * time.Minute
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
 func (s *Server) log() *slog.Logger {
 	if s.Log == nil {
 		return slog.New(slog.DiscardHandler)
@@ -87,7 +103,9 @@ func (s *Server) log() *slog.Logger {
 // Sweep terminates every Airlock VM HCS still has: at service start there
 // is no session, so any is an orphan of a crash.
 func (s *Server) Sweep(ctx context.Context) error {
-	ids, err := s.HCS.Orphans(ctx)
+	octx, cancel := s.opContext(ctx)
+	ids, err := s.HCS.Orphans(octx)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("vmservice: sweep: %w", err)
 	}
@@ -99,7 +117,10 @@ func (s *Server) Sweep(ctx context.Context) error {
 		if live {
 			continue
 		}
-		if err := s.HCS.TerminateOrphan(ctx, id); err != nil && !hcs.IsNotFound(err) && !hcs.IsAlreadyStopped(err) {
+		octx, cancel := s.opContext(ctx)
+		err := s.HCS.TerminateOrphan(octx, id)
+		cancel()
+		if err != nil && !hcs.TerminateSettled(err) {
 			errs = append(errs, fmt.Errorf("%s: %w", id, err))
 			continue
 		}
@@ -278,6 +299,8 @@ func (s *Server) create(ctx context.Context, c Caller, req hcs.CreateRequest) (_
 		}
 	}()
 
+	ctx, cancel := s.opContext(ctx)
+	defer cancel()
 	sys, err := s.HCS.Create(ctx, id, hcs.Document(plan.Spec))
 	if err != nil {
 		return nil, err
@@ -314,13 +337,17 @@ func (s *Server) start(ctx context.Context, m *machine, c Caller) error {
 		return vm.ErrAlreadyStarted
 	}
 	m.started = true
+	ctx, cancel := s.opContext(ctx)
+	defer cancel()
 	if err := m.sys.Start(ctx); err != nil {
 		return err
 	}
 	if m.plan.SharePath != "" {
-		req := hcs.AddPlan9Share(m.plan.SharePath, m.plan.ShareReadOnly)
+		req := hcs.AddPlan9Share(m.plan.SharePath, m.plan.ShareReadOnly, c.Token != 0)
 		if err := m.sys.Modify(ctx, req, c.Token); err != nil {
-			_ = m.sys.Terminate(ctx)
+			tctx, cancel := s.opContext(ctx)
+			defer cancel()
+			_ = m.sys.Terminate(tctx)
 			return fmt.Errorf("vmservice: share %s: %w", m.plan.SharePath, err)
 		}
 	}
@@ -333,7 +360,9 @@ func (s *Server) stop(ctx context.Context, m *machine) error {
 		return nil
 	default:
 	}
-	if err := m.sys.Terminate(ctx); err != nil && !hcs.IsAlreadyStopped(err) && !hcs.IsNotFound(err) {
+	ctx, cancel := s.opContext(ctx)
+	defer cancel()
+	if err := m.sys.Terminate(ctx); err != nil && !hcs.TerminateSettled(err) {
 		return err
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/vm"
 	"github.com/airlock-sandbox/airlock/vm/hcs"
@@ -67,7 +68,9 @@ func TestServerLifecycle(t *testing.T) {
 		t.Fatalf("share not added with the caller's token: %+v %v", sys.modifies, sys.identity)
 	}
 	share := sys.modifies[0].Settings.(hcs.Plan9Share)
-	if share.Path != project || share.Flags != 0x4 || share.Port != 564 {
+	// LinuxMetadata (0x4) and, with the caller's token, UseShareRootIdentity
+	// (0x10), as WSL's AddPlan9Share.
+	if share.Path != project || share.Flags != 0x14 || share.Port != 564 {
 		t.Errorf("share %+v", share)
 	}
 	if err := sess.Start(ctx); !errors.Is(err, vm.ErrAlreadyStarted) {
@@ -194,6 +197,38 @@ func TestServerRefusals(t *testing.T) {
 			t.Error("a VM without its workspace keeps running")
 		}
 	})
+	t.Run("out of resources at start", func(t *testing.T) {
+		hs := newHarness(t)
+		hs.h.failWith["start"] = hcs.Diagnose(hcs.OpStart, 0x800705AA, "") // ERROR_NO_SYSTEM_RESOURCES
+		sess, _, err := hs.client(aliceCaller()).Create(ctx, goodRequest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		if err := sess.Start(ctx); !errors.Is(err, hcs.ErrOutOfResources) {
+			t.Fatalf("start = %v", err)
+		}
+	})
+	t.Run("start never finishes", func(t *testing.T) {
+		hs := newHarness(t)
+		hs.srv.OpTimeout = 100 * time.Millisecond
+		hs.h.hangStart = true
+		sess, info, err := hs.client(aliceCaller()).Create(ctx, goodRequest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		start := time.Now()
+		if err := sess.Start(ctx); err == nil || !strings.Contains(err.Error(), "deadline") {
+			t.Fatalf("start = %v", err)
+		}
+		if el := time.Since(start); el > 2*time.Second {
+			t.Errorf("start took %v with a 100ms bound", el)
+		}
+		if st, err := sess.Status(ctx); err != nil || st.ID != info.ID {
+			t.Errorf("the connection is not served after a bounded start: %+v %v", st, err)
+		}
+	})
 	t.Run("wrong version", func(t *testing.T) {
 		hs := newHarness(t)
 		a, b := net.Pipe()
@@ -220,6 +255,28 @@ func TestServerRefusals(t *testing.T) {
 	})
 }
 
+// TestStopPending: HCS answering a terminate with "operation pending"
+// (hcsshim ErrVmcomputeOperationPending) is ending the VM already.
+func TestStopPending(t *testing.T) {
+	ctx := context.Background()
+	hs := newHarness(t)
+	sess, info, err := hs.client(aliceCaller()).Create(ctx, goodRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if err := sess.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hs.h.mu.Lock()
+	hs.h.failWith["terminate"] = hcs.Diagnose(hcs.OpTerminate, 0xC0370103, "")
+	hs.h.mu.Unlock()
+	if err := sess.Stop(ctx); err != nil {
+		t.Fatalf("stop = %v", err)
+	}
+	hs.h.system(info.ID).powerOff(hcs.Exit{Type: "ForcedExit"}) // the pending terminate ends
+}
+
 func TestSweep(t *testing.T) {
 	hs := newHarness(t)
 	hs.h.orphans = []string{"0e8bd9a0-1b7c-4d6f-9a3b-2c1d0e9f8a7b", "1e8bd9a0-1b7c-4d6f-9a3b-2c1d0e9f8a7b"}
@@ -228,6 +285,12 @@ func TestSweep(t *testing.T) {
 	}
 	if len(hs.h.killed) != 2 {
 		t.Fatalf("killed %v", hs.h.killed)
+	}
+	// An orphan gone by the time it is terminated, in the code hcsshim
+	// knows (ErrComputeSystemDoesNotExist), is not a failure.
+	hs.h.failWith["terminate"] = hcs.Diagnose(hcs.OpTerminate, 0xC037010E, "")
+	if err := hs.srv.Sweep(context.Background()); err != nil {
+		t.Fatalf("sweep with the orphan gone: %v", err)
 	}
 }
 

@@ -29,11 +29,18 @@ const (
 	ConsolePipePrefix = `\\.\pipe\airlock-console-`
 )
 
-// Plan9 share flags (private in the HCS schema; the values hcsshim and
-// Multipass use).
+// Plan9 share flags (private in the HCS schema; the values of WSL's
+// Plan9ShareFlags, microsoft/WSL src/windows/common/hcs_schema.h, which
+// hcsshim and Multipass use too).
 const (
 	plan9ReadOnly      int32 = 0x00000001
 	plan9LinuxMetadata int32 = 0x00000004
+	// plan9UseShareRootIdentity goes with a share added under a user's
+	// token (HcsModifyComputeSystem's identity argument): WSL's
+	// AddPlan9Share sets it exactly when it passes a token (microsoft/WSL
+	// src/windows/common/hcs.cpp, WI_SetFlagIf(..., UseShareRootIdentity,
+	// ARGUMENT_PRESENT(UserToken))).
+	plan9UseShareRootIdentity int32 = 0x00000010
 )
 
 // schemaVersion is 2.1, the first version with LinuxKernelDirect, Plan9
@@ -117,7 +124,12 @@ func Document(s Spec) ComputeSystem {
 	if len(s.Disks) > 0 {
 		att := map[string]Attachment{}
 		for i, disk := range s.Disks {
-			att[strconv.Itoa(i)] = Attachment{Type: "VirtualDisk", Path: disk.Path, ReadOnly: disk.ReadOnly}
+			// The persistent disk is a sparse file; the flags are WSL's
+			// (see Attachment).
+			att[strconv.Itoa(i)] = Attachment{
+				Type: "VirtualDisk", Path: disk.Path, ReadOnly: disk.ReadOnly,
+				SupportCompressedVolumes: true, AlwaysAllowSparseFiles: true, SupportEncryptedFiles: true,
+			}
 		}
 		d.Scsi = map[string]Scsi{"0": {Attachments: att}}
 	}
@@ -127,13 +139,21 @@ func Document(s Spec) ComputeSystem {
 		ShouldTerminateOnLastHandleClosed: true,
 		VirtualMachine: &VirtualMachine{
 			StopOnReset: true,
-			Chipset: &Chipset{LinuxKernelDirect: &LinuxKernelDirect{
+			Chipset: &Chipset{UseUtc: true, LinuxKernelDirect: &LinuxKernelDirect{
 				KernelFilePath: s.Kernel,
 				InitRdPath:     s.Initrd,
 				KernelCmdLine:  s.KernelCmdline(),
 			}},
 			ComputeTopology: &Topology{
-				Memory:    &Memory{SizeInMB: MemorySizeMB(s.MemoryMiB)},
+				// Memory is not pinned: pagefile-backed and committed on
+				// first touch, as WSL's VMs (microsoft/WSL
+				// src/windows/service/exe/WslCoreVm.cpp sets
+				// AllowOvercommit and EnableDeferredCommit).
+				Memory: &Memory{
+					SizeInMB:             MemorySizeMB(s.MemoryMiB),
+					AllowOvercommit:      true,
+					EnableDeferredCommit: true,
+				},
 				Processor: &Processor{Count: uint32(s.CPUs)},
 			},
 			Devices: d,
@@ -166,11 +186,16 @@ func ConsoleSDDL(userSID string) string {
 
 // AddPlan9Share is the HcsModifyComputeSystem request that shares path
 // with the guest as api.WorkspaceTag on Plan9Port. Read-only is enforced
-// by the host's Plan9 server, not only by the guest's mount.
-func AddPlan9Share(path string, readOnly bool) ModifySettingRequest {
+// by the host's Plan9 server, not only by the guest's mount. asUser says
+// the request goes with the user's token, which then needs the
+// UseShareRootIdentity flag, as in WSL.
+func AddPlan9Share(path string, readOnly, asUser bool) ModifySettingRequest {
 	flags := plan9LinuxMetadata
 	if readOnly {
 		flags |= plan9ReadOnly
+	}
+	if asUser {
+		flags |= plan9UseShareRootIdentity
 	}
 	return ModifySettingRequest{
 		ResourcePath: "VirtualMachine/Devices/Plan9/Shares",

@@ -92,9 +92,21 @@ func checkDocument(t *testing.T, s Spec, d ComputeSystem) {
 		if a.Type != "VirtualDisk" || a.Path != disk.Path || a.ReadOnly != disk.ReadOnly {
 			t.Errorf("LUN %d: %+v, want %+v", i, a, disk)
 		}
+		// Hyper-V refuses a sparse (or compressed, or encrypted) VHD
+		// without these: 0xC03A001A.
+		if !a.AlwaysAllowSparseFiles || !a.SupportCompressedVolumes || !a.SupportEncryptedFiles {
+			t.Errorf("LUN %d refuses sparse, compressed or encrypted files: %+v", i, a)
+		}
 	}
-	if d.VirtualMachine.ComputeTopology.Memory.SizeInMB%2 != 0 {
+	mem := d.VirtualMachine.ComputeTopology.Memory
+	if mem.SizeInMB%2 != 0 {
 		t.Error("memory is not a multiple of 2 MB")
+	}
+	if !mem.AllowOvercommit || !mem.EnableDeferredCommit {
+		t.Errorf("memory is pinned: %+v", mem)
+	}
+	if !d.VirtualMachine.Chipset.UseUtc {
+		t.Error("the RTC keeps local time; the guest reads it as UTC")
 	}
 	// The guest must read back exactly what the host meant.
 	cl := d.VirtualMachine.Chipset.LinuxKernelDirect.KernelCmdLine
@@ -132,17 +144,24 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 }
 
+// TestAddPlan9ShareGolden: the service adds the share with the user's
+// token, so the flags are LinuxMetadata|UseShareRootIdentity (0x14), plus
+// ReadOnly (0x15).
 func TestAddPlan9ShareGolden(t *testing.T) {
 	for _, ro := range []bool{false, true} {
 		name := "plan9-add.json"
 		if ro {
 			name = "plan9-add-ro.json"
 		}
-		got, err := json.MarshalIndent(AddPlan9Share(`D:\work\project`, ro), "", "  ")
+		got, err := json.MarshalIndent(AddPlan9Share(`D:\work\project`, ro, true), "", "  ")
 		if err != nil {
 			t.Fatal(err)
 		}
 		golden(t, name, append(got, '\n'))
+	}
+	// Without a token there is no identity to use.
+	if f := AddPlan9Share(`D:\work\project`, false, false).Settings.(Plan9Share).Flags; f != plan9LinuxMetadata {
+		t.Errorf("flags without a token: %#x", f)
 	}
 }
 

@@ -272,14 +272,31 @@ func (m *Machine) exitError(e Exit, stopping bool) error {
 	if e.Graceful() || (stopping && e.Message == "") {
 		return nil
 	}
+	return describeExit(e)
+}
+
+// describeExit describes an exit that was not an orderly power-off, with
+// the diagnosis of its status (or ErrUnexpectedExit for HCS's
+// "UnexpectedExit") when there is one.
+func describeExit(e Exit) error {
 	msg := e.Type
 	if e.Message != "" {
 		msg = e.Message
 	}
+	text := "hcs: the VM exited: " + msg
+	var diag error
 	if e.Status != 0 {
-		return fmt.Errorf("hcs: the VM exited: %s (%s)", msg, HRESULT(uint32(e.Status)))
+		hr := HRESULT(uint32(e.Status))
+		text += " (" + hr.String() + ")"
+		diag = diagnosis("", hr)
 	}
-	return fmt.Errorf("hcs: the VM exited: %s", msg)
+	if diag == nil && e.Type == "UnexpectedExit" {
+		diag = ErrUnexpectedExit
+	}
+	if diag != nil {
+		return fmt.Errorf("%s: %w", text, diag)
+	}
+	return errors.New(text)
 }
 
 // fail cleans up after a failed Start.

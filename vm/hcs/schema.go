@@ -32,6 +32,12 @@ type VirtualMachine struct {
 
 // Chipset selects the boot path; Airlock boots the kernel directly.
 type Chipset struct {
+	// UseUtc makes the virtual RTC keep UTC, which is what a Linux guest
+	// reads it as (the default is local time). WSL sets it on every VM
+	// (microsoft/WSL src/windows/service/exe/WslCoreVm.cpp,
+	// vmSettings.Chipset.UseUtc); the key is hcsshim's
+	// internal/hcs/schema2/chipset.go.
+	UseUtc            bool               `json:"UseUtc,omitempty"`
 	LinuxKernelDirect *LinuxKernelDirect `json:"LinuxKernelDirect,omitempty"`
 }
 
@@ -48,9 +54,18 @@ type Topology struct {
 	Processor *Processor `json:"Processor,omitempty"`
 }
 
-// Memory is the VM's memory.
+// Memory is the VM's memory (hcsshim's VirtualMachineMemory,
+// internal/hcs/schema2/virtual_machine_memory.go).
 type Memory struct {
 	SizeInMB uint64 `json:"SizeInMB,omitempty"`
+	// AllowOvercommit backs guest memory with the host's pagefile instead
+	// of pinned physical pages, so a VM starts when free RAM is short and
+	// its memory can be trimmed and paged like a process's.
+	AllowOvercommit bool `json:"AllowOvercommit,omitempty"`
+	// EnableDeferredCommit charges commit for a page only when the guest
+	// first touches it (needs AllowOvercommit: hcsshim
+	// internal/uvm/create.go refuses it on physically backed VMs).
+	EnableDeferredCommit bool `json:"EnableDeferredCommit,omitempty"`
 }
 
 // Processor is the VM's virtual processors.
@@ -83,6 +98,16 @@ type Attachment struct {
 	Type     string `json:"Type,omitempty"`
 	Path     string `json:"Path,omitempty"`
 	ReadOnly bool   `json:"ReadOnly,omitempty"`
+	// Without these three, Hyper-V refuses a VHD file that is sparse,
+	// NTFS-compressed or EFS-encrypted with 0xC03A001A
+	// (ERROR_VIRTUAL_DISK_LIMITATION, microsoft/WSL#4103). WSL sets all
+	// three on every disk it attaches (microsoft/WSL
+	// src/windows/common/hcs.cpp AddVhd, src/windows/common/hcs_schema.h
+	// Attachment); hcsshim's internal/hcs/schema2/attachment.go has the
+	// first two under the same keys.
+	SupportCompressedVolumes bool `json:"SupportCompressedVolumes,omitempty"`
+	AlwaysAllowSparseFiles   bool `json:"AlwaysAllowSparseFiles,omitempty"`
+	SupportEncryptedFiles    bool `json:"SupportEncryptedFiles,omitempty"`
 }
 
 // ComPort connects a serial port to a named pipe.

@@ -131,6 +131,9 @@ func TestHostControl(t *testing.T) {
 	if code, body := curl(0, "-H", "Authorization: Bearer "+s.token, status); code != "200" {
 		t.Fatalf("the owner with the token: %s %s", code, body)
 	}
+	if code, body := curl(0, "-b", "airlock_token="+s.token, "-H", "Sec-Fetch-Site: same-origin", status); code != "200" {
+		t.Fatalf("the owner's UI with the cookie: %s %s", code, body)
+	}
 	before := settings()
 
 	refused := func(name string, want string, args ...string) {
@@ -143,7 +146,7 @@ func TestHostControl(t *testing.T) {
 				uid = 1000
 			}
 			code, body := curl(uid, args...)
-			if code == "200" {
+			if strings.HasPrefix(code, "2") {
 				a.breach("%s: HTTP %s %.200s", strings.Join(args, " "), code, body)
 			}
 			if code != want {
@@ -168,9 +171,36 @@ func TestHostControl(t *testing.T) {
 	refused("share / without the token", "401", "-X", "PUT", "-d", `{"dir":"/"}`, s.url+"/v1/workspace")
 	refused("run a task without the token", "401", "-X", "POST", "-d", `{"shell":"id"}`, s.url+"/v1/tasks")
 	refused("uid 1000 changes the egress rules without the token", "401", "-X", "POST", "-d", `{"action":"allow","pattern":"*.evil.test"}`, s.url+"/v1/egress/rules")
+	// A page on another loopback port (a dev server showing a page the
+	// agent wrote) is same-site for the UI's cookie: the browser sends it
+	// with that page's form posts and no-cors fetches, which carry these
+	// headers and cannot carry an Authorization header or a JSON type.
+	cookie := "airlock_token=" + s.token
+	otherPort := []string{"-b", cookie, "-H", "Sec-Fetch-Site: same-site", "-H", "Origin: http://127.0.0.1:8000"}
+	post := func(path, ctype, body string, hdrs ...string) []string {
+		return append(append([]string{"-X", "POST", "-H", "Content-Type: " + ctype, "--data-binary", body}, hdrs...), s.url+path)
+	}
+	refused("a page on another loopback port: a text/plain form post with the cookie adds an allow rule", "403",
+		post("/v1/egress/rules", "text/plain", `{"action":"allow","pattern":"*.evil.test"}=`, otherPort...)...)
+	refused("a page on another loopback port: a no-cors fetch with the cookie starts a root task", "403",
+		post("/v1/tasks", "text/plain;charset=UTF-8", `{"shell":"id","root":true}`, otherPort...)...)
+	refused("a page on another loopback port: a urlencoded form post with the cookie", "403",
+		post("/v1/egress/rules", "application/x-www-form-urlencoded", `action=allow&pattern=*.evil.test`, otherPort...)...)
+	refused("a page on another loopback port: the cookie on a POST without a body", "403",
+		append([]string{"-X", "POST"}, append(otherPort, s.url+"/v1/disk/reset")...)...)
+	refused("a cross-site page: the cookie with a JSON body", "403",
+		post("/v1/tasks", "application/json", `{"shell":"id","root":true}`, "-b", cookie, "-H", "Sec-Fetch-Site: cross-site", "-H", "Origin: https://evil.example")...)
+	refused("an older browser: the cookie with another port's Origin and no Sec-Fetch-Site", "403",
+		post("/v1/egress/rules", "text/plain", `{"action":"allow","pattern":"*.evil.test"}`, "-b", cookie, "-H", "Origin: http://localhost:8000")...)
+	refused("the cookie with a text/plain body even from the UI's origin", "403",
+		post("/v1/egress/rules", "text/plain", `{"action":"allow","pattern":"*.evil.test"}`, "-b", cookie, "-H", "Sec-Fetch-Site: same-origin", "-H", "Origin: "+s.url)...)
+	refused("the cookie with a Host of another loopback port", "403", "-b", cookie, "-H", "Host: 127.0.0.1:8000", status)
 	attack(t, ctlFamily, "refused requests changed nothing", func(a *Attack) {
 		if after := settings(); after != before {
 			a.breach("settings changed by refused requests:\n%s\n%s", before, after)
+		}
+		if code, body := curl(0, "-H", "Authorization: Bearer "+s.token, s.url+"/v1/tasks"); code != "200" || strings.TrimSpace(body) != "[]" {
+			a.breach("tasks after refused requests: HTTP %s %.300s", code, body)
 		}
 	})
 

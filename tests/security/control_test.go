@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/api"
 	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 )
 
 const ctlFamily = "host control"
@@ -291,4 +292,87 @@ func flip(tok string) string {
 		b[0] = 'a'
 	}
 	return string(b)
+}
+
+// escName is a host name a guest asks the gate for over SOCKS, which
+// carries any bytes as a name: an OSC 52 clipboard write, a cursor move
+// that erases the line above, and a forged Airlock line.
+const escName = "x\x1b]52;c;cm0gLXJmIH4=\x07\x1b[1A\x1b[2K\u009b2J.test\r\nairlock: egress: allowed evil.test"
+
+// rawTerminalControl returns the first character in out a terminal would
+// act on, other than the line ends the CLI writes.
+func rawTerminalControl(out string) (rune, bool) {
+	for _, r := range out {
+		if r != '\n' && (r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0) {
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// TestGuestNamesOnTheTerminal: what the guest asked the gate for reaches
+// the user's terminal only escaped, in `airlock run`'s refusal lines and
+// in `airlock egress log`.
+func TestGuestNamesOnTheTerminal(t *testing.T) {
+	t.Parallel()
+	ws := vmharness.NewWorkspace(t)
+	if err := vmharness.BuildProbe(filepath.Join(ws, "probe")); err != nil {
+		t.Fatal(err)
+	}
+	probeArgs := []string{"/workspace/probe", "socks5", "connect", "name", escName, "443"}
+	// The escaped name, as the CLI shows it: proof the request reached the gate.
+	const shown = `x\x1b]52;c;cm0gLXJmIH4=\a\x1b[1A\x1b[2K\u009b2J.test\r\nairlock: egress: allowed evil.test`
+
+	attack(t, ctlFamily, "the guest asks for a host name with terminal escapes: airlock run's refusal line", func(a *Attack) {
+		// Its own XDG folders: no service there, so run boots a VM of its own.
+		root := a.TempDir()
+		env := append(os.Environ(), "AIRLOCK_IMAGE_DIR="+imageRoot,
+			"XDG_RUNTIME_DIR="+filepath.Join(root, "run"), "XDG_CONFIG_HOME="+filepath.Join(root, "config"),
+			"XDG_STATE_HOME="+filepath.Join(root, "state"), "XDG_CACHE_HOME="+filepath.Join(root, "cache"))
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, airlockBin, append([]string{"run", "--workspace", ws, "--"}, probeArgs...)...)
+		cmd.Env, cmd.Dir = env, "/"
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, _ := cmd.Output()
+		if c, ok := rawTerminalControl(stderr.String()); ok {
+			a.breach("raw %U on airlock run's stderr: %q", c, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "airlock: egress: refused "+shown+":443") {
+			a.Fatalf("no refusal line for the name (stdout %q): %q", out, stderr.String())
+		}
+	})
+
+	attack(t, ctlFamily, "the guest asks for a host name with terminal escapes: airlock egress log", func(a *Attack) {
+		s := startServe(t)
+		cli := func(args ...string) (string, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, airlockBin, args...)
+			cmd.Env, cmd.Dir = s.env, "/"
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		if out, err := cli("workspace", "set", ws); err != nil {
+			a.Fatalf("workspace set: %v: %s", err, out)
+		}
+		// On the service's VM (booted for this task), through its gate.
+		out, _ := cli(append([]string{"run", "--"}, probeArgs...)...)
+		if c, ok := rawTerminalControl(out); ok {
+			a.breach("raw %U in airlock run's output: %q", c, out)
+		}
+		for _, args := range [][]string{{"egress", "log"}, {"egress", "log", "--denied"}, {"egress", "log", "--json"}} {
+			out, err := cli(args...)
+			if err != nil {
+				a.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+			}
+			if c, ok := rawTerminalControl(out); ok {
+				a.breach("raw %U in airlock %s: %q", c, strings.Join(args, " "), out)
+			}
+			if args[len(args)-1] != "--json" && !strings.Contains(out, shown) {
+				a.Fatalf("airlock %s does not show the name: %q", strings.Join(args, " "), out)
+			}
+		}
+	})
 }

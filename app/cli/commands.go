@@ -72,7 +72,7 @@ func writeStatus(w io.Writer, st service.Status) {
 	fmt.Fprintf(w, "tasks:     %d running\n", st.RunningTasks)
 	fmt.Fprintf(w, "egress:    allow %s; deny %s\n", list(st.Settings.Allow), list(st.Settings.Deny))
 	if s.LastError != "" {
-		fmt.Fprintf(w, "last error: %s\n", s.LastError)
+		fmt.Fprintf(w, "last error: %s\n", oneLine(s.LastError))
 	}
 	fmt.Fprintf(w, "data:      %s\nconsole:   %s\n", st.StateDir, orDash(s.ConsoleLog))
 }

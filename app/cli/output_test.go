@@ -140,3 +140,15 @@ func TestGuestStringsEscapedInListings(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusLastErrorEscaped: the session's last error can quote the
+// guest (a boot message, an agent's answer).
+func TestStatusLastErrorEscaped(t *testing.T) {
+	var b strings.Builder
+	st := service.Status{}
+	st.Session.LastError = "agent said: \x1b]52;c;eA==\x07\r\nairlock: fine"
+	writeStatus(&b, st)
+	if c, ok := rawControl(b.String()); ok {
+		t.Fatalf("raw %U reaches the terminal:\n%q", c, b.String())
+	}
+}

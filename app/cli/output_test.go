@@ -56,6 +56,9 @@ func TestReportDenialsEscapes(t *testing.T) {
 	if !strings.Contains(b.String(), `refused clip\x1b]52;c;cm0gLXJmIH4=\a.test:443`) {
 		t.Fatalf("the name is not shown escaped:\n%s", b.String())
 	}
+	if strings.Contains(b.String(), "--allow") {
+		t.Fatalf("a malformed name is offered as a rule:\n%s", b.String())
+	}
 }
 
 // TestReportDenialsBounded: a flood of distinct names is named up to a

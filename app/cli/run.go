@@ -330,6 +330,11 @@ func (r *denialReport) add(d egress.Decision) {
 		return
 	}
 	r.seen[dest] = true
+	if d.Reason == egress.ReasonBadRequest {
+		// Not a name or address a rule could allow.
+		fmt.Fprintf(r.w, "airlock: egress: refused %s (%s)\n", dest, d.Reason)
+		return
+	}
 	hint := "--allow " + host
 	if d.Reason == egress.ReasonPrivateAddress || d.Reason == egress.ReasonMetadataAddress {
 		// A name that resolves inside the host's networks needs the

@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/tasks"
 	"github.com/airlock-sandbox/airlock/app/workspace"
 	"github.com/airlock-sandbox/airlock/guest/client"
+	"github.com/airlock-sandbox/airlock/internal/printable"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -292,26 +293,57 @@ func attachTerminal(stdio Stdio, spec *client.Spec) (restore func(), resize <-ch
 // a connection and how to allow it: the task itself often hides why its
 // network failed.
 func reportDenials(ctx context.Context, g *egress.Gate, w io.Writer) {
-	seen := map[string]bool{}
+	r := denialReport{w: w, seen: map[string]bool{}}
 	for d := range g.Subscribe(ctx) {
-		if d.Action != egress.ActionDeny || d.Host == "" {
-			continue
-		}
-		dest := net.JoinHostPort(d.Host, strconv.Itoa(int(d.Port)))
-		if seen[dest] {
-			continue
-		}
-		seen[dest] = true
-		hint := "--allow " + d.Host
-		if d.Reason == egress.ReasonPrivateAddress || d.Reason == egress.ReasonMetadataAddress {
-			// A name that resolves inside the host's networks needs the
-			// address itself allowed (or a pin), not just the name.
-			if ip, err := netip.ParseAddr(d.Addr); err == nil && d.Host != ip.String() {
-				hint = "--allow " + ip.String() + " or --map-host " + d.Host + "=" + ip.String()
-			}
-		}
-		fmt.Fprintf(w, "airlock: egress: refused %s (%s); allow it with %s\n", dest, d.Reason, hint)
+		r.add(d)
 	}
+}
+
+// maxReported bounds the destinations `airlock run` names: the guest
+// picks the names, and a flood of distinct ones must neither grow the set
+// without end nor bury the task's own output.
+const maxReported = 200
+
+// denialReport is what reportDenials has told the user so far.
+type denialReport struct {
+	w    io.Writer
+	seen map[string]bool
+	more bool // said that further refusals go unreported
+}
+
+func (r *denialReport) add(d egress.Decision) {
+	if d.Action != egress.ActionDeny || d.Host == "" {
+		return
+	}
+	// The host is whatever the guest asked for, escape sequences
+	// included: it reaches the terminal only escaped.
+	host := printable.String(d.Host)
+	dest := net.JoinHostPort(host, strconv.Itoa(int(d.Port)))
+	if r.seen[dest] {
+		return
+	}
+	if len(r.seen) >= maxReported {
+		if !r.more {
+			r.more = true
+			fmt.Fprintf(r.w, "airlock: egress: more than %d destinations refused; not naming more\n", maxReported)
+		}
+		return
+	}
+	r.seen[dest] = true
+	if d.Reason == egress.ReasonBadRequest {
+		// Not a name or address a rule could allow.
+		fmt.Fprintf(r.w, "airlock: egress: refused %s (%s)\n", dest, d.Reason)
+		return
+	}
+	hint := "--allow " + host
+	if d.Reason == egress.ReasonPrivateAddress || d.Reason == egress.ReasonMetadataAddress {
+		// A name that resolves inside the host's networks needs the
+		// address itself allowed (or a pin), not just the name.
+		if ip, err := netip.ParseAddr(d.Addr); err == nil && d.Host != ip.String() {
+			hint = "--allow " + ip.String() + " or --map-host " + host + "=" + ip.String()
+		}
+	}
+	fmt.Fprintf(r.w, "airlock: egress: refused %s (%s); allow it with %s\n", dest, printable.String(string(d.Reason)), hint)
 }
 
 func newID() string {

@@ -343,6 +343,11 @@ func refusalText(d Decision) string {
 	case ReasonNoMatchingRule, ReasonAskDenied, ReasonAskTimeout:
 		fmt.Fprintf(&b, "To allow it: airlock run --allow %s ...\n", d.Host)
 	case ReasonPrivateAddress, ReasonMetadataAddress:
+		if strings.HasPrefix(d.Rule, "map-host ") && d.Port != 0 {
+			// A pinned name: the pin is there, the port is not allowed.
+			fmt.Fprintf(&b, "A pin says where a name goes, not which ports are open. To allow this port: airlock run --allow %s ...\n", t)
+			break
+		}
 		a := d.Addr
 		if a == "" {
 			a = d.Host

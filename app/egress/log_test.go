@@ -38,7 +38,7 @@ func TestDecisionLogFile(t *testing.T) {
 	port := portOf(t, srv.Listener.Addr().String())
 	path := filepath.Join(t.TempDir(), "egress.jsonl")
 	os.WriteFile(path, []byte(`{"seq":0,"earlier":"line kept"}`+"\n"), 0o600)
-	tg := startGate(t, Config{MapHosts: []string{"origin.test=127.0.0.1"}, LogFile: path})
+	tg := startGate(t, Config{Allow: []string{"origin.test"}, MapHosts: []string{"origin.test=127.0.0.1"}, LogFile: path})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sub := tg.Subscribe(ctx)

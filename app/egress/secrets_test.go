@@ -295,7 +295,12 @@ func credGate(t *testing.T) (tg *testGate, ca *CA, ports map[string]string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tg = startGate(t, Config{MapHosts: pins, CA: ca, Secrets: sec, UpstreamRoots: pki.pool})
+	var allow []string
+	for _, p := range pins {
+		n, _, _ := strings.Cut(p, "=")
+		allow = append(allow, n)
+	}
+	tg = startGate(t, Config{Allow: allow, MapHosts: pins, CA: ca, Secrets: sec, UpstreamRoots: pki.pool})
 	return tg, ca, ports
 }
 
@@ -503,7 +508,7 @@ func TestUpstreamProxyChaining(t *testing.T) {
 		}
 	}()
 	ca, _ := LoadCA(t.TempDir())
-	tg := startGate(t, Config{MapHosts: []string{"api.test=127.0.0.1"}, CA: ca, Secrets: testSecrets()[:1],
+	tg := startGate(t, Config{Allow: []string{"api.test"}, MapHosts: []string{"api.test=127.0.0.1"}, CA: ca, Secrets: testSecrets()[:1],
 		UpstreamRoots: pki.pool, UpstreamProxy: "http://u:p@" + pl.Addr().String(), Dialer: &net.Dialer{}})
 	c := trustingClient(t, tg, ca, false)
 	req, _ := http.NewRequest("GET", "https://api.test:"+portOf(t, srv.Listener.Addr().String())+"/", nil)

@@ -61,12 +61,17 @@ const secretText = "AIRLOCK-HOST-SECRET-7f3a9c"
 // works (pinned to the allowed server on 127.0.0.2); secret.corp.test is
 // allowed by the wildcard, denied by name and pinned to the canary, so a
 // normalisation bypass of the deny entry would reach the canary.
+// pinned.test is pinned to 127.0.0.2 too but allowed on the allowed
+// server's port only, so the canary on that address is another port of a
+// pinned name (egress29_test.go).
 func policy() egress.Config {
+	_, allowedPort, _ := strings.Cut(allowedAddr, ":")
 	return egress.Config{
 		Allow: []string{"allowed.test", "localhost", "*.corp.test", "ports.test:1",
-			"rebind.test", "rebind6.test", "mapped.test", "meta.test", "lan.test", "mixed.test"},
+			"rebind.test", "rebind6.test", "mapped.test", "meta.test", "lan.test", "mixed.test",
+			"pinned.test:" + allowedPort, "siit.test", "teredo.test", "doc6.test"},
 		Deny:     []string{"secret.corp.test"},
-		MapHosts: []string{"allowed.test=127.0.0.2", "secret.corp.test=127.0.0.1"},
+		MapHosts: []string{"allowed.test=127.0.0.2", "secret.corp.test=127.0.0.1", "pinned.test=127.0.0.2"},
 	}
 }
 
@@ -82,6 +87,9 @@ func (fakeDNS) LookupNetIP(ctx context.Context, network, host string) ([]netip.A
 		"mapped.test":  {"::ffff:127.0.0.1"},
 		"meta.test":    {"169.254.169.254"},
 		"mixed.test":   {"10.0.0.1", "fd00::1", "100.64.0.1"},
+		"siit.test":    {"::ffff:0:7f00:1"},                      // SIIT form of 127.0.0.1
+		"teredo.test":  {"2001:0:4136:e378:8000:63bf:3fff:fdd2"}, // Teredo
+		"doc6.test":    {"3fff::1"},                              // IPv6 documentation (RFC 9637)
 	}
 	if hostLAN != "" {
 		m["lan.test"] = []string{hostLAN}

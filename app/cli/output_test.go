@@ -155,3 +155,18 @@ func TestStatusLastErrorEscaped(t *testing.T) {
 		t.Fatalf("raw %U reaches the terminal:\n%q", c, b.String())
 	}
 }
+
+// TestReportDenialsPinnedPort: a pinned name refused on a port no rule
+// allows is offered that port, not the address or another pin.
+func TestReportDenialsPinnedPort(t *testing.T) {
+	var b bytes.Buffer
+	r := denialReport{w: &b, seen: map[string]bool{}}
+	r.add(egress.Decision{Action: egress.ActionDeny, Host: "files.test", Port: 5432, Addr: "127.0.0.1",
+		Reason: egress.ReasonPrivateAddress, Rule: "map-host files.test=127.0.0.1"})
+	r.add(egress.Decision{Action: egress.ActionDeny, Host: "rebind.test", Port: 80, Addr: "127.0.0.1", Reason: egress.ReasonPrivateAddress})
+	want := "refused files.test:5432 (private-address); allow it with --allow files.test:5432\n" +
+		"airlock: egress: refused rebind.test:80 (private-address); allow it with --allow 127.0.0.1 or --map-host rebind.test=127.0.0.1\n"
+	if !strings.HasSuffix(b.String(), want) {
+		t.Fatalf("got:\n%s", b.String())
+	}
+}

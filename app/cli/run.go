@@ -99,7 +99,7 @@ command runs on its warm VM instead, in milliseconds, and appears in
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log what Airlock does to stderr")
 	fl.StringArrayVar(&f.allow, "allow", nil, "let the command connect to HOST, *.DOMAIN, an address or CIDR, optionally :PORT (repeatable)")
 	fl.StringArrayVar(&f.deny, "deny", nil, "never let the command connect to PATTERN; wins over --allow (repeatable)")
-	fl.StringArrayVar(&f.mapHosts, "map-host", nil, "connect NAME to ADDR for this run, and allow it (NAME=ADDR, repeatable)")
+	fl.StringArrayVar(&f.mapHosts, "map-host", nil, "connect NAME to ADDR for this run (NAME=ADDR, repeatable); --allow NAME[:PORT] still decides which ports are open")
 	fl.StringVar(&f.egressLog, "egress-log", "", "append every connection decision to FILE as JSON lines")
 	fl.BoolVar(&f.ephemeral, "ephemeral", false, "boot a fresh VM for this command even when the service is running")
 	fl.StringArrayVar(&f.secrets, "secret", nil, "give the command NAME=<placeholder> for secret NAME; the gate adds the value on requests to its hosts (repeatable; see airlock secret)")
@@ -336,7 +336,11 @@ func (r *denialReport) add(d egress.Decision) {
 		return
 	}
 	hint := "--allow " + host
-	if d.Reason == egress.ReasonPrivateAddress || d.Reason == egress.ReasonMetadataAddress {
+	switch {
+	case (d.Reason == egress.ReasonPrivateAddress || d.Reason == egress.ReasonMetadataAddress) && strings.HasPrefix(d.Rule, "map-host "):
+		// A pinned name on a port no rule allows: the pin is there.
+		hint = "--allow " + dest
+	case d.Reason == egress.ReasonPrivateAddress || d.Reason == egress.ReasonMetadataAddress:
 		// A name that resolves inside the host's networks needs the
 		// address itself allowed (or a pin), not just the name.
 		if ip, err := netip.ParseAddr(d.Addr); err == nil && d.Host != ip.String() {

@@ -89,7 +89,7 @@ export function networkView(): View {
     fill(
       pinned,
       st.map_hosts.length
-        ? h("p", { class: "hint" }, "Pinned in the settings file (always reachable): ", st.map_hosts.map((m) => h("code", { class: "chip" }, m)))
+        ? h("p", { class: "hint" }, "Pinned in the settings file (where these names go; the allow rules say which ports are open): ", st.map_hosts.map((m) => h("code", { class: "chip" }, m)))
         : null,
     );
     fill(

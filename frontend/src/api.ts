@@ -119,6 +119,8 @@ export interface Decision {
   bytes_up: number;
   bytes_down: number;
   duration_ns: number;
+  /** repeated, on a summary, counts the identical refusals after the one before it. */
+  repeated?: number;
 }
 
 export interface Ask {

@@ -112,6 +112,9 @@ func Open(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.settings = st
+	if cfg.Tasks.MaxTaskBytes == 0 {
+		cfg.Tasks.MaxTaskBytes = int64(st.TaskLogMaxMiB) << 20
+	}
 	if s.store, err = tasks.Open(filepath.Join(cfg.StateDir, "tasks"), cfg.Tasks); err != nil {
 		return nil, fmt.Errorf("service: %w", err)
 	}
@@ -131,7 +134,7 @@ func Open(cfg Config) (*Service, error) {
 	}
 	s.gate, err = egress.New(egress.Config{
 		Allow: st.Allow, Deny: st.Deny, MapHosts: st.MapHosts,
-		LogFile: filepath.Join(cfg.StateDir, "egress.jsonl"), Logger: cfg.Logger,
+		LogFile: filepath.Join(cfg.StateDir, "egress.jsonl"), LogMaxBytes: int64(st.EgressLogMaxMiB) << 20, Logger: cfg.Logger,
 		Decider: askDecider{s}, AskTimeout: AskTimeout,
 		CA: s.ca, Secrets: values, Inspect: st.Inspect, UpstreamRoots: roots, UpstreamProxy: st.UpstreamProxy,
 	})

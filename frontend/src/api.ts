@@ -130,6 +130,8 @@ export interface Ask {
   host: string;
   port: number;
   time: string;
+  /** more lists the other host:port the task asked for meanwhile; one answer covers all. */
+  more?: string[];
   verdict?: string;
 }
 

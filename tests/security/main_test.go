@@ -222,6 +222,7 @@ func runMain(m *testing.M) int {
 
 	cfg := policy()
 	cfg.Resolver, cfg.Dialer = fakeDNS{}, &dials
+	cfg.LogFile = filepath.Join(hostRoot, decisionLogName)
 	if gate, err = egress.New(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "security: egress gate:", err)
 		return 1

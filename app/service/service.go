@@ -67,7 +67,8 @@ type Service struct {
 	ca    *egress.CA
 	vault *secrets.Store
 
-	asks asks
+	asks  asks
+	quota quotaWatch
 
 	mu       sync.Mutex
 	settings settings.Settings
@@ -164,6 +165,7 @@ func Open(cfg Config) (*Service, error) {
 		Sandbox: opts, RunDir: filepath.Join(cfg.StateDir, "run"), Start: cfg.Start,
 		Resolve: cfg.Resolve, Logger: cfg.Logger, OnLost: s.onLost,
 	})
+	s.startQuota()
 	return s, nil
 }
 
@@ -180,6 +182,7 @@ func (s *Service) Close(ctx context.Context) error {
 		r.cancel()
 	}
 	s.mu.Unlock()
+	s.quota.stop()
 	err := s.sess.Close(ctx)
 	s.wg.Wait()
 	return errors.Join(err, s.gate.Close(), s.store.Close())

@@ -28,7 +28,7 @@ export function askPanel(): { el: HTMLElement; update(): void } {
     row.querySelectorAll("button").forEach((b) => (b.disabled = true));
     try {
       await api.answer(a.id, v);
-      if (v === "allow-always") toast(`${a.host} is now on your allow list`, "ok");
+      if (v === "allow-always") toast(`${a.host}${a.more?.length ? ` and ${a.more.length} more are` : " is"} now on your allow list`, "ok");
     } catch (e) {
       toast(message(e), "warn");
     } finally {

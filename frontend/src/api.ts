@@ -93,7 +93,7 @@ export interface Task {
   started?: string;
   ended?: string;
   deadline?: string;
-  output: { stdout: number; stderr: number; log_bytes: number; dropped?: number; error?: string };
+  output: { stdout: number; stderr: number; log_bytes: number; dropped?: number; truncated?: boolean; error?: string };
 }
 
 export interface Chunk {

@@ -227,7 +227,7 @@ func New(cfg Config) (*Gate, error) {
 	if g.now == nil {
 		g.now = time.Now
 	}
-	if g.journal, err = newJournal(cfg.LogFile, cfg.LogMaxBytes, g.limits.Recent, g.limits.RepeatInterval, g.now, g.logger); err != nil {
+	if g.journal, err = newJournal(cfg.LogFile, cfg.LogMaxBytes, g.limits.Recent, g.limits.RepeatInterval, g.logger); err != nil {
 		return nil, err
 	}
 	g.policy.Store(p)

@@ -190,7 +190,6 @@ type repeat struct {
 type journal struct {
 	logger   *slog.Logger
 	interval time.Duration
-	now      func() time.Time
 
 	mu      sync.Mutex
 	seq     uint64
@@ -206,17 +205,14 @@ type journal struct {
 
 // newJournal opens path (if not empty) for appending, rotating it past
 // maxBytes.
-func newJournal(path string, maxBytes int64, size int, interval time.Duration, now func() time.Time, logger *slog.Logger) (*journal, error) {
+func newJournal(path string, maxBytes int64, size int, interval time.Duration, logger *slog.Logger) (*journal, error) {
 	if interval <= 0 {
 		interval = DefaultRepeatInterval
-	}
-	if now == nil {
-		now = time.Now
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	j := &journal{logger: logger, interval: interval, now: now, ring: make([]Decision, size),
+	j := &journal{logger: logger, interval: interval, ring: make([]Decision, size),
 		subs: map[chan Decision]struct{}{}, repeats: map[repeatKind]*repeat{}}
 	if path != "" {
 		f, err := openLogFile(path, maxBytes, logger)

@@ -95,7 +95,7 @@ func TestDecisionLogFile(t *testing.T) {
 }
 
 func TestDecisionLineGolden(t *testing.T) {
-	j, err := newJournal("", 0, 4, 0, nil, nil)
+	j, err := newJournal("", 0, 4, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestRepeatedRefusalsAreCounted(t *testing.T) {
 // interval's timer is called directly here), and a kind refused no more is
 // forgotten, so its next refusal is a full line again.
 func TestRepeatSummaryEveryInterval(t *testing.T) {
-	j, err := newJournal("", 0, 100, time.Hour, nil, nil)
+	j, err := newJournal("", 0, 100, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestRepeatSummaryEveryInterval(t *testing.T) {
 
 // The timer writes the summary without further refusals or a close.
 func TestRepeatSummaryTimer(t *testing.T) {
-	j, err := newJournal("", 0, 100, 10*time.Millisecond, nil, nil)
+	j, err := newJournal("", 0, 100, 10*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func TestDecisionLogRotates(t *testing.T) {
 	const max = 4 << 10
 	dir := t.TempDir()
 	path := filepath.Join(dir, "egress.jsonl")
-	j, err := newJournal(path, max, 10, 0, nil, nil)
+	j, err := newJournal(path, max, 10, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

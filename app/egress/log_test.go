@@ -324,3 +324,24 @@ func TestDecisionLogRotates(t *testing.T) {
 		t.Errorf("FILE.1 does not end just before FILE starts")
 	}
 }
+
+// When the log cannot be rotated, lines past its bound are dropped: the
+// bound holds whatever happens to the folder.
+func TestDecisionLogBoundWhenRotationFails(t *testing.T) {
+	const max = 2 << 10
+	dir := t.TempDir()
+	path := filepath.Join(dir, "egress.jsonl")
+	os.WriteFile(path+".1", []byte("old\n"), 0o600)
+	os.MkdirAll(filepath.Join(path+".2", "in-the-way"), 0o700) // FILE.1 cannot become FILE.2
+	j, err := newJournal(path, max, 10, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		j.record(Decision{Time: time.Now(), Protocol: ProtoSOCKS, Host: fmt.Sprintf("h%d.test", i), Action: ActionDeny, Reason: ReasonNoMatchingRule})
+	}
+	j.close()
+	if fi, err := os.Stat(path); err != nil || fi.Size() > max || fi.Size() == 0 {
+		t.Fatalf("log: %v, %v; want 1 to %d bytes", fi, err, max)
+	}
+}

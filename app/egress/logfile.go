@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"time"
 )
 
 // DefaultLogMaxBytes is the size at which the decision log is rotated when
@@ -24,9 +25,10 @@ type logFile struct {
 	path   string
 	max    int64
 	logger *slog.Logger
-	f      *os.File
+	f      *os.File // nil after a failed rotation
 	size   int64
-	failed bool // a write or rotation error was already logged
+	retry  time.Time // no rotation is tried before then
+	failed bool      // a write or rotation error was already logged
 }
 
 func openLogFile(path string, max int64, logger *slog.Logger) (*logFile, error) {
@@ -56,36 +58,49 @@ func (l *logFile) open() error {
 
 // write appends one line with a single write, so lines from several
 // processes never interleave. Errors are logged once and otherwise
-// ignored: the gate does not stop because its log cannot be written.
+// ignored: the gate does not stop because its log cannot be written. A
+// line that would take the file past its bound when it cannot be rotated
+// is dropped, so the bound holds either way; rotation is tried again at
+// most once a second.
 func (l *logFile) write(line []byte) {
-	if l.f == nil && l.open() != nil {
-		return // reopening after a failed rotation failed again: logged already
-	}
-	if l.size > 0 && l.size+int64(len(line)) > l.max {
-		if err := l.rotate(); err != nil {
+	n := int64(len(line))
+	if l.f == nil || l.size > 0 && l.size+n > l.max {
+		if time.Now().Before(l.retry) {
+			return
+		}
+		if err := l.makeRoom(n); err != nil {
+			l.retry = time.Now().Add(time.Second)
 			l.fail("rotate decision log", err)
-			if l.f == nil {
-				return
-			}
+			return
 		}
 	}
-	n, err := l.f.Write(line)
-	l.size += int64(n)
+	w, err := l.f.Write(line)
+	l.size += int64(w)
 	if err != nil {
 		l.fail("write decision log", err)
 	}
 }
 
-// rotate moves the full log aside and starts a new one. When another
-// process rotated the file already (the path is not the file this one
-// writes), it only reopens the path.
-func (l *logFile) rotate() error {
+// makeRoom (re)opens the log and rotates it when n more bytes would take
+// it past its bound. When another process rotated the file already (the
+// path is not the file this one writes), reopening the path is enough. The
+// file is closed before it is renamed: Windows does not rename open files.
+func (l *logFile) makeRoom(n int64) error {
+	if l.f == nil {
+		if err := l.open(); err != nil {
+			return err
+		}
+	}
+	if l.size == 0 || l.size+n <= l.max {
+		return nil
+	}
 	mine, err := l.f.Stat()
+	l.f.Close()
+	l.f = nil
 	if err != nil {
 		return err
 	}
-	cur, err := os.Stat(l.path)
-	if err == nil && os.SameFile(mine, cur) {
+	if cur, err := os.Stat(l.path); err == nil && os.SameFile(mine, cur) {
 		for i := LogKeep - 1; i >= 1; i-- {
 			err := os.Rename(l.path+"."+strconv.Itoa(i), l.path+"."+strconv.Itoa(i+1))
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -96,9 +111,13 @@ func (l *logFile) rotate() error {
 			return err
 		}
 	}
-	l.f.Close()
-	l.f = nil
-	return l.open()
+	if err := l.open(); err != nil {
+		return err
+	}
+	if l.size > 0 && l.size+n > l.max {
+		return fmt.Errorf("%s is still full after rotation", l.path)
+	}
+	return nil
 }
 
 func (l *logFile) fail(what string, err error) {

@@ -258,8 +258,8 @@ func newEgressCmd(stdio Stdio, g *globals) *cobra.Command {
 					fmt.Fprintf(stdio.Out, "%s\n", b)
 					return
 				}
-				fmt.Fprintf(stdio.Out, "%s  %-5s %-7s %s:%d  %s  task %s  ↑%d ↓%d\n", d.Time.Local().Format("15:04:05"),
-					d.Action, d.Protocol, d.Host, d.Port, d.Reason, orDash(d.Task), d.BytesUp, d.BytesDown)
+				fmt.Fprintf(stdio.Out, "%s  %-5s %-7s %s:%d  %s  task %s  ↑%d ↓%d%s\n", d.Time.Local().Format("15:04:05"),
+					d.Action, d.Protocol, d.Host, d.Port, d.Reason, orDash(d.Task), d.BytesUp, d.BytesDown, repeatedText(d))
 			}
 			if followFlag {
 				ch, err := c.FollowEgress(cmd.Context())
@@ -311,6 +311,14 @@ func newEgressCmd(stdio Stdio, g *globals) *cobra.Command {
 		})
 	}
 	return cmd
+}
+
+// repeatedText marks a summary of identical refusals with its count.
+func repeatedText(d egress.Decision) string {
+	if d.Repeated == 0 {
+		return ""
+	}
+	return fmt.Sprintf("  ×%d more in %s", d.Repeated, d.Duration.Round(time.Second))
 }
 
 var ruleShort = map[string]string{

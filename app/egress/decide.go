@@ -67,12 +67,21 @@ type askCall struct {
 	err     error
 }
 
+// maxOpenAsks bounds the questions the gate has open at once. A question
+// outlives the connection that raised it, so without a bound a guest
+// closing connections to ever new hosts would queue questions without end.
+const maxOpenAsks = 1024
+
 // ask returns the Decider's verdict for req, or the reason the question
 // failed (ask-timeout, ask-failed, shutdown).
 func (g *Gate) ask(ctx context.Context, req Request) (Verdict, Reason, error) {
 	key := req.Task + "\x00" + req.Host + "\x00" + strconv.Itoa(int(req.Port))
 	g.asks.mu.Lock()
 	c, ok := g.asks.calls[key]
+	if !ok && len(g.asks.calls) >= maxOpenAsks {
+		g.asks.mu.Unlock()
+		return Deny, ReasonAskFailed, fmt.Errorf("%d questions are open already: answer them first", maxOpenAsks)
+	}
 	if !ok {
 		c = &askCall{done: make(chan struct{})}
 		g.asks.calls[key] = c

@@ -79,7 +79,11 @@
 // the duration: kept in a bounded ring (Recent), appended as one JSON line
 // to Config.LogFile, and sent to subscribers (Subscribe), which are never
 // waited for: a slow one misses decisions and sees a gap in Seq. A long
-// tunnel appears when it closes. Reasons are the stable Reason codes.
+// tunnel appears when it closes. Reasons are the stable Reason codes. A
+// refusal repeated more than a few times (same task, protocol, host, port,
+// reason and detail) is counted instead, one summary Decision (Repeated)
+// per RepeatInterval, and the file is rotated (LogKeep old files) before it
+// passes Config.LogMaxBytes: a guest cannot make the log fill the disk.
 //
 // Limits bounds what the guest can make the gate hold: request head size,
 // head and handshake deadlines (slow clients are cut off), keep-alive idle

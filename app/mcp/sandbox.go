@@ -97,6 +97,7 @@ type EgressEntry struct {
 	Detail    string    `json:"detail,omitempty"`
 	BytesUp   int64     `json:"bytes_up,omitempty"`
 	BytesDown int64     `json:"bytes_down,omitempty"`
+	Repeated  int       `json:"repeated,omitempty" jsonschema:"set on a summary: this many more refusals identical to the one before were counted, not listed"`
 }
 
 // EgressResult is what egress_log returns.
@@ -145,7 +146,7 @@ func (h *handlers) egressLog(ctx context.Context, _ *sdk.CallToolRequest, in Egr
 		res.Decisions = append(res.Decisions, EgressEntry{
 			Time: d.Time, TaskID: printable.String(d.Task), Protocol: string(d.Protocol), Host: host, Port: d.Port,
 			Decision: string(d.Action), Reason: string(d.Reason), Rule: printable.String(d.Rule), Detail: printable.String(d.Detail),
-			BytesUp: d.BytesUp, BytesDown: d.BytesDown,
+			BytesUp: d.BytesUp, BytesDown: d.BytesDown, Repeated: d.Repeated,
 		})
 		if d.Reason == egress.ReasonNoMatchingRule && d.Host != "" {
 			hp := fmt.Sprintf("%s:%d", host, d.Port)

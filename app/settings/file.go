@@ -100,6 +100,10 @@ var fields = map[string]func(*Settings) any{
 	"inspect":        func(s *Settings) any { return &s.Inspect },
 	"image":          func(s *Settings) any { return &s.Image },
 	"keep_disk":      func(s *Settings) any { return &s.KeepDisk },
+
+	"egress_log_max_mib":  func(s *Settings) any { return &s.EgressLogMaxMiB },
+	"task_log_max_mib":    func(s *Settings) any { return &s.TaskLogMaxMiB },
+	"workspace_quota_mib": func(s *Settings) any { return &s.WorkspaceQuotaMiB },
 }
 
 // Decode parses settings JSON over Default(). It checks syntax and types,

@@ -230,6 +230,16 @@ func runMain(m *testing.M) int {
 
 	cfg := policy()
 	cfg.Resolver, cfg.Dialer = fakeDNS{}, &dials
+	// The decision log lives apart: the inotify watch on hostRoot counts
+	// any change next to the share as a breach.
+	logDir, err := os.MkdirTemp("", "airlock-sec-log-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "security: decision log folder:", err)
+		return 1
+	}
+	defer os.RemoveAll(logDir)
+	decisionLog = filepath.Join(logDir, "egress.jsonl")
+	cfg.LogFile = decisionLog
 	if gate, err = egress.New(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "security: egress gate:", err)
 		return 1

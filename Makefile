@@ -121,8 +121,8 @@ clean:
 ## vz backend included) with go/types from any OS, then check that each darwin binary (the desktop
 ## app, the CLI) would link: build/linkcheck lists the Objective-C classes, categories and C symbols
 ## its cgo packages define and fails on one defined twice. A duplicate listed in
-## build/linkcheck/known.go is printed as KNOWN with its issue and does not fail: today only
-## AppDelegate in the desktop app (vz and Wails both define it; issue 30 item 1 moves vz out).
+## build/linkcheck/known.go is printed as KNOWN with its issue and does not fail (none today: the
+## desktop app runs its VM in the airlock helper and links no vz, whose AppDelegate Wails also defines).
 ## DARWIN_TAGS are the desktop app's build tags
 DARWIN_TAGS ?= desktop,production
 .PHONY: check-darwin

@@ -176,12 +176,6 @@ func nextStep(answers bool) helperStep {
 	return stepStart
 }
 
-// stopOnQuit reports whether Quit stops the service: only a helper process
-// the app started and that still runs.
-func stopOnQuit(st HelperStatus, running bool) bool {
-	return st.Owned && running
-}
-
 // helperTimeouts bound the helper's start and stop.
 type helperTimeouts struct {
 	// Ready is how long a started helper may take to answer.
@@ -211,12 +205,12 @@ type supervisor struct {
 	// running service is still used.
 	missing error
 
-	retry  chan struct{} // Retry wakes a back-off wait (capacity 1)
-	cancel context.CancelFunc
-	done   chan struct{} // closed when run returns
+	retry chan struct{} // Retry wakes a back-off wait (capacity 1)
+	done  chan struct{} // closed when run returns
 
-	mu sync.Mutex
-	st HelperStatus
+	mu     sync.Mutex
+	st     HelperStatus
+	cancel context.CancelFunc // set by Start
 }
 
 func newSupervisor(path string, args []string, ping func(context.Context) error, log *slog.Logger) *supervisor {
@@ -254,7 +248,14 @@ func (s *supervisor) set(st HelperStatus) {
 // Start runs the supervisor until Close.
 func (s *supervisor) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
+	s.mu.Lock()
+	if s.cancel != nil {
+		s.mu.Unlock()
+		cancel()
+		return
+	}
 	s.cancel = cancel
+	s.mu.Unlock()
 	go func() {
 		defer close(s.done)
 		s.run(ctx)
@@ -274,10 +275,13 @@ func (s *supervisor) Retry() {
 // killed after Grace. A service the app attached to keeps running. It
 // returns when the helper has ended, or when ctx is done.
 func (s *supervisor) Close(ctx context.Context) error {
-	if s.cancel == nil {
+	s.mu.Lock()
+	cancel := s.cancel
+	s.mu.Unlock()
+	if cancel == nil {
 		return nil
 	}
-	s.cancel()
+	cancel()
 	select {
 	case <-s.done:
 	case <-ctx.Done():

@@ -251,20 +251,8 @@ func TestHelperDecisions(t *testing.T) {
 	if nextStep(true) != stepAttach || nextStep(false) != stepStart {
 		t.Error("nextStep: attach when a service answers, start one otherwise")
 	}
-	for _, tc := range []struct {
-		st      HelperStatus
-		running bool
-		want    bool
-	}{
-		{HelperStatus{State: HelperRunning, Owned: true}, true, true},
-		{HelperStatus{State: HelperRunning, Owned: false}, true, false}, // airlock serve in a terminal
-		{HelperStatus{State: HelperStarting, Owned: true}, true, true},  // quit while it starts
-		{HelperStatus{State: HelperFailed, Owned: true}, false, false},  // nothing left to stop
-	} {
-		if got := stopOnQuit(tc.st, tc.running); got != tc.want {
-			t.Errorf("stopOnQuit(%+v, running %v) = %v, want %v", tc.st, tc.running, got, tc.want)
-		}
-	}
+	// What Quit stops: TestSupervisorStartsAndStops (the helper the app
+	// started), TestSupervisorAttaches (not a service it found running).
 }
 
 func TestExitReason(t *testing.T) {

@@ -121,8 +121,8 @@ clean:
 ## vz backend included) with go/types from any OS, then check that each darwin binary (the desktop
 ## app, the CLI) would link: build/linkcheck lists the Objective-C classes, categories and C symbols
 ## its cgo packages define and fails on one defined twice. A duplicate listed in
-## build/linkcheck/known.go is printed as KNOWN with its issue and does not fail: today only
-## AppDelegate in the desktop app (vz and Wails both define it; issue 30 item 1 moves vz out).
+## build/linkcheck/known.go is printed as KNOWN with its issue and does not fail (none today: the
+## desktop app runs its VM in the airlock helper and links no vz, whose AppDelegate Wails also defines).
 ## DARWIN_TAGS are the desktop app's build tags
 DARWIN_TAGS ?= desktop,production
 .PHONY: check-darwin
@@ -155,8 +155,10 @@ test-browser: frontend
 	cd tests/browser && npm ci --no-audit --no-fund && node --test --test-concurrency=1 --test-timeout=600000 --test-reporter=spec
 
 ## desktop: the desktop app for this OS in build/bin/ (Linux: build/bin/airlock-desktop, apt
-## libgtk-3-dev libwebkit2gtk-4.1-dev; macOS: Airlock.app, its image added and signed by
-## build/darwin/post-build.sh). The web UI is built first (make frontend).
+## libgtk-3-dev libwebkit2gtk-4.1-dev; macOS: Airlock.app with the airlock command as its helper
+## in Contents/Helpers, where the VM runs, and the guest image, signed by build/darwin/post-build.sh:
+## the helper with the virtualization entitlement, the app without). The web UI is built first
+## (make frontend).
 .PHONY: desktop desktop-windows wailsjs check-wailsjs test-desktop
 comma := ,
 HOST_OS := $(shell $(GO) env GOOS)
@@ -165,8 +167,9 @@ DESKTOP_TAGS := desktop,production$(if $(filter linux,$(HOST_OS)),$(comma)webkit
 WAILS_BUILD := $(GO) tool wails build -m -s -skipbindings -trimpath
 desktop: frontend
 ifeq ($(HOST_OS),darwin)
+	$(MAKE) airlock
 	$(WAILS_BUILD) -tags '$(DESKTOP_TAGS)' -ldflags '$(LDFLAGS)'
-	build/darwin/post-build.sh build/bin/Airlock.app
+	AIRLOCK_HELPER_BIN=$(CURDIR)/bin/airlock build/darwin/post-build.sh build/bin/Airlock.app
 else
 	CGO_ENABLED=1 $(GO) build -tags '$(DESKTOP_TAGS)' -trimpath -ldflags '$(LDFLAGS)' -o build/bin/airlock-desktop .
 endif

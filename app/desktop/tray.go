@@ -57,6 +57,11 @@ type tray struct {
 	dirty chan struct{} // a view waits to be painted (capacity 1)
 	done  chan struct{} // closed by stop
 	once  sync.Once
+	// poke asks follow to read the status again now (capacity 1).
+	poke chan struct{}
+	// down, when set, is what the tray shows while the status cannot be
+	// read and the helper is not running (helperView).
+	down func() (trayView, bool)
 
 	mu   sync.Mutex
 	view trayView
@@ -70,7 +75,7 @@ type trayMenu struct {
 
 func newTray(act trayActions) *tray {
 	return &tray{
-		act: act, dirty: make(chan struct{}, 1), done: make(chan struct{}),
+		act: act, dirty: make(chan struct{}, 1), done: make(chan struct{}), poke: make(chan struct{}, 1),
 		view: trayView{Status: "Airlock: starting", Toggle: "Start sandbox", Tooltip: "Airlock"},
 	}
 }
@@ -155,6 +160,14 @@ func (m *trayMenu) paint(v trayView) {
 	}
 }
 
+// refreshSoon makes follow read the status again now; it never waits.
+func (t *tray) refreshSoon() {
+	select {
+	case t.poke <- struct{}{}:
+	default:
+	}
+}
+
 // refreshEvery re-reads the status when no event came: settings changed
 // by another client do not make events.
 const refreshEvery = 5 * time.Second
@@ -166,9 +179,16 @@ func (t *tray) follow(ctx context.Context, core service.Core) {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		st, err := core.Status(sctx)
-		if ctx.Err() == nil {
-			t.show(viewOf(st, err))
+		if ctx.Err() != nil {
+			return
 		}
+		if err != nil && t.down != nil {
+			if v, ok := t.down(); ok {
+				t.show(v)
+				return
+			}
+		}
+		t.show(viewOf(st, err))
 	}
 	tick := time.NewTicker(refreshEvery)
 	defer tick.Stop()
@@ -187,6 +207,11 @@ func (t *tray) follow(ctx context.Context, core service.Core) {
 				refresh()
 				if events == nil {
 					break stream
+				}
+			case <-t.poke:
+				refresh()
+				if events == nil {
+					break stream // the service may be up now: subscribe
 				}
 			case ev, ok := <-events:
 				if !ok {

@@ -13,15 +13,9 @@ type Known struct {
 }
 
 // known are the duplicates make check-darwin reports without failing.
-var known = []Known{{
-	Binary: "github.com/airlock-sandbox/airlock",
-	Symbol: Symbol{ObjCClass, "AppDelegate"},
-	Packages: []string{
-		"github.com/Code-Hex/vz/v3",
-		"github.com/wailsapp/wails/v2/internal/frontend/desktop/darwin",
-	},
-	Why: "issue 30 item 1: the desktop app links vz through vm/platform until the VM moves to the airlock helper process; the macOS desktop app does not link until then",
-}}
+// The desktop app had AppDelegate twice (vz and Wails) until its VM moved
+// to the airlock helper process (vm/platform/withvz, issue 30 item 1).
+var known = []Known{}
 
 // KnownHit is a known entry and the duplicate it matched.
 type KnownHit struct {

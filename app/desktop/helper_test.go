@@ -67,10 +67,14 @@ func fakeHelper(mode string, args []string) int {
 		time.Sleep(time.Minute)
 		return 0
 	}
+	// signal.Notify would undo an Ignore of the same signal, so a helper
+	// that ignores SIGTERM listens for none.
+	ctx, stop := context.WithCancel(context.Background())
 	if mode == "ignoreterm" {
 		signal.Ignore(syscall.SIGTERM)
+	} else {
+		ctx, stop = signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	l, err := api.Listen(sock)
 	if err != nil {

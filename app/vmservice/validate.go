@@ -114,6 +114,9 @@ func (p Policy) Validate(req hcs.CreateRequest, c Caller, f Files) (Plan, error)
 		},
 		BootFiles: []string{kernel, initrd},
 	}
+	if err := plan.Spec.CheckBoot(); err != nil {
+		return Plan{}, invalid("%v", err)
+	}
 	if len(req.Disks) > vm.MaxDisks {
 		return Plan{}, invalid("%d disks: at most %d", len(req.Disks), vm.MaxDisks)
 	}

@@ -91,6 +91,32 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestValidateArm64Boot: on arm64 the firmware boots the kernel and the
+// initrd from one folder (hcs.Spec.CheckBoot), so a request mixing the
+// standard image's kernel with the minimal image's initrd is refused
+// there and accepted on amd64.
+func TestValidateArm64Boot(t *testing.T) {
+	f := newFakeFiles()
+	for _, tc := range []struct {
+		arch    string
+		std, ok bool
+	}{
+		{"amd64", false, true}, {"amd64", true, true},
+		{"arm64", false, true}, {"arm64", true, false},
+	} {
+		p := testPolicy()
+		p.Arch = tc.arch
+		req := goodRequest()
+		if tc.std {
+			req.Kernel = stdDir + `\vmlinuz`
+		}
+		_, err := p.Validate(req, aliceCaller(), f)
+		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, vm.ErrInvalidConfig)) {
+			t.Errorf("%s, kernel %s: %v, want ok=%v", tc.arch, req.Kernel, err, tc.ok)
+		}
+	}
+}
+
 func checkPlan(t *testing.T, req hcs.CreateRequest, c Caller, plan Plan) {
 	t.Helper()
 	if plan.Spec.UserSID != c.SID || plan.Spec.Kernel != req.Kernel || plan.Spec.Initrd != initrd {

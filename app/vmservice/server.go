@@ -20,9 +20,12 @@ import (
 type HCS interface {
 	// Create creates (does not start) a compute system.
 	Create(ctx context.Context, id string, doc hcs.ComputeSystem) (System, error)
-	// GrantVMAccess lets VM id read path; RevokeVMAccess undoes it.
-	GrantVMAccess(id, path string) error
-	RevokeVMAccess(id, path string) error
+	// GrantVMAccess lets VM id (which need not exist yet: the grant
+	// names the VM's account, NT VIRTUAL MACHINE\<id>) open path;
+	// RevokeVMAccess undoes it. A nonzero as is the caller's token: the
+	// call is made while impersonating it.
+	GrantVMAccess(id, path string, as uintptr) error
+	RevokeVMAccess(id, path string, as uintptr) error
 	// Orphans lists the ids of compute systems owned by hcs.Owner.
 	Orphans(ctx context.Context) ([]string, error)
 	// TerminateOrphan opens, terminates and closes compute system id.
@@ -77,6 +80,8 @@ type machine struct {
 	owner string
 	sys   System
 	plan  Plan
+	// caller made the VM; its token revokes what it granted.
+	caller Caller
 
 	mu      sync.Mutex
 	started bool
@@ -299,22 +304,28 @@ func (s *Server) create(ctx context.Context, c Caller, req hcs.CreateRequest) (_
 		}
 	}()
 
+	// Access first, then the VM: HCS opens the files at create, and a
+	// VM never exists with files it was not meant to open.
+	for i, g := range plan.Grants {
+		if g.AsCaller && c.Token == 0 {
+			s.revoke(id, plan.Grants[:i], c)
+			return nil, fmt.Errorf("%w: no token of the caller to grant %s with", ErrDenied, g.Path)
+		}
+		if err := s.HCS.GrantVMAccess(id, g.Path, s.as(g, c)); err != nil {
+			s.revoke(id, plan.Grants[:i], c)
+			return nil, err
+		}
+	}
+	m.caller = c
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
 	sys, err := s.HCS.Create(ctx, id, hcs.Document(plan.Spec))
 	if err != nil {
+		s.revoke(id, plan.Grants, c)
 		return nil, err
 	}
-	for _, f := range plan.BootFiles {
-		if err := s.HCS.GrantVMAccess(id, f); err != nil {
-			s.revoke(id, plan.BootFiles)
-			_ = sys.Terminate(ctx)
-			sys.Close()
-			return nil, err
-		}
-	}
 	if !hcs.ValidGUID(sys.RuntimeID()) {
-		s.revoke(id, plan.BootFiles)
+		s.revoke(id, plan.Grants, c)
 		_ = sys.Terminate(ctx)
 		sys.Close()
 		return nil, fmt.Errorf("vmservice: HCS gave VM %s no runtime id", id)
@@ -397,19 +408,28 @@ func (s *Server) release(m *machine) {
 	case <-ctx.Done():
 		s.log().Warn("VM did not report its exit; closing its handle", "id", m.id)
 	}
-	s.revoke(m.id, m.plan.BootFiles)
+	s.revoke(m.id, m.plan.Grants, m.caller)
 	m.sys.Close()
 	s.mu.Lock()
 	delete(s.vms, m.id)
 	s.mu.Unlock()
 }
 
-func (s *Server) revoke(id string, files []string) {
-	for _, f := range files {
-		if err := s.HCS.RevokeVMAccess(id, f); err != nil {
-			s.log().Warn("revoke VM access", "id", id, "file", f, "err", err)
+func (s *Server) revoke(id string, grants []Grant, c Caller) {
+	for _, g := range grants {
+		if err := s.HCS.RevokeVMAccess(id, g.Path, s.as(g, c)); err != nil {
+			s.log().Warn("revoke VM access", "id", id, "file", g.Path, "err", err)
 		}
 	}
+}
+
+// as is the identity a grant is made with: the caller's token for files
+// the caller can swap, the service's own (0) for the installed image.
+func (s *Server) as(g Grant, c Caller) uintptr {
+	if g.AsCaller {
+		return c.Token
+	}
+	return 0
 }
 
 // lookup finds VM id for caller: another account's VM is "not found".

@@ -54,11 +54,24 @@ type Policy struct {
 // does around it.
 type Plan struct {
 	Spec hcs.Spec
-	// BootFiles get HcsGrantVmAccess before start (the disks too).
-	BootFiles []string
+	// Grants are the files the VM opens (boot files, disks), each given
+	// HcsGrantVmAccess before the VM is created.
+	Grants []Grant
 	// SharePath is the canonical workspace folder, or "".
 	SharePath     string
 	ShareReadOnly bool
+}
+
+// Grant is one file the VM is given access to.
+type Grant struct {
+	Path string
+	// AsCaller says the grant (and its revocation) is made while
+	// impersonating the caller, because the caller can write the folder
+	// and could swap the file for a link after validation: as the caller,
+	// HcsGrantVmAccess can only change an ACL the caller may change
+	// anyway. Files of the installed image, which only administrators can
+	// change, are granted as the service.
+	AsCaller bool
 }
 
 // ErrDenied wraps refusals about whose something is.
@@ -112,7 +125,7 @@ func (p Policy) Validate(req hcs.CreateRequest, c Caller, f Files) (Plan, error)
 			Cmdline: req.Cmdline, CPUs: req.CPUs, MemoryMiB: req.MemoryMiB,
 			ConsolePipe: req.ConsolePipe, UserSID: c.SID,
 		},
-		BootFiles: []string{kernel, initrd},
+		Grants: []Grant{{Path: kernel}, {Path: initrd}},
 	}
 	if err := plan.Spec.CheckBoot(); err != nil {
 		return Plan{}, invalid("%v", err)
@@ -126,7 +139,7 @@ func (p Policy) Validate(req hcs.CreateRequest, c Caller, f Files) (Plan, error)
 			return Plan{}, err
 		}
 		plan.Spec.Disks = append(plan.Spec.Disks, hcs.Disk{Path: path, ReadOnly: d.ReadOnly})
-		plan.BootFiles = append(plan.BootFiles, path)
+		plan.Grants = append(plan.Grants, Grant{Path: path, AsCaller: !p.inImage(path)})
 	}
 	if req.Share != nil {
 		dir, err := shareFolder(req.Share.Path, c, f)

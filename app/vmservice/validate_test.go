@@ -2,6 +2,7 @@ package vmservice
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/vm"
@@ -122,16 +123,18 @@ func checkPlan(t *testing.T, req hcs.CreateRequest, c Caller, plan Plan) {
 	if plan.Spec.UserSID != c.SID || plan.Spec.Kernel != req.Kernel || plan.Spec.Initrd != initrd {
 		t.Errorf("spec %+v", plan.Spec)
 	}
-	// Every file the VM opens, the disks too, is granted to it.
-	if len(plan.BootFiles) != 2+len(req.Disks) {
-		t.Errorf("boot files %v", plan.BootFiles)
+	// Every file the VM opens, the disks too, is granted to it: the
+	// image's as the service, the caller's own as the caller.
+	if len(plan.Grants) != 2+len(req.Disks) || plan.Grants[0] != (Grant{Path: req.Kernel}) || plan.Grants[1] != (Grant{Path: initrd}) {
+		t.Errorf("grants %v", plan.Grants)
 	}
 	if len(plan.Spec.Disks) != len(req.Disks) {
 		t.Errorf("disks %+v for %+v", plan.Spec.Disks, req.Disks)
 	}
 	for i, d := range plan.Spec.Disks {
-		if d.Path != req.Disks[i].Path || d.ReadOnly != req.Disks[i].ReadOnly || plan.BootFiles[2+i] != d.Path {
-			t.Errorf("disk %d: %+v for %+v (boot files %v)", i, d, req.Disks[i], plan.BootFiles)
+		inImage := strings.HasPrefix(d.Path, `C:\Program Files\Airlock\images\`)
+		if d.Path != req.Disks[i].Path || d.ReadOnly != req.Disks[i].ReadOnly || plan.Grants[2+i] != (Grant{Path: d.Path, AsCaller: !inImage}) {
+			t.Errorf("disk %d: %+v for %+v (grants %v)", i, d, req.Disks[i], plan.Grants)
 		}
 	}
 	if req.Share == nil {

@@ -299,7 +299,7 @@ func goodRequest() hcs.CreateRequest {
 		Kernel: kernel, Initrd: initrd, CPUs: 2, MemoryMiB: 1024,
 		Cmdline:     []string{"airlock.uid=1000", "airlock.gid=1000"},
 		Share:       &hcs.ShareRequest{Path: project},
-		ConsolePipe: hcs.ConsolePipePrefix + "00112233445566778899aabbccddeeff",
+		ConsolePipe: hcs.ConsolePipePrefix + alice + "-00112233445566778899aabbccddeeff",
 	}
 }
 

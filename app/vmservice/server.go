@@ -457,9 +457,3 @@ func (m *machine) info() *hcs.VMInfo {
 	}
 	return &hcs.VMInfo{ID: m.id, RuntimeID: m.sys.RuntimeID(), State: state}
 }
-
-// PipeSDDL is the service pipe's security descriptor: SYSTEM full
-// access, interactive users (IU: signed in at the console or over remote
-// desktop) read and write, and network logons (NU) denied outright, so no
-// other machine and no service account can ask for a VM.
-const PipeSDDL = "D:P(D;;GA;;;NU)(A;;GA;;;SY)(A;;GRGW;;;IU)"

@@ -103,7 +103,10 @@ func Serve(ctx context.Context, cfg Config) error {
 	} else if err := srv.Sweep(ctx); err != nil {
 		log.Warn("orphan sweep", "err", err)
 	}
-	l, err := winio.ListenPipe(hcs.ServicePipe, &winio.PipeConfig{SecurityDescriptor: PipeSDDL})
+	// go-winio creates the first instance with FILE_CREATE, so this fails
+	// if anyone else already serves the name, and applies the SDDL:
+	// owner SYSTEM, interactive users without FILE_CREATE_PIPE_INSTANCE.
+	l, err := winio.ListenPipe(hcs.ServicePipe, &winio.PipeConfig{SecurityDescriptor: hcs.ServicePipeSDDL})
 	if err != nil {
 		return fmt.Errorf("vmservice: listen on %s: %w", hcs.ServicePipe, err)
 	}

@@ -105,8 +105,8 @@ func (p Policy) Validate(req hcs.CreateRequest, c Caller, f Files) (Plan, error)
 		return Plan{}, invalid("%d CPUs: between 1 and %d are allowed", req.CPUs, p.MaxCPUs)
 	case req.MemoryMiB < minMemoryMiB || req.MemoryMiB > p.MaxMemoryMiB:
 		return Plan{}, invalid("%d MiB of memory: between %d and %d are allowed", req.MemoryMiB, minMemoryMiB, p.MaxMemoryMiB)
-	case req.ConsolePipe != "" && !hcs.ValidConsolePipe(req.ConsolePipe):
-		return Plan{}, invalid("console pipe %q is not an Airlock console pipe", req.ConsolePipe)
+	case req.ConsolePipe != "" && !hcs.ValidConsolePipe(req.ConsolePipe, c.SID):
+		return Plan{}, fmt.Errorf("%w: console pipe %q is not an Airlock console pipe of this account", ErrDenied, req.ConsolePipe)
 	}
 	if err := checkCmdline(req.Cmdline); err != nil {
 		return Plan{}, err

@@ -29,7 +29,14 @@ func TestValidate(t *testing.T) {
 		{"too many cpus", func(r *hcs.CreateRequest, _ *Caller) { r.CPUs = 9 }, vm.ErrInvalidConfig},
 		{"too much memory", func(r *hcs.CreateRequest, _ *Caller) { r.MemoryMiB = 1 << 20 }, vm.ErrInvalidConfig},
 		{"too little memory", func(r *hcs.CreateRequest, _ *Caller) { r.MemoryMiB = 64 }, vm.ErrInvalidConfig},
-		{"foreign console pipe", func(r *hcs.CreateRequest, _ *Caller) { r.ConsolePipe = `\\.\pipe\airlock-vmservice` }, vm.ErrInvalidConfig},
+		{"foreign console pipe", func(r *hcs.CreateRequest, _ *Caller) { r.ConsolePipe = `\\.\pipe\airlock-vmservice` }, ErrDenied},
+		// Bob's app serves this pipe: Alice's VM must not connect to it.
+		{"another account's console pipe", func(r *hcs.CreateRequest, _ *Caller) {
+			r.ConsolePipe = hcs.ConsolePipePrefix + bob + "-00112233445566778899aabbccddeeff"
+		}, ErrDenied},
+		{"console pipe without an account", func(r *hcs.CreateRequest, _ *Caller) {
+			r.ConsolePipe = hcs.ConsolePipePrefix + "00112233445566778899aabbccddeeff"
+		}, ErrDenied},
 		{"reserved cmdline key", func(r *hcs.CreateRequest, _ *Caller) { r.Cmdline = append(r.Cmdline, "airlock.share=virtiofs") }, vm.ErrInvalidConfig},
 		{"console key", func(r *hcs.CreateRequest, _ *Caller) { r.Cmdline = []string{"console=tty0"} }, vm.ErrInvalidConfig},
 		{"space in word", func(r *hcs.CreateRequest, _ *Caller) { r.Cmdline = []string{"a b"} }, vm.ErrInvalidConfig},

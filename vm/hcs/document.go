@@ -25,7 +25,7 @@ const (
 	// ServiceName is the Windows service's name.
 	ServiceName = "AirlockVMService"
 	// ConsolePipePrefix starts the name of a VM's console pipe; the app
-	// creates it, the VM's COM1 connects to it.
+	// creates it, the VM's COM1 connects to it (ConsolePipeName).
 	ConsolePipePrefix = `\\.\pipe\airlock-console-`
 )
 
@@ -235,12 +235,12 @@ func SocketSDDL(userSID string) string {
 	return "D:P(A;;FA;;;SY)(A;;FA;;;" + userSID + ")"
 }
 
-// ConsoleSDDL is the security descriptor of a VM's console pipe: SYSTEM,
-// the "Virtual Machines" group the VM worker process runs in
-// (NT VIRTUAL MACHINE\Virtual Machines, S-1-5-83-0) and the user whose app
-// serves the pipe.
+// ConsoleSDDL is the security descriptor of a VM's console pipe, owned
+// by the user whose app serves it: SYSTEM, the "Virtual Machines" group
+// the VM worker process runs in (NT VIRTUAL MACHINE\Virtual Machines,
+// S-1-5-83-0) and that user. No other user may connect or add an instance.
 func ConsoleSDDL(userSID string) string {
-	return "D:P(A;;GA;;;SY)(A;;GA;;;S-1-5-83-0)(A;;GA;;;" + userSID + ")"
+	return "O:" + userSID + "D:P(A;;GA;;;SY)(A;;GA;;;S-1-5-83-0)(A;;GA;;;" + userSID + ")"
 }
 
 // AddPlan9Share is the HcsModifyComputeSystem request that shares path
@@ -299,8 +299,3 @@ var guidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[
 
 // ValidGUID reports whether s is a GUID string (a compute system or runtime id).
 func ValidGUID(s string) bool { return guidRE.MatchString(s) }
-
-var consolePipeRE = regexp.MustCompile(`^` + regexp.QuoteMeta(ConsolePipePrefix) + `[0-9a-f]{32}$`)
-
-// ValidConsolePipe reports whether p is a console pipe name Airlock makes.
-func ValidConsolePipe(p string) bool { return consolePipeRE.MatchString(p) }

@@ -22,9 +22,21 @@ func WindowsSCM() (*WinSCM, error) {
 	return &WinSCM{m: m}, nil
 }
 
-type WinSCM struct{ m *mgr.Mgr }
+type WinSCM struct {
+	m *mgr.Mgr
+	// proc is the service's process, opened by Stop before it sends the
+	// stop control, so WaitStopped can wait for its exit even when the
+	// service reports stopped before WaitStopped first looks.
+	proc windows.Handle
+}
 
-func (w *WinSCM) Close() error { return w.m.Disconnect() }
+func (w *WinSCM) Close() error {
+	if w.proc != 0 {
+		windows.CloseHandle(w.proc)
+		w.proc = 0
+	}
+	return w.m.Disconnect()
+}
 
 func (w *WinSCM) open() (*mgr.Service, error) { return w.m.OpenService(hcs.ServiceName) }
 
@@ -120,7 +132,13 @@ func (w *WinSCM) Stop() error {
 		return err
 	}
 	defer s.Close()
-	if _, err := s.Control(svc.Stop); err != nil && !errors.Is(err, windows.ERROR_SERVICE_NOT_ACTIVE) {
+	if st, err := s.Query(); err == nil && st.ProcessId != 0 && w.proc == 0 {
+		w.proc, _ = windows.OpenProcess(windows.SYNCHRONIZE, false, st.ProcessId)
+	}
+	// Already stopping (it cannot accept the control then), or stopped:
+	// WaitStopped waits either way.
+	if _, err := s.Control(svc.Stop); err != nil &&
+		!errors.Is(err, windows.ERROR_SERVICE_NOT_ACTIVE) && !errors.Is(err, windows.ERROR_SERVICE_CANNOT_ACCEPT_CTRL) {
 		return err
 	}
 	return nil
@@ -136,19 +154,13 @@ func (w *WinSCM) WaitStopped(timeout time.Duration) error {
 	}
 	defer s.Close()
 	deadline := time.Now().Add(timeout)
-	var proc windows.Handle
-	defer func() {
-		if proc != 0 {
-			windows.CloseHandle(proc)
-		}
-	}()
 	for {
 		st, err := s.Query()
 		if err != nil {
 			return err
 		}
-		if proc == 0 && st.ProcessId != 0 {
-			proc, _ = windows.OpenProcess(windows.SYNCHRONIZE, false, st.ProcessId)
+		if w.proc == 0 && st.ProcessId != 0 {
+			w.proc, _ = windows.OpenProcess(windows.SYNCHRONIZE, false, st.ProcessId)
 		}
 		if st.State == svc.Stopped {
 			break
@@ -158,12 +170,12 @@ func (w *WinSCM) WaitStopped(timeout time.Duration) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if proc != 0 {
+	if w.proc != 0 {
 		left := time.Until(deadline)
 		if left < time.Second {
 			left = time.Second
 		}
-		if ev, _ := windows.WaitForSingleObject(proc, uint32(left.Milliseconds())); ev != windows.WAIT_OBJECT_0 {
+		if ev, _ := windows.WaitForSingleObject(w.proc, uint32(left.Milliseconds())); ev != windows.WAIT_OBJECT_0 {
 			return fmt.Errorf("the service stopped, but its process did not exit within %v", timeout)
 		}
 	}

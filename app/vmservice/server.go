@@ -20,8 +20,10 @@ import (
 type HCS interface {
 	// Create creates (does not start) a compute system.
 	Create(ctx context.Context, id string, doc hcs.ComputeSystem) (System, error)
-	// GrantVMAccess lets VM id (which need not exist yet: the grant
-	// names the VM's account, NT VIRTUAL MACHINE\<id>) open path;
+	// GrantVMAccess lets VM id open path. The VM need not exist yet:
+	// the account granted is derived from the compute system id alone
+	// (Microsoft's HcsGrantVmAccess reference: "an internal GUID that is
+	// derived from the compute system ID").
 	// RevokeVMAccess undoes it. A nonzero as is the caller's token: the
 	// call is made while impersonating it.
 	GrantVMAccess(id, path string, as uintptr) error

@@ -81,6 +81,8 @@ func (n *memNet) Dial(ctx context.Context, vmID string, port uint32) (net.Conn, 
 
 func (n *memNet) ListenConsole(pipe string) (net.Listener, error) { return n.listen(n.host, pipe) }
 
+func (n *memNet) UserSID() string { return alice }
+
 // guestDial is the guest connecting to the host.
 func (n *memNet) guestDial(vmID string, port uint32) (net.Conn, error) {
 	return n.dial(context.Background(), n.host, key(vmID, port))

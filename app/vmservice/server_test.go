@@ -296,13 +296,68 @@ func TestSweep(t *testing.T) {
 
 func TestPipeSDDL(t *testing.T) {
 	// Interactive users and SYSTEM only; network logons denied first;
-	// never Everyone, Users or Authenticated Users.
-	if !strings.HasPrefix(PipeSDDL, "D:P(D;;GA;;;NU)") || !strings.Contains(PipeSDDL, "(A;;GRGW;;;IU)") {
-		t.Errorf("PipeSDDL %q", PipeSDDL)
-	}
+	// never Everyone, Users or Authenticated Users. Instances and the
+	// owner: hcs.TestServicePipeSDDL.
 	for _, broad := range []string{";WD)", ";BU)", ";AU)", ";AN)"} {
-		if strings.Contains(PipeSDDL, broad) {
-			t.Errorf("PipeSDDL admits %s", broad)
+		if strings.Contains(hcs.ServicePipeSDDL, broad) {
+			t.Errorf("ServicePipeSDDL admits %s", broad)
 		}
+	}
+}
+
+// TestGrantsBeforeCreateAsCaller: every file is granted before the VM
+// exists; the caller's own disk, which the caller could swap for a link
+// after validation, is granted and revoked while impersonating the
+// caller (token 42), the installed image's files as the service (0).
+func TestGrantsBeforeCreateAsCaller(t *testing.T) {
+	hs := newHarness(t)
+	ctx := context.Background()
+	req := goodRequest()
+	req.Kernel = stdDir + `\vmlinuz`
+	req.Disks = []hcs.DiskRequest{{Path: rootVHD, ReadOnly: true}, {Path: dataVHD}}
+	sess, _, err := hs.client(aliceCaller()).Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"grant " + stdDir + `\vmlinuz as 0`,
+		"grant " + initrd + " as 0",
+		"grant " + rootVHD + " as 0",
+		"grant " + dataVHD + " as 42",
+		"create",
+	}
+	hs.h.mu.Lock()
+	got := strings.Join(hs.h.calls, "\n")
+	hs.h.mu.Unlock()
+	if got != strings.Join(want, "\n") {
+		t.Errorf("calls:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+	sess.Close()
+	eventually(t, "release", func() bool { return hs.h.openGrants() == 0 })
+	hs.h.mu.Lock()
+	got = strings.Join(hs.h.calls[len(want):], "\n")
+	hs.h.mu.Unlock()
+	if !strings.Contains(got, "revoke "+dataVHD+" as 42") || !strings.Contains(got, "revoke "+rootVHD+" as 0") {
+		t.Errorf("revocations:\n%s", got)
+	}
+
+	// A failed create takes the grants back; without the caller's token
+	// nothing of the caller's is granted at all.
+	hs = newHarness(t)
+	hs.h.failWith["create"] = errors.New("boom")
+	if _, _, err := hs.client(aliceCaller()).Create(ctx, req); err == nil {
+		t.Fatal("create succeeded")
+	}
+	if hs.h.openGrants() != 0 {
+		t.Errorf("grants left after a failed create: %v", hs.h.grants)
+	}
+	hs = newHarness(t)
+	noToken := aliceCaller()
+	noToken.Token = 0
+	if _, _, err := hs.client(noToken).Create(ctx, req); !errors.Is(err, hcs.ErrRefused) {
+		t.Errorf("create without a token = %v", err)
+	}
+	if hs.h.openGrants() != 0 || len(hs.h.docs) != 0 {
+		t.Errorf("without a token: grants %v, %d VMs", hs.h.grants, len(hs.h.docs))
 	}
 }

@@ -3,7 +3,6 @@ package hcs
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +27,9 @@ type Sockets interface {
 	Dial(ctx context.Context, vmID string, port uint32) (net.Conn, error)
 	// ListenConsole creates the named pipe server the VM's COM1 connects to.
 	ListenConsole(pipe string) (net.Listener, error)
+	// UserSID is the account the app runs as; its console pipes carry it
+	// in their names (ConsolePipeName).
+	UserSID() string
 }
 
 // Options configure the backend beyond vm.Config.
@@ -172,7 +174,7 @@ func (m *Machine) listenConsole() (string, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("hcs: console pipe name: %w", err)
 	}
-	name := ConsolePipePrefix + hex.EncodeToString(b[:])
+	name := ConsolePipeName(m.opt.Sockets.UserSID(), b)
 	l, err := m.opt.Sockets.ListenConsole(name)
 	if err != nil {
 		return "", fmt.Errorf("hcs: console pipe: %w", err)

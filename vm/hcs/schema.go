@@ -30,7 +30,8 @@ type VirtualMachine struct {
 	Devices         *Devices  `json:"Devices,omitempty"`
 }
 
-// Chipset selects the boot path; Airlock boots the kernel directly.
+// Chipset selects the boot path: the kernel directly on amd64, through
+// the UEFI firmware on arm64 (exactly one of the two is set).
 type Chipset struct {
 	// UseUtc makes the virtual RTC keep UTC, which is what a Linux guest
 	// reads it as (the default is local time). WSL sets it on every VM
@@ -39,6 +40,32 @@ type Chipset struct {
 	// internal/hcs/schema2/chipset.go.
 	UseUtc            bool               `json:"UseUtc,omitempty"`
 	LinuxKernelDirect *LinuxKernelDirect `json:"LinuxKernelDirect,omitempty"`
+	Uefi              *Uefi              `json:"Uefi,omitempty"`
+}
+
+// Uefi boots the VM through its UEFI firmware (microsoft/WSL
+// src/windows/common/hcs_schema.h struct Uefi; hcsshim's
+// internal/hcs/schema2/uefi.go has the same keys).
+type Uefi struct {
+	// BootThis is the one entry the firmware boots.
+	BootThis *UefiBootEntry `json:"BootThis,omitempty"`
+}
+
+// UefiBootEntry is an EFI application the firmware loads and starts: here
+// the Linux kernel's EFI stub (microsoft/WSL hcs_schema.h struct
+// UefiBootEntry).
+type UefiBootEntry struct {
+	// DeviceType "VmbFs" serves the host folder VmbFsRootPath to the
+	// firmware as a file system (the only UefiBootDevice WSL defines).
+	DeviceType    string `json:"DeviceType,omitempty"`
+	VmbFsRootPath string `json:"VmbFsRootPath,omitempty"`
+	// DevicePath is the EFI application's path on that file system,
+	// rooted, with backslashes: `\Image`.
+	DevicePath string `json:"DevicePath,omitempty"`
+	// OptionalData is the load options the firmware passes to the
+	// application: for the EFI stub, the kernel command line, whose
+	// initrd= word the stub itself loads from the same file system.
+	OptionalData string `json:"OptionalData,omitempty"`
 }
 
 // LinuxKernelDirect boots a Linux kernel without firmware.

@@ -91,6 +91,8 @@ type Server struct {
 	// mounts it before the agent starts, and reading the mount table costs
 	// each task a millisecond under emulation.
 	wsMounted func() bool
+	// rules restrict every task (restrict.go); built at the first.
+	rules func() (taskRules, error)
 	// devNull is the stdin of tasks without one, opened once and shared.
 	devNull func() (*os.File, error)
 	wg      sync.WaitGroup // shutdown goroutine
@@ -134,6 +136,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, instance: rand.Uint64() | 1, shutdownSent: make(chan struct{})}
 	s.wsMounted = sync.OnceValue(func() bool { return s.workspace().mounted })
+	s.rules = sync.OnceValues(s.buildRules)
 	s.devNull = sync.OnceValues(func() (*os.File, error) {
 		// Blocking and outside the netpoller, as a child's stdin should be.
 		fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)

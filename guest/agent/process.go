@@ -138,11 +138,15 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 	}
 	cmd.SysProcAttr = attr
 
+	rules, err := s.restrictions()
+	if err != nil {
+		return nil, err
+	}
 	if s.cfg.Reaper == nil {
-		err = startNoNewPrivs(cmd)
+		err = startNoNewPrivs(cmd, rules)
 	} else {
 		p.exited, err = s.cfg.Reaper.Spawn(func() (int, error) {
-			if err := startNoNewPrivs(cmd); err != nil {
+			if err := startNoNewPrivs(cmd, rules); err != nil {
 				return 0, err
 			}
 			return cmd.Process.Pid, nil
@@ -184,16 +188,21 @@ func growPipe(f *os.File) {
 	}
 }
 
-// startNoNewPrivs starts cmd from a thread that has no_new_privs set: the
-// child is cloned from the calling thread and inherits the flag, whatever
-// RestrictPrivileges managed.
-func startNoNewPrivs(cmd *exec.Cmd) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
-	}
-	err := cmd.Start()
+// startNoNewPrivs starts cmd from a thread that has no_new_privs set and
+// the tasks' restrictions (restrictTask): the child is cloned from that
+// thread and inherits them. The thread stays locked to a goroutine that
+// then ends, which ends the thread: nothing else ever runs restricted.
+func startNoNewPrivs(cmd *exec.Cmd, rules taskRules) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := restrictTask(rules); err != nil {
+			errc <- err
+			return
+		}
+		errc <- cmd.Start()
+	}()
+	err := <-errc
 	var pe *os.PathError
 	if errors.As(err, &pe) {
 		return pe.Err

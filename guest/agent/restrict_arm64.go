@@ -1,0 +1,13 @@
+//go:build linux
+
+package agent
+
+import "golang.org/x/sys/unix"
+
+const (
+	auditArch = unix.AUDIT_ARCH_AARCH64
+	x32Bit    = 0 // no second ABI on the same numbers
+)
+
+// legacyModeChecks: arm64 has only the *at calls.
+var legacyModeChecks []modeCheck

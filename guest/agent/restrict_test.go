@@ -1,0 +1,162 @@
+//go:build linux
+
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// restrictHelperEnv makes the test binary, run as a restricted task, try
+// one thing per argument and print what the kernel said.
+const restrictHelperEnv = "AIRLOCK_RESTRICT_HELPER"
+
+func init() {
+	if os.Getenv(restrictHelperEnv) == "" {
+		return
+	}
+	ws, other := os.Args[1], os.Args[2]
+	try := func(name string, err error) {
+		res := "ok"
+		if err != nil {
+			res = unix.ErrnoName(errors.Unwrap(err).(unix.Errno))
+			if res == "" {
+				res = err.Error()
+			}
+		}
+		fmt.Printf("%s=%s\n", name, res)
+	}
+	sys := func(err error) error {
+		if err != nil {
+			return fmt.Errorf("%w", err)
+		}
+		return nil
+	}
+	for _, d := range []struct{ tag, dir string }{{"ws", ws}, {"other", other}} {
+		f := filepath.Join(d.dir, "f")
+		os.WriteFile(f, []byte("x"), 0o644)
+		try(d.tag+".chmod4755", sys(unix.Chmod(f, 0o4755)))
+		try(d.tag+".fchmodat2755", sys(unix.Fchmodat(unix.AT_FDCWD, f, 0o2755, 0)))
+		try(d.tag+".chmod755", sys(unix.Chmod(f, 0o755)))
+		fd, err := unix.Open(filepath.Join(d.dir, "c"), unix.O_CREAT|unix.O_WRONLY, 0o4755)
+		unix.Close(fd)
+		try(d.tag+".creat4755", sys(err))
+		fd, err = unix.Open(filepath.Join(d.dir, "c2"), unix.O_CREAT|unix.O_WRONLY, 0o755)
+		unix.Close(fd)
+		try(d.tag+".creat755", sys(err))
+		try(d.tag+".mknodreg4755", sys(unix.Mknod(filepath.Join(d.dir, "n"), unix.S_IFREG|0o4755, 0)))
+		try(d.tag+".mkfifo", sys(unix.Mkfifo(filepath.Join(d.dir, "fifo"), 0o644)))
+		l, err := net.Listen("unix", filepath.Join(d.dir, "sock"))
+		if err == nil {
+			l.Close()
+		} else {
+			var se *os.SyscallError
+			if errors.As(err, &se) {
+				err = fmt.Errorf("%w", se.Err)
+			}
+		}
+		try(d.tag+".bind", err)
+		os.Mkdir(filepath.Join(d.dir, "a"), 0o755)
+		os.Mkdir(filepath.Join(d.dir, "b"), 0o755)
+		os.WriteFile(filepath.Join(d.dir, "a", "m"), nil, 0o644)
+		try(d.tag+".rename", sys(unix.Rename(filepath.Join(d.dir, "a", "m"), filepath.Join(d.dir, "b", "m"))))
+	}
+	var params [30]uint32 // struct io_uring_params: 120 bytes
+	_, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params)), 0)
+	try("io_uring_setup", sys(errnoOrNil(e)))
+	how := unix.OpenHow{Flags: unix.O_RDONLY}
+	fd, err := unix.Openat2(unix.AT_FDCWD, "/", &how)
+	unix.Close(fd)
+	try("openat2", sys(err))
+	os.Exit(0)
+}
+
+func errnoOrNil(e unix.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
+
+// TestRestrictTask runs the test binary as a task restricted by
+// restrictTask and checks what it may do: no setuid or setgid bits
+// anywhere, special files refused beneath the workspace only (Landlock;
+// everywhere without it, but then sockets are not refused), ordinary
+// files, modes and renames untouched.
+func TestRestrictTask(t *testing.T) {
+	top := t.TempDir()
+	ws, other := filepath.Join(top, "ws"), filepath.Join(top, "other")
+	os.Mkdir(ws, 0o755)
+	os.Mkdir(other, 0o755)
+	rules, noLandlock, err := newTaskRules(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if noLandlock != nil {
+		t.Logf("without Landlock: %v", noLandlock)
+	}
+	cmd := exec.Command(os.Args[0], ws, other)
+	cmd.Env = append(os.Environ(), restrictHelperEnv+"=1")
+	done := make(chan error, 1)
+	var out []byte
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		if err := restrictTask(rules); err != nil {
+			done <- err
+			return
+		}
+		out, err = cmd.CombinedOutput()
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		k, v, _ := strings.Cut(l, "=")
+		got[k] = v
+	}
+	special := "EACCES" // Landlock, in the workspace only
+	want := map[string]string{
+		"io_uring_setup": "ENOSYS", "openat2": "ENOSYS",
+	}
+	for _, tag := range []string{"ws", "other"} {
+		want[tag+".chmod4755"] = "EPERM"
+		want[tag+".fchmodat2755"] = "EPERM"
+		want[tag+".creat4755"] = "EPERM"
+		want[tag+".mknodreg4755"] = "EPERM"
+		want[tag+".chmod755"] = "ok"
+		want[tag+".creat755"] = "ok"
+		want[tag+".rename"] = "ok"
+		want[tag+".mkfifo"], want[tag+".bind"] = "ok", "ok"
+	}
+	if noLandlock != nil {
+		want["ws.mkfifo"], want["other.mkfifo"] = "EPERM", "EPERM"
+	} else {
+		want["ws.mkfifo"], want["ws.bind"] = special, special
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: got %q, want %q", k, got[k], w)
+		}
+	}
+	if t.Failed() {
+		t.Logf("helper output:\n%s", out)
+	}
+	// The test's own threads are untouched.
+	f := filepath.Join(other, "parent")
+	os.WriteFile(f, nil, 0o644)
+	if err := unix.Chmod(f, 0o4755); err != nil {
+		t.Errorf("the restricting goroutine's restrictions reached another thread: %v", err)
+	}
+}

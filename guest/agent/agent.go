@@ -44,6 +44,9 @@ type Config struct {
 	UserHome string // api.UserHome
 	// WorkspaceDir is the shared folder's mount point (api.WorkspaceDir).
 	WorkspaceDir string
+	// GuardToolConfig makes the configuration in the workspace that the
+	// user's tools run on the host read-only to tasks (toolconfig.go).
+	GuardToolConfig bool
 	// CgroupRoot holds one cgroup per task; empty disables per-task cgroups
 	// (tasks are then killed by process group only).
 	CgroupRoot string
@@ -92,7 +95,8 @@ type Server struct {
 	// each task a millisecond under emulation.
 	wsMounted func() bool
 	// rules restrict every task (restrict.go); built at the first.
-	rules func() (taskRules, error)
+	rules  func() (taskRules, error)
+	toolMu sync.Mutex // guardToolConfig
 	// devNull is the stdin of tasks without one, opened once and shared.
 	devNull func() (*os.File, error)
 	wg      sync.WaitGroup // shutdown goroutine

@@ -138,7 +138,8 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 	}
 	cmd.SysProcAttr = attr
 
-	rules, err := s.restrictions()
+	s.guardToolConfig()
+	rules, err := s.rules()
 	if err != nil {
 		return nil, err
 	}

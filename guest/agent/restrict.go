@@ -38,13 +38,9 @@ import (
 // the umask cannot tell `umask 0; mkdir d` from any other mkdir without
 // breaking programs, and such a mode is no code the host runs.
 
-// restrictions returns the rules for this agent's tasks, built at the
-// first task (after init mounted the workspace). What the kernel lacks is
-// logged once; a task without the rules is not started.
-func (s *Server) restrictions() (taskRules, error) {
-	return s.rules()
-}
-
+// buildRules builds the rules for this agent's tasks, at the first task
+// (after init mounted the workspace). What the kernel lacks is logged;
+// a task without the rules is not started.
 func (s *Server) buildRules() (taskRules, error) {
 	ws := ""
 	if s.workspaceMounted() {

@@ -1,0 +1,151 @@
+//go:build linux
+
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Files in the shared folder that the user's own tools run on the host,
+// as the user, without asking: git's config (core.fsmonitor, core.pager,
+// core.hooksPath, aliases) and hooks, direnv's .envrc, VS Code's tasks and
+// settings, JetBrains' run configurations. A task that edits them has the
+// host run its code the next time the user runs `git status` or opens the
+// folder. Unless the user allows it for the workspace
+// (api.BootConfig.ToolConfigWritable), the agent makes those that exist
+// read-only to tasks before each task starts: each is a read-only bind
+// mount of itself in the guest, and .git a bind mount of itself, so none
+// of them can be removed, renamed away or replaced (EBUSY) and their
+// contents cannot change (EROFS). A .git folder without hooks gets an
+// empty hooks folder first, so that none can be made in it.
+//
+// Guest root can unmount them: it is root. Paths a task makes where none
+// were (a `git init`, a new .vscode) are protected from the next task on,
+// not from the one that made them; nor are repositories below the
+// workspace's top, or submodules' hooks (.git/modules).
+var toolConfig = []toolPath{
+	{name: ".git", self: true, children: []toolPath{
+		{name: "config"},
+		{name: "hooks", dir: true, create: true},
+	}},
+	{name: ".envrc"},
+	{name: ".vscode", dir: true},
+	{name: ".idea", dir: true},
+}
+
+// toolPath is one protected path below its parent.
+type toolPath struct {
+	name string
+	// dir: a folder (else a file). self: a folder bound onto itself
+	// read-write, so it cannot be renamed away with what is protected in
+	// it; a .git that is a file (a worktree's or a submodule's pointer to
+	// its repository) is bound read-only instead.
+	dir, self bool
+	// create makes an empty folder when it is missing (in an existing
+	// parent), owned by uid:gid.
+	create   bool
+	children []toolPath
+}
+
+// guardToolConfig protects the tool configuration that exists in the
+// workspace and is not yet protected (toolConfig); serialised, as tasks
+// start concurrently. Failures are logged: a task still runs.
+func (s *Server) guardToolConfig() {
+	if !s.cfg.GuardToolConfig {
+		return
+	}
+	s.toolMu.Lock()
+	defer s.toolMu.Unlock()
+	dfd, err := unix.Open(s.cfg.WorkspaceDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		s.log.Warn("tool configuration not protected", "err", err)
+		return
+	}
+	defer unix.Close(dfd)
+	if err := protectTools(dfd, toolConfig, s.cfg.UID, s.cfg.GID); err != nil {
+		s.log.Warn("tool configuration not fully protected", "err", err)
+	}
+}
+
+// protectTools protects paths beneath the folder dfd.
+func protectTools(dfd int, paths []toolPath, uid, gid uint32) error {
+	var errs []error
+	for _, p := range paths {
+		if err := p.protect(dfd, uid, gid); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p toolPath) protect(dfd int, uid, gid uint32) error {
+	fd, err := unix.Openat(dfd, p.name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) && p.create {
+		if err := unix.Mkdirat(dfd, p.name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			return err
+		}
+		_ = unix.Fchownat(dfd, p.name, int(uid), int(gid), unix.AT_SYMLINK_NOFOLLOW)
+		fd, err = unix.Openat(dfd, p.name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	}
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_TYPE, &st); err != nil {
+		return err
+	}
+	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+	switch {
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		return nil // nothing is bound over a link; see the README
+	case p.self && !isDir:
+		return bindSelf(fd, &st, true) // a .git file
+	case p.self:
+		if err := bindSelf(fd, &st, false); err != nil {
+			return err
+		}
+		// Open it again: the children are protected in the new mount.
+		sub, err := unix.Openat(dfd, p.name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(sub)
+		return protectTools(sub, p.children, uid, gid)
+	case isDir != p.dir:
+		return nil // not what the tool reads
+	default:
+		return bindSelf(fd, &st, true)
+	}
+}
+
+// bindSelf mounts fd's file or folder onto itself, read-only when ro,
+// unless it is a mount's root already (protected by an earlier call).
+func bindSelf(fd int, st *unix.Statx_t, ro bool) error {
+	if st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+		return nil
+	}
+	tree, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return os.NewSyscallError("open_tree", err)
+	}
+	defer unix.Close(tree)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if ro {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		return os.NewSyscallError("mount_setattr", err)
+	}
+	if err := unix.MoveMount(tree, "", fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return os.NewSyscallError("move_mount", err)
+	}
+	return nil
+}

@@ -197,11 +197,18 @@ func startNoNewPrivs(cmd *exec.Cmd, rules taskRules) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		if err := restrictTask(rules); err != nil {
-			errc <- err
-			return
+		listener, err := restrictTask(rules)
+		if err == nil {
+			err = cmd.Start()
 		}
-		errc <- cmd.Start()
+		if listener >= 0 {
+			if err == nil {
+				go serveLinks(listener, rules.ws)
+			} else {
+				unix.Close(listener)
+			}
+		}
+		errc <- err
 	}()
 	err := <-errc
 	var pe *os.PathError

@@ -64,6 +64,10 @@ type taskRules struct {
 	// ruleset is the Landlock ruleset's descriptor, or -1 without
 	// Landlock (or without a workspace to guard).
 	ruleset int
+	// links, when set, has the filter hand symlink calls to the agent
+	// (symlink.go), which guards links in the workspace ws.
+	links bool
+	ws    wsIdentity
 }
 
 // landlockSpecial are the Landlock rights the workspace lacks: making
@@ -79,9 +83,14 @@ const landlockSpecial = unix.LANDLOCK_ACCESS_FS_MAKE_CHAR | unix.LANDLOCK_ACCESS
 func newTaskRules(workspace string) (r taskRules, noLandlock error, err error) {
 	r.ruleset = -1
 	if workspace != "" {
+		var st unix.Stat_t
+		if err := unix.Stat(workspace, &st); err != nil {
+			return r, nil, fmt.Errorf("workspace: %w", err)
+		}
+		r.links, r.ws = true, wsIdentity{dev: st.Dev, ino: st.Ino}
 		r.ruleset, noLandlock = landlockRuleset(workspace)
 	}
-	r.filter, err = taskFilter(r.ruleset < 0)
+	r.filter, err = taskFilter(r.ruleset < 0, r.links)
 	if err != nil && r.ruleset >= 0 {
 		unix.Close(r.ruleset)
 		r.ruleset = -1
@@ -93,24 +102,35 @@ func newTaskRules(workspace string) (r taskRules, noLandlock error, err error) {
 // goroutine and never run another (whatever it forks inherits the
 // restrictions): no_new_privs, then r's Landlock domain and seccomp
 // filter. It touches no state but the thread's, so it serves any process
-// that forks tasks.
-func restrictTask(r taskRules) error {
+// that forks tasks. With r.links it returns the filter's listener, which
+// serveLinks must serve (or the tasks' symlink calls wait), else -1.
+func restrictTask(r taskRules) (listener int, err error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+		return -1, fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
 	}
 	if r.ruleset >= 0 {
 		if _, _, e := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(r.ruleset), 0, 0); e != 0 {
-			return fmt.Errorf("landlock_restrict_self: %w", e)
+			return -1, fmt.Errorf("landlock_restrict_self: %w", e)
 		}
 	}
-	if len(r.filter) > 0 {
-		prog := unix.SockFprog{Len: uint16(len(r.filter)), Filter: &r.filter[0]}
-		// Without SECCOMP_FILTER_FLAG_TSYNC: this thread only.
-		if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&prog))); e != 0 {
-			return fmt.Errorf("seccomp: %w", e)
-		}
+	if len(r.filter) == 0 {
+		return -1, nil
 	}
-	return nil
+	prog := unix.SockFprog{Len: uint16(len(r.filter)), Filter: &r.filter[0]}
+	// Without SECCOMP_FILTER_FLAG_TSYNC: this thread only.
+	var flags uintptr
+	if r.links {
+		flags = unix.SECCOMP_FILTER_FLAG_NEW_LISTENER
+	}
+	fd, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&prog)))
+	if e != 0 {
+		return -1, fmt.Errorf("seccomp: %w", e)
+	}
+	if !r.links {
+		return -1, nil
+	}
+	unix.CloseOnExec(int(fd))
+	return int(fd), nil
 }
 
 // landlockRuleset makes a ruleset that grants landlockSpecial beneath
@@ -197,6 +217,7 @@ var (
 	retAllow  = bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW}
 	retEPERM  = bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)}
 	retENOSYS = bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)}
+	retNotify = bpf.RetConstant{Val: unix.SECCOMP_RET_USER_NOTIF}
 )
 
 // modeCheck is one syscall whose mode argument the filter checks.
@@ -213,8 +234,8 @@ type modeCheck struct {
 
 // taskFilter assembles the seccomp filter. noSpecial refuses mknod of
 // anything but a regular file (no Landlock to refuse them in the
-// workspace only).
-func taskFilter(noSpecial bool) ([]unix.SockFilter, error) {
+// workspace only); links hands symlink calls to the agent's listener.
+func taskFilter(noSpecial, links bool) ([]unix.SockFilter, error) {
 	if auditArch == 0 {
 		return nil, errors.New("seccomp: no filter for this architecture")
 	}
@@ -229,6 +250,13 @@ func taskFilter(noSpecial bool) ([]unix.SockFilter, error) {
 	}
 	for _, nr := range []uint32{unix.SYS_IO_URING_SETUP, unix.SYS_OPENAT2} {
 		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 1}, retENOSYS)
+	}
+	if links {
+		for _, nr := range []int{unix.SYS_SYMLINKAT, sysSymlink} {
+			if nr >= 0 {
+				prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipFalse: 1}, retNotify)
+			}
+		}
 	}
 	checks := append(slices.Clip(legacyModeChecks),
 		modeCheck{nr: unix.SYS_FCHMOD, mode: 1, flags: -1},

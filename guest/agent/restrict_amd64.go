@@ -9,6 +9,8 @@ const (
 	// x32Bit marks the x32 ABI's syscall numbers, which reach the same
 	// calls under other numbers: refused.
 	x32Bit = 0x40000000
+	// sysSymlink is symlink(2), beside symlinkat.
+	sysSymlink = unix.SYS_SYMLINK
 )
 
 // legacyModeChecks are the calls amd64 has beside the *at ones.

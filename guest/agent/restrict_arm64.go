@@ -7,6 +7,8 @@ import "golang.org/x/sys/unix"
 const (
 	auditArch = unix.AUDIT_ARCH_AARCH64
 	x32Bit    = 0 // no second ABI on the same numbers
+	// sysSymlink: arm64 has only symlinkat.
+	sysSymlink = -1
 )
 
 // legacyModeChecks: arm64 has only the *at calls.

@@ -5,8 +5,9 @@ package agent
 // No filter is written for other architectures: tasks there run without
 // one (newTaskRules says so).
 const (
-	auditArch = 0
-	x32Bit    = 0
+	auditArch  = 0
+	x32Bit     = 0
+	sysSymlink = -1
 )
 
 var legacyModeChecks []modeCheck

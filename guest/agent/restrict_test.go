@@ -70,6 +70,20 @@ func init() {
 		os.Mkdir(filepath.Join(d.dir, "b"), 0o755)
 		os.WriteFile(filepath.Join(d.dir, "a", "m"), nil, 0o644)
 		try(d.tag+".rename", sys(unix.Rename(filepath.Join(d.dir, "a", "m"), filepath.Join(d.dir, "b", "m"))))
+		for _, l := range []struct{ tag, target, at string }{
+			{"inside", "f", "l1"}, {"up", "../f", "a/l2"}, {"dot", "./a/../f", "l3"},
+			{"abs", "/etc/passwd", "l4"}, {"escape", "../secret", "l5"}, {"deep", "../../../../secret", "a/l6"},
+			{"after", "a/../../secret", "l7"},
+		} {
+			try(d.tag+".link."+l.tag, sys(unix.Symlink(l.target, filepath.Join(d.dir, l.at))))
+		}
+		dfd, _ := unix.Open(filepath.Join(d.dir, "a"), unix.O_PATH|unix.O_DIRECTORY, 0)
+		try(d.tag+".linkat.up", sys(unix.Symlinkat("../f", dfd, "l8")))
+		try(d.tag+".linkat.escape", sys(unix.Symlinkat("../../x", dfd, "l9")))
+		unix.Close(dfd)
+		if got, _ := os.Readlink(filepath.Join(d.dir, "a", "l8")); d.tag == "ws" && got != "../f" {
+			fmt.Printf("%s.linkat.up.target=%q\n", d.tag, got)
+		}
 	}
 	var params [30]uint32 // struct io_uring_params: 120 bytes
 	_, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params)), 0)
@@ -94,10 +108,23 @@ func errnoOrNil(e unix.Errno) error {
 // everywhere without it, but then sockets are not refused), ordinary
 // files, modes and renames untouched.
 func TestRestrictTask(t *testing.T) {
-	top := t.TempDir()
-	ws, other := filepath.Join(top, "ws"), filepath.Join(top, "other")
-	os.Mkdir(ws, 0o755)
-	os.Mkdir(other, 0o755)
+	// The guest's workspace is a file system of its own; so is the test's
+	// (links are guarded on the workspace's device).
+	ws := t.TempDir()
+	other := ""
+	for _, d := range []string{"/dev/shm", "/run"} {
+		var a, b unix.Stat_t
+		if unix.Stat(d, &a) == nil && unix.Stat(ws, &b) == nil && a.Dev != b.Dev {
+			if dir, err := os.MkdirTemp(d, "restrict-"); err == nil {
+				other = dir
+				t.Cleanup(func() { os.RemoveAll(dir) })
+				break
+			}
+		}
+	}
+	if other == "" {
+		t.Skip("no file system beside the test's temporary folder's")
+	}
 	rules, noLandlock, err := newTaskRules(ws)
 	if err != nil {
 		t.Fatal(err)
@@ -111,9 +138,13 @@ func TestRestrictTask(t *testing.T) {
 	var out []byte
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-		if err := restrictTask(rules); err != nil {
+		listener, err := restrictTask(rules)
+		if err != nil {
 			done <- err
 			return
+		}
+		if listener >= 0 {
+			go serveLinks(listener, rules.ws)
 		}
 		out, err = cmd.CombinedOutput()
 		done <- err
@@ -139,6 +170,15 @@ func TestRestrictTask(t *testing.T) {
 		want[tag+".creat755"] = "ok"
 		want[tag+".rename"] = "ok"
 		want[tag+".mkfifo"], want[tag+".bind"] = "ok", "ok"
+		for _, l := range []string{"inside", "up", "dot", "abs", "escape", "deep", "after"} {
+			want[tag+".link."+l] = "ok"
+		}
+		want[tag+".linkat.up"], want[tag+".linkat.escape"] = "ok", "ok"
+	}
+	// In the workspace, links stay inside it.
+	// A `..` after a name is refused there too: the name may be a link.
+	for _, l := range []string{"ws.link.abs", "ws.link.escape", "ws.link.deep", "ws.link.after", "ws.linkat.escape", "ws.link.dot"} {
+		want[l] = "EPERM"
 	}
 	if noLandlock != nil {
 		want["ws.mkfifo"], want["other.mkfifo"] = "EPERM", "EPERM"

@@ -183,3 +183,56 @@ func ownerIDs(dir string) (int, int) {
 	st := fi.Sys().(*syscall.Stat_t)
 	return int(st.Uid), int(st.Gid)
 }
+
+// TestShareLinks: a task's links in the folder are relative and stay
+// inside it, so a host program that follows one (an editor, a host-side
+// agent, `git add`) reads nothing else of the host; links inside it, and
+// anywhere in the guest outside it, keep working.
+func TestShareLinks(t *testing.T) {
+	t.Parallel()
+	probe(t)
+	// Controls: what npm, git and tar do.
+	r := user(t, "mkdir -p /workspace/lk/node_modules/.bin /workspace/lk/node_modules/tsc/bin && cd /workspace/lk && "+
+		"echo x > node_modules/tsc/bin/tsc && ln -s ../tsc/bin/tsc node_modules/.bin/tsc && cat node_modules/.bin/tsc && "+
+		"ln -sf node_modules top && ls top/.bin/ && ln -s /etc/passwd /tmp/lk-abs && ln -s ../../.. /tmp/lk-up && stat -c %u /tmp/lk-abs && rm /tmp/lk-abs /tmp/lk-up")
+	if want := "x\ntsc\n" + strconv.Itoa(taskUID()) + "\n"; r.Stdout != want {
+		t.Fatalf("control: links inside the folder and in /tmp: %s (want stdout %q)", r, want)
+	}
+	cases := []struct{ name, cmd string }{
+		{"an absolute link to a host path", "cd /workspace && ln -s " + secret + " lk-abs; ln -s /etc lk-etc; ls -l"},
+		{"a relative link climbing out of the folder", "cd /workspace && ln -s ../secret.txt lk-rel; mkdir -p lk-d && ln -s ../../secret.txt lk-d/lk-rel2; ls -l"},
+		{"a link with .. after a name", "cd /workspace && mkdir -p lk-x && ln -s lk-x/../../secret.txt lk-after; ls -l"},
+		{"a link made by tar", "cd /tmp && rm -rf tl && mkdir tl && ln -s " + secret + " tl/lk-tar && tar -cf tl.tar -C tl lk-tar && tar -xf tl.tar -C /workspace; ls -l /workspace/lk-tar"},
+	}
+	for _, who := range []struct {
+		tag string
+		run func(testing.TB, string) result
+	}{{"the task user", user}, {"guest root", root}} {
+		for _, c := range cases {
+			attack(t, wsFamily, who.tag+" plants "+c.name, func(a *Attack) {
+				r := who.run(a, c.cmd)
+				for _, n := range []string{"lk-abs", "lk-etc", "lk-rel", "lk-d/lk-rel2", "lk-after", "lk-tar"} {
+					host := filepath.Join(sharedWS, n)
+					target, err := os.Readlink(host)
+					if err != nil {
+						continue
+					}
+					os.Remove(host)
+					abs := target
+					if !filepath.IsAbs(abs) {
+						abs = filepath.Join(filepath.Dir(host), target)
+					}
+					if rel, err := filepath.Rel(sharedWS, filepath.Clean(abs)); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+						a.breach("the guest left a link %s -> %s in the user's folder (%s)", n, target, r)
+					}
+				}
+			})
+		}
+	}
+}
+
+// taskUID is the uid tasks run as on the shared VM.
+func taskUID() int {
+	uid, _ := ownerIDs(sharedWS)
+	return uid
+}

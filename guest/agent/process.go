@@ -195,27 +195,44 @@ func growPipe(f *os.File) {
 // then ends, which ends the thread: nothing else ever runs restricted.
 func startNoNewPrivs(cmd *exec.Cmd, rules taskRules) error {
 	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		listener, err := restrictTask(rules)
-		if err == nil {
-			err = cmd.Start()
-		}
-		if listener >= 0 {
-			if err == nil {
-				go serveLinks(listener, rules.ws)
-			} else {
-				unix.Close(listener)
-			}
-		}
-		errc <- err
-	}()
+	go restrictedStart(cmd, rules, errc)
 	err := <-errc
 	var pe *os.PathError
 	if errors.As(err, &pe) {
 		return pe.Err
 	}
 	return err
+}
+
+// restrictedStart is startNoNewPrivs's goroutine.
+func restrictedStart(cmd *exec.Cmd, rules taskRules, errc chan<- error) {
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		// The main thread is wedged, not ended, when a goroutine locked to
+		// it exits: it would keep the filter, and its listener (symlink.go)
+		// would never see the task end. Restrict another thread; this one
+		// stays locked meanwhile, so the new goroutine cannot land on it.
+		done := make(chan struct{})
+		go func() {
+			restrictedStart(cmd, rules, errc)
+			close(done)
+		}()
+		<-done
+		runtime.UnlockOSThread()
+		return
+	}
+	listener, err := restrictTask(rules)
+	if err == nil {
+		err = cmd.Start()
+	}
+	if listener >= 0 {
+		if err == nil {
+			go serveLinks(listener, rules.ws)
+		} else {
+			unix.Close(listener)
+		}
+	}
+	errc <- err
 }
 
 // wait waits for the task's main process to exit.

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -135,20 +136,36 @@ func TestRestrictTask(t *testing.T) {
 	cmd := exec.Command(os.Args[0], ws, other)
 	cmd.Env = append(os.Environ(), restrictHelperEnv+"=1")
 	done := make(chan error, 1)
+	served := make(chan struct{})
 	var out []byte
-	go func() {
+	var restricted func()
+	restricted = func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		if unix.Gettid() == unix.Getpid() {
+			// As restrictedStart: the main thread would be wedged, not ended.
+			next := make(chan struct{})
+			go func() { restricted(); close(next) }()
+			<-next
+			runtime.UnlockOSThread()
+			return
+		}
 		listener, err := restrictTask(rules)
 		if err != nil {
 			done <- err
 			return
 		}
-		if listener >= 0 {
-			go serveLinks(listener, rules.ws)
+		if listener < 0 {
+			done <- errors.New("no listener for the links")
+			return
 		}
+		go func() {
+			serveLinks(listener, rules.ws)
+			close(served)
+		}()
 		out, err = cmd.CombinedOutput()
 		done <- err
-	}()
+	}
+	go restricted()
 	if err := <-done; err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
@@ -192,6 +209,12 @@ func TestRestrictTask(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("helper output:\n%s", out)
+	}
+	// Once no task uses the filter, its listener's server ends.
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Error("the links' server still runs after its task ended")
 	}
 	// The test's own threads are untouched.
 	f := filepath.Join(other, "parent")

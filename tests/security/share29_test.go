@@ -203,6 +203,7 @@ func TestShareLinks(t *testing.T) {
 		{"a relative link climbing out of the folder", "cd /workspace && ln -s ../secret.txt lk-rel; mkdir -p lk-d && ln -s ../../secret.txt lk-d/lk-rel2; ls -l"},
 		{"a link with .. after a name", "cd /workspace && mkdir -p lk-x && ln -s lk-x/../../secret.txt lk-after; ls -l"},
 		{"a link made by tar", "cd /tmp && rm -rf tl && mkdir tl && ln -s " + secret + " tl/lk-tar && tar -cf tl.tar -C tl lk-tar && tar -xf tl.tar -C /workspace; ls -l /workspace/lk-tar"},
+		{"a relative link moved towards the top", "cd /workspace && mkdir -p lk-m && ln -s ../secret.txt lk-m/l && mv lk-m/l lk-moved; ls -l"},
 	}
 	for _, who := range []struct {
 		tag string
@@ -211,7 +212,7 @@ func TestShareLinks(t *testing.T) {
 		for _, c := range cases {
 			attack(t, wsFamily, who.tag+" plants "+c.name, func(a *Attack) {
 				r := who.run(a, c.cmd)
-				for _, n := range []string{"lk-abs", "lk-etc", "lk-rel", "lk-d/lk-rel2", "lk-after", "lk-tar"} {
+				for _, n := range []string{"lk-abs", "lk-etc", "lk-rel", "lk-d/lk-rel2", "lk-after", "lk-tar", "lk-moved"} {
 					host := filepath.Join(sharedWS, n)
 					target, err := os.Readlink(host)
 					if err != nil {

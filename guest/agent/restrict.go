@@ -34,6 +34,9 @@ import (
 //     without it) the filter refuses every mknod but a regular file's,
 //     everywhere, instead; bind(2) of a unix socket is then not refused.
 //
+// The filter also hands symlink calls to the agent, which checks their
+// targets in the workspace (symlink.go).
+//
 // World-writable modes are not refused: a filter that cannot see paths or
 // the umask cannot tell `umask 0; mkdir d` from any other mkdir without
 // breaking programs, and such a mode is no code the host runs.

@@ -5,7 +5,10 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,6 +25,10 @@ import (
 // of them can be removed, renamed away or replaced (EBUSY) and their
 // contents cannot change (EROFS). A .git folder without hooks gets an
 // empty hooks folder first, so that none can be made in it.
+//
+// What .git/config names in the workspace as more configuration or as
+// hooks git runs by itself is made read-only the same way
+// (gitReferences).
 //
 // Guest root can unmount them: it is root. Paths a task makes where none
 // were (a `git init`, a new .vscode) are protected from the next task on,
@@ -66,7 +73,10 @@ func (s *Server) guardToolConfig() {
 		return
 	}
 	defer unix.Close(dfd)
-	if err := protectTools(dfd, toolConfig, s.cfg.UID, s.cfg.GID); err != nil {
+	err = protectTools(dfd, toolConfig, s.cfg.UID, s.cfg.GID)
+	// After .git/config is read-only: what it names cannot change after.
+	err = errors.Join(err, protectGitReferences(dfd))
+	if err != nil {
 		s.log.Warn("tool configuration not fully protected", "err", err)
 	}
 }
@@ -148,4 +158,127 @@ func bindSelf(fd int, st *unix.Statx_t, ro bool) error {
 		return os.NewSyscallError("move_mount", err)
 	}
 	return nil
+}
+
+// maxGitConfig bounds how much of .git/config is read: a task may have
+// grown it before it was protected.
+const maxGitConfig = 256 << 10
+
+// gitReferences are the paths in the workspace that .git/config makes git
+// run or read as configuration on the host, relative to the workspace:
+// files it includes (include.path, includeIf.*.path: configuration that
+// may set core.fsmonitor or aliases, relative to .git), core.hooksPath's
+// folder (relative to the top: husky's .husky/_, whose hooks call the
+// scripts beside it, so the top folder it is in) and a core.fsmonitor
+// that names a program in the workspace (git runs it on every status).
+// Paths outside the workspace (absolute, ~, climbing out) are left out.
+func gitReferences(config []byte) []string {
+	var out []string
+	add := func(p string) {
+		p = filepath.Clean(p)
+		if p == "." || filepath.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") {
+			return
+		}
+		out = append(out, p)
+	}
+	section := ""
+	for _, line := range strings.Split(string(config), "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "[") {
+			end := strings.IndexByte(line, ']')
+			if end < 0 {
+				continue
+			}
+			name, _, _ := strings.Cut(strings.TrimSpace(line[1:end]), " ")
+			section = strings.ToLower(name)
+			line = strings.TrimSpace(line[end+1:]) // a key may follow on the same line
+		}
+		key, value, ok := strings.Cut(line, "=")
+		if !ok {
+			continue
+		}
+		key, value = strings.ToLower(strings.TrimSpace(key)), gitValue(value)
+		if value == "" || strings.HasPrefix(value, "~") || filepath.IsAbs(value) {
+			continue
+		}
+		switch {
+		case (section == "include" || section == "includeif") && key == "path":
+			add(filepath.Join(".git", value))
+		case section == "core" && key == "hookspath":
+			p := filepath.Clean(value)
+			if top, _, _ := strings.Cut(p, "/"); top != ".git" {
+				p = top
+			}
+			add(p)
+		case section == "core" && key == "fsmonitor" && !strings.ContainsAny(value, " \t") && strings.Contains(value, "/"):
+			add(value)
+		}
+	}
+	return out
+}
+
+// gitValue is a config value without its comment and quotes; escapes are
+// not undone (a path with them is left as it is, and then not found).
+func gitValue(v string) string {
+	v = strings.TrimSpace(v)
+	if strings.HasPrefix(v, `"`) {
+		if end := strings.IndexByte(v[1:], '"'); end >= 0 {
+			return v[1 : end+1]
+		}
+		return ""
+	}
+	if i := strings.IndexAny(v, "#;"); i >= 0 {
+		v = v[:i]
+	}
+	return strings.TrimSpace(v)
+}
+
+// protectGitReferences makes what .git/config refers to in the workspace
+// read-only (gitReferences).
+func protectGitReferences(dfd int) error {
+	how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS}
+	fd, err := unix.Openat2(dfd, ".git/config", &how)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), ".git/config")
+	b, err := io.ReadAll(io.LimitReader(f, maxGitConfig))
+	f.Close()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range gitReferences(b) {
+		if err := protectBeneath(dfd, p); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// protectBeneath makes path beneath the folder dfd read-only, if it is
+// there and reached without links.
+func protectBeneath(dfd int, path string) error {
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS}
+	fd, err := unix.Openat2(dfd, path, &how)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_TYPE, &st); err != nil {
+		return err
+	}
+	if t := st.Mode & unix.S_IFMT; t != unix.S_IFDIR && t != unix.S_IFREG {
+		return nil
+	}
+	return bindSelf(fd, &st, true)
 }

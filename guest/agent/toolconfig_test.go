@@ -31,7 +31,7 @@ func init() {
 		os.Exit(1)
 	}
 	for i := 0; i < 2; i++ { // a second pass finds everything protected
-		if err := protectTools(dfd, toolConfig, 1000, 1000); err != nil {
+		if err := errors.Join(protectTools(dfd, toolConfig, 1000, 1000), protectGitReferences(dfd)); err != nil {
 			fmt.Println("protect:", err)
 			os.Exit(1)
 		}
@@ -61,6 +61,10 @@ func init() {
 	try("vscode.rename", unix.Rename(j(".vscode"), j("vs2")))
 	try("idea.create", os.WriteFile(j(".idea", "evil.xml"), []byte("evil"), 0o644))
 	try("other.write", os.WriteFile(j("main.go"), []byte("package main"), 0o644))
+	try("husky.write", os.WriteFile(j(".husky", "pre-commit"), []byte("evil"), 0o755))
+	try("include.write", os.WriteFile(j(".gitconfig"), []byte("[core]\n\tfsmonitor = evil\n"), 0o644))
+	try("fsmonitor.write", os.WriteFile(j("tools", "fsmon.sh"), []byte("evil"), 0o755))
+	try("tools.other", os.WriteFile(j("tools", "other.sh"), []byte("fine"), 0o755))
 	os.Exit(0)
 }
 
@@ -75,7 +79,13 @@ func TestProtectTools(t *testing.T) {
 	for _, d := range []string{".git/objects", ".vscode", ".idea"} {
 		os.MkdirAll(filepath.Join(ws, d), 0o755)
 	}
-	os.WriteFile(filepath.Join(ws, ".git", "config"), []byte("[core]\n"), 0o644)
+	config := "[core]\n\thooksPath = .husky/_\n\tfsmonitor = tools/fsmon.sh\n[include]\n\tpath = ../.gitconfig\n"
+	os.WriteFile(filepath.Join(ws, ".git", "config"), []byte(config), 0o644)
+	os.MkdirAll(filepath.Join(ws, ".husky", "_"), 0o755)
+	os.MkdirAll(filepath.Join(ws, "tools"), 0o755)
+	os.WriteFile(filepath.Join(ws, ".husky", "pre-commit"), []byte("npm test\n"), 0o755)
+	os.WriteFile(filepath.Join(ws, ".gitconfig"), []byte("[alias]\n"), 0o644)
+	os.WriteFile(filepath.Join(ws, "tools", "fsmon.sh"), []byte("#!/bin/sh\n"), 0o755)
 	os.WriteFile(filepath.Join(ws, ".envrc"), []byte("export A=1\n"), 0o644)
 	os.WriteFile(filepath.Join(ws, ".vscode", "tasks.json"), []byte("{}"), 0o644)
 	cmd := exec.Command(os.Args[0], ws)
@@ -96,6 +106,7 @@ func TestProtectTools(t *testing.T) {
 		"envrc.write": "EROFS", "envrc.unlink": "EBUSY",
 		"vscode.write": "EROFS", "vscode.rename": "EBUSY", "idea.create": "EROFS",
 		"other.write": "ok",
+		"husky.write": "EROFS", "include.write": "EROFS", "fsmonitor.write": "EROFS", "tools.other": "ok",
 	}
 	for k, w := range want {
 		if got[k] != w {
@@ -105,10 +116,37 @@ func TestProtectTools(t *testing.T) {
 	if t.Failed() {
 		t.Logf("helper output:\n%s", out)
 	}
-	if b, _ := os.ReadFile(filepath.Join(ws, ".git", "config")); string(b) != "[core]\n" {
+	if b, _ := os.ReadFile(filepath.Join(ws, ".git", "config")); string(b) != config {
 		t.Errorf(".git/config is now %q", b)
 	}
 	if fi, err := os.Stat(filepath.Join(ws, ".git", "hooks")); err != nil || !fi.IsDir() {
 		t.Errorf("no empty hooks folder was made: %v", err)
+	}
+}
+
+func TestGitReferences(t *testing.T) {
+	config := `[core]
+	repositoryformatversion = 0
+	hooksPath = ".husky/_" ; husky
+	fsmonitor = tools/watch.sh
+[core "x"] fsmonitor = true
+[include]
+	path = ../shared.gitconfig
+	path = ~/.gitconfig
+	path = /etc/gitconfig
+	path = ../../outside
+[includeIf "gitdir:~/work/"]
+	path = extra.cfg
+[alias]
+	path = nothing
+[CORE] hooksPath = hooks # comment
+[core]
+	hookspath = .git/myhooks
+	fsmonitor = watchman --flag
+`
+	want := []string{".husky", "tools/watch.sh", "shared.gitconfig", ".git/extra.cfg", "hooks", ".git/myhooks"}
+	got := gitReferences([]byte(config))
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("gitReferences = %q, want %q", got, want)
 	}
 }

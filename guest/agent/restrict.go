@@ -21,12 +21,15 @@ import (
 // root's too, runs under two restrictions the agent puts on the thread it
 // forks the task from; the child inherits both, and no task can lift them:
 //
-//   - a seccomp filter, everywhere: no setuid or setgid bit from chmod,
-//     fchmod, fchmodat, fchmodat2, or from the mode of a file open, creat,
-//     mkdir or mknod create (EPERM); no io_uring (its operations bypass
-//     the filter) and no openat2 (its mode is behind a pointer the filter
-//     cannot read): ENOSYS, which programs take for an older kernel and
-//     fall back from;
+//   - a seccomp filter: no setuid or setgid bit from the mode of a file
+//     open, creat or mknod create, anywhere (EPERM: programs create, then
+//     chmod), nor from chmod, fchmod, fchmodat or fchmodat2 in the
+//     workspace: the agent looks at where the file is (symlink.go) and
+//     does the chmod for the task elsewhere (dpkg's setuid programs); no
+//     io_uring (its operations bypass the filter) and no openat2 (its
+//     mode is behind a pointer the filter cannot read): ENOSYS, which
+//     programs take for an older kernel and fall back from. mkdir
+//     needs no check: the kernel drops those bits from its mode;
 //   - a Landlock domain that refuses FIFOs, sockets and device nodes beneath
 //     the workspace only (EACCES), so that nothing a host program would
 //     hang on or talk to appears in the user's folder, while unix sockets
@@ -35,7 +38,8 @@ import (
 //     everywhere, instead; bind(2) of a unix socket is then not refused.
 //
 // The filter also hands symlink calls to the agent, which checks their
-// targets in the workspace (symlink.go).
+// targets in the workspace (symlink.go). Without a shared folder tasks run
+// without any of it: nothing they write reaches the host.
 //
 // World-writable modes are not refused: a filter that cannot see paths or
 // the umask cannot tell `umask 0; mkdir d` from any other mkdir without
@@ -67,8 +71,9 @@ type taskRules struct {
 	// ruleset is the Landlock ruleset's descriptor, or -1 without
 	// Landlock (or without a workspace to guard).
 	ruleset int
-	// links, when set, has the filter hand symlink calls to the agent
-	// (symlink.go), which guards links in the workspace ws.
+	// links, when set, has the filter hand symlink calls, and chmod calls
+	// with setuid or setgid bits, to the agent (symlink.go), which guards
+	// the workspace ws.
 	links bool
 	ws    wsIdentity
 }
@@ -85,15 +90,16 @@ const landlockSpecial = unix.LANDLOCK_ACCESS_FS_MAKE_CHAR | unix.LANDLOCK_ACCESS
 // everywhere.
 func newTaskRules(workspace string) (r taskRules, noLandlock error, err error) {
 	r.ruleset = -1
-	if workspace != "" {
-		var st unix.Stat_t
-		if err := unix.Stat(workspace, &st); err != nil {
-			return r, nil, fmt.Errorf("workspace: %w", err)
-		}
-		r.links, r.ws = true, wsIdentity{dev: st.Dev, ino: st.Ino}
-		r.ruleset, noLandlock = landlockRuleset(workspace)
+	if workspace == "" {
+		return r, nil, nil // nothing a task writes reaches the host
 	}
-	r.filter, err = taskFilter(r.ruleset < 0, r.links)
+	var st unix.Stat_t
+	if err := unix.Stat(workspace, &st); err != nil {
+		return r, nil, fmt.Errorf("workspace: %w", err)
+	}
+	r.links, r.ws = true, wsIdentity{dev: st.Dev, ino: st.Ino}
+	r.ruleset, noLandlock = landlockRuleset(workspace)
+	r.filter, err = taskFilter(r.ruleset < 0)
 	if err != nil && r.ruleset >= 0 {
 		unix.Close(r.ruleset)
 		r.ruleset = -1
@@ -106,7 +112,7 @@ func newTaskRules(workspace string) (r taskRules, noLandlock error, err error) {
 // restrictions): no_new_privs, then r's Landlock domain and seccomp
 // filter. It touches no state but the thread's, so it serves any process
 // that forks tasks. With r.links it returns the filter's listener, which
-// serveLinks must serve (or the tasks' symlink calls wait), else -1.
+// serveCalls must serve (or the tasks' symlink calls wait), else -1.
 func restrictTask(r taskRules) (listener int, err error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return -1, fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
@@ -233,12 +239,16 @@ type modeCheck struct {
 	// node: mknod, whose file type the filter also checks when
 	// special files are refused everywhere.
 	node bool
+	// chmod: the agent decides (taskcalls.go), as the bits are refused
+	// in the workspace only; a create's are refused everywhere.
+	chmod bool
 }
 
 // taskFilter assembles the seccomp filter. noSpecial refuses mknod of
 // anything but a regular file (no Landlock to refuse them in the
-// workspace only); links hands symlink calls to the agent's listener.
-func taskFilter(noSpecial, links bool) ([]unix.SockFilter, error) {
+// workspace only). symlink calls, and chmod calls that set a setuid or
+// setgid bit, go to the agent's listener.
+func taskFilter(noSpecial bool) ([]unix.SockFilter, error) {
 	if auditArch == 0 {
 		return nil, errors.New("seccomp: no filter for this architecture")
 	}
@@ -254,19 +264,16 @@ func taskFilter(noSpecial, links bool) ([]unix.SockFilter, error) {
 	for _, nr := range []uint32{unix.SYS_IO_URING_SETUP, unix.SYS_OPENAT2} {
 		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 1}, retENOSYS)
 	}
-	if links {
-		for _, nr := range []int{unix.SYS_SYMLINKAT, sysSymlink} {
-			if nr >= 0 {
-				prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipFalse: 1}, retNotify)
-			}
+	for _, nr := range []int{unix.SYS_SYMLINKAT, sysSymlink} {
+		if nr >= 0 {
+			prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipFalse: 1}, retNotify)
 		}
 	}
 	checks := append(slices.Clip(legacyModeChecks),
-		modeCheck{nr: unix.SYS_FCHMOD, mode: 1, flags: -1},
-		modeCheck{nr: unix.SYS_FCHMODAT, mode: 2, flags: -1},
-		modeCheck{nr: sysFchmodat2, mode: 2, flags: -1},
+		modeCheck{nr: unix.SYS_FCHMOD, mode: 1, flags: -1, chmod: true},
+		modeCheck{nr: unix.SYS_FCHMODAT, mode: 2, flags: -1, chmod: true},
+		modeCheck{nr: sysFchmodat2, mode: 2, flags: -1, chmod: true},
 		modeCheck{nr: unix.SYS_OPENAT, mode: 3, flags: 2},
-		modeCheck{nr: unix.SYS_MKDIRAT, mode: 2, flags: -1},
 		modeCheck{nr: unix.SYS_MKNODAT, mode: 2, flags: -1, node: true},
 	)
 	for _, c := range checks {
@@ -304,10 +311,14 @@ func (c modeCheck) block(noSpecial bool) []bpf.Instruction {
 			retEPERM,
 		)
 	}
+	refuse := retEPERM
+	if c.chmod {
+		refuse = retNotify
+	}
 	body = append(body,
 		bpf.LoadAbsolute{Off: offArg(c.mode), Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: setID, SkipFalse: 1},
-		retEPERM,
+		refuse,
 		retAllow,
 	)
 	return append([]bpf.Instruction{

@@ -8,6 +8,7 @@ const (
 	auditArch = unix.AUDIT_ARCH_AARCH64
 	x32Bit    = 0 // no second ABI on the same numbers
 	// sysSymlink: arm64 has only symlinkat.
+	sysChmod   = -1
 	sysSymlink = -1
 )
 

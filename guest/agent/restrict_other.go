@@ -7,6 +7,7 @@ package agent
 const (
 	auditArch  = 0
 	x32Bit     = 0
+	sysChmod   = -1
 	sysSymlink = -1
 )
 

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -49,6 +50,12 @@ func init() {
 		try(d.tag+".chmod4755", sys(unix.Chmod(f, 0o4755)))
 		try(d.tag+".fchmodat2755", sys(unix.Fchmodat(unix.AT_FDCWD, f, 0o2755, 0)))
 		try(d.tag+".chmod755", sys(unix.Chmod(f, 0o755)))
+		ffd, _ := unix.Open(f, unix.O_RDONLY, 0)
+		try(d.tag+".fchmod6755", sys(unix.Fchmod(ffd, 0o6755)))
+		unix.Close(ffd)
+		var st unix.Stat_t
+		unix.Stat(f, &st)
+		fmt.Printf("%s.mode=%o\n", d.tag, st.Mode&0o7777)
 		fd, err := unix.Open(filepath.Join(d.dir, "c"), unix.O_CREAT|unix.O_WRONLY, 0o4755)
 		unix.Close(fd)
 		try(d.tag+".creat4755", sys(err))
@@ -109,6 +116,17 @@ func errnoOrNil(e unix.Errno) error {
 // everywhere without it, but then sockets are not refused), ordinary
 // files, modes and renames untouched.
 func TestRestrictTask(t *testing.T) {
+	t.Run("as root", func(t *testing.T) { testRestrictTask(t, 0) })
+	t.Run("as a user", func(t *testing.T) {
+		if os.Getuid() != 0 {
+			t.Skip("needs root to run the task as another user")
+		}
+		testRestrictTask(t, 1000)
+	})
+}
+
+// testRestrictTask runs the helper as uid (with gid uid).
+func testRestrictTask(t *testing.T, uid uint32) {
 	// The guest's workspace is a file system of its own; so is the test's
 	// (links are guarded on the workspace's device).
 	ws := t.TempDir()
@@ -135,6 +153,22 @@ func TestRestrictTask(t *testing.T) {
 	}
 	cmd := exec.Command(os.Args[0], ws, other)
 	cmd.Env = append(os.Environ(), restrictHelperEnv+"=1")
+	if uid != 0 {
+		// The test binary's folder is root's only: a copy the user can run.
+		bin, err := os.ReadFile(os.Args[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Path = filepath.Join(filepath.Dir(ws), "helper")
+		if err := os.WriteFile(cmd.Path, bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []string{filepath.Dir(ws), ws, other} {
+			os.Chown(d, int(uid), int(uid))
+		}
+		os.Chmod(filepath.Dir(ws), 0o755)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+	}
 	done := make(chan error, 1)
 	served := make(chan struct{})
 	var out []byte
@@ -159,7 +193,7 @@ func TestRestrictTask(t *testing.T) {
 			return
 		}
 		go func() {
-			serveLinks(listener, rules.ws)
+			serveCalls(listener, rules.ws)
 			close(served)
 		}()
 		out, err = cmd.CombinedOutput()
@@ -178,9 +212,11 @@ func TestRestrictTask(t *testing.T) {
 	want := map[string]string{
 		"io_uring_setup": "ENOSYS", "openat2": "ENOSYS",
 	}
+	// In the workspace no setuid or setgid bit; elsewhere chmod sets them
+	// (the agent does it for the task), a create's mode does not.
+	want["ws.chmod4755"], want["ws.fchmodat2755"], want["ws.fchmod6755"], want["ws.mode"] = "EPERM", "EPERM", "EPERM", "755"
+	want["other.chmod4755"], want["other.fchmodat2755"], want["other.fchmod6755"], want["other.mode"] = "ok", "ok", "ok", "6755"
 	for _, tag := range []string{"ws", "other"} {
-		want[tag+".chmod4755"] = "EPERM"
-		want[tag+".fchmodat2755"] = "EPERM"
 		want[tag+".creat4755"] = "EPERM"
 		want[tag+".mknodreg4755"] = "EPERM"
 		want[tag+".chmod755"] = "ok"

@@ -65,9 +65,10 @@ type wsIdentity struct {
 	dev, ino uint64
 }
 
-// serveLinks answers the symlink calls of the tasks whose filter made
-// listener, until none of them is left; it closes listener.
-func serveLinks(listener int, ws wsIdentity) {
+// serveCalls answers the calls the filter hands over (symlink, and chmod
+// with a setuid or setgid bit) of the tasks whose filter made listener,
+// until none of them is left; it closes listener.
+func serveCalls(listener int, ws wsIdentity) {
 	if err := unix.SetNonblock(listener, true); err != nil {
 		unix.Close(listener)
 		return
@@ -107,7 +108,14 @@ func serveLinks(listener int, ws wsIdentity) {
 			return
 		}
 		resp := seccompNotifResp{ID: req.ID}
-		if errno := symlinkFor(listener, &req, ws); errno != 0 {
+		var errno unix.Errno
+		switch int(req.Data.Nr) {
+		case unix.SYS_SYMLINKAT, sysSymlink:
+			errno = symlinkFor(listener, &req, ws)
+		default:
+			errno = chmodFor(listener, &req, ws)
+		}
+		if errno != 0 {
 			resp.Error = -int32(errno)
 		}
 		// ENOENT: the task died meanwhile; nothing to answer.
@@ -245,9 +253,14 @@ func linkAllowed(dfd int, target string, ws wsIdentity) unix.Errno {
 	return 0
 }
 
-// symlinkAs makes the link with the task's file system credentials, on a
-// thread of its own that ends afterwards.
+// symlinkAs makes the link with the task's file system credentials.
 func symlinkAs(pid uint32, target string, dfd int, name string) unix.Errno {
+	return asTask(pid, func() error { return unix.Symlinkat(target, dfd, name) })
+}
+
+// asTask runs op with the file system uid, gid and groups of the task
+// pid, on a thread of its own that ends afterwards, and returns its errno.
+func asTask(pid uint32, op func() error) unix.Errno {
 	uid, gid, groups, err := fsCreds(pid)
 	if err != nil {
 		return unix.ENOENT
@@ -266,7 +279,7 @@ func symlinkAs(pid uint32, target string, dfd int, name string) unix.Errno {
 		}
 		unix.RawSyscall(unix.SYS_SETFSGID, uintptr(gid), 0, 0)
 		unix.RawSyscall(unix.SYS_SETFSUID, uintptr(uid), 0, 0)
-		done <- errnoOf(unix.Symlinkat(target, dfd, name), unix.EIO)
+		done <- errnoOf(op(), unix.EIO)
 	}()
 	return <-done
 }
@@ -336,4 +349,90 @@ func errnoOf(err error, def unix.Errno) unix.Errno {
 		return e
 	}
 	return def
+}
+
+// chmodFor does the task's chmod call req, which sets a setuid or setgid
+// bit: refused for a file in the workspace, done for the task elsewhere
+// (dpkg and install set them on programs in the guest's system).
+func chmodFor(listener int, req *seccompNotif, ws wsIdentity) unix.Errno {
+	pid := strconv.FormatUint(uint64(req.PID), 10)
+	a := req.Data.Args
+	var fd int
+	var err error
+	var mode uint32
+	switch int(req.Data.Nr) {
+	case unix.SYS_FCHMOD:
+		mode = uint32(a[1])
+		fd, err = unix.Open("/proc/"+pid+"/fd/"+strconv.Itoa(int(int32(a[0]))), unix.O_PATH|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			err = unix.EBADF
+		}
+	case unix.SYS_FCHMODAT, sysFchmodat2, sysChmod:
+		dirfd, path, flags := int32(a[0]), a[1], uint64(0)
+		mode = uint32(a[2])
+		switch int(req.Data.Nr) {
+		case sysChmod:
+			dirfd, path, mode = unix.AT_FDCWD, a[0], uint32(a[1])
+		case sysFchmodat2:
+			flags = a[3]
+		}
+		var p string
+		if p, err = readString(req.PID, path); err == nil {
+			fd, err = openFor(pid, dirfd, p, flags)
+		}
+	default:
+		return unix.ENOSYS
+	}
+	if err != nil {
+		return errnoOf(err, unix.ENOENT)
+	}
+	defer unix.Close(fd)
+	id := req.ID
+	if ioctlPtr(listener, notifIDValid, unsafe.Pointer(&id)) != nil {
+		return unix.ENOENT
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return errnoOf(err, unix.EIO)
+	}
+	if st.Dev == ws.dev {
+		return unix.EPERM
+	}
+	return asTask(req.PID, func() error {
+		return unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), mode&0o7777)
+	})
+}
+
+// openFor opens path as the task pid would resolve it from dirfd, O_PATH
+// (fchmodat2's AT_SYMLINK_NOFOLLOW and AT_EMPTY_PATH are honoured).
+func openFor(pid string, dirfd int32, path string, flags uint64) (int, error) {
+	base := "/proc/" + pid + "/cwd"
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC}
+	if flags&unix.AT_SYMLINK_NOFOLLOW != 0 {
+		how.Flags |= unix.O_NOFOLLOW
+	}
+	switch {
+	case path == "" && flags&unix.AT_EMPTY_PATH == 0:
+		return -1, unix.ENOENT
+	case strings.HasPrefix(path, "/"):
+		base, path = "/proc/"+pid+"/root", strings.TrimLeft(path, "/")
+		how.Resolve = unix.RESOLVE_IN_ROOT
+	case dirfd != unix.AT_FDCWD:
+		base = "/proc/" + pid + "/fd/" + strconv.Itoa(int(dirfd))
+	}
+	if path == "" {
+		path = "."
+	}
+	bfd, err := unix.Open(base, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if dirfd != unix.AT_FDCWD && errors.Is(err, unix.ENOENT) {
+			return -1, unix.EBADF
+		}
+		return -1, err
+	}
+	defer unix.Close(bfd)
+	if path == "." {
+		return unix.Dup(bfd)
+	}
+	return unix.Openat2(bfd, path, &how)
 }

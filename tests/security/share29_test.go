@@ -71,6 +71,12 @@ func TestShareSpecialFiles(t *testing.T) {
 			r := who.run(a, "cd /workspace && cp probe "+pre+"-suid && chmod 4755 "+pre+"-suid; cp probe "+pre+"-sgid && chmod 2755 "+pre+"-sgid; "+
 				"cp probe "+pre+"-suid2 && chmod u+s "+pre+"-suid2; cp probe "+pre+"-suid3 && "+p+" chmod "+pre+"-suid3 6755; ls -l")
 			plantedNothing(a, r, pre+"-suid", pre+"-sgid", pre+"-suid2", pre+"-suid3")
+			// Outside the folder the bits are the guest's own business
+			// (dpkg installs setuid programs).
+			c := who.run(a, "cp /bin/busybox /tmp/"+pre+"-s && chmod 4755 /tmp/"+pre+"-s && stat -c %a /tmp/"+pre+"-s; rm -f /tmp/"+pre+"-s")
+			if c.Stdout != "4755\n" {
+				a.Fatalf("a setuid bit on a file in the guest's /tmp no longer works: %s", c)
+			}
 		})
 		attack(t, wsFamily, who.tag+" makes a setuid file of the folder's owner (the mode of a create)", func(a *Attack) {
 			r := who.run(a, "cd /workspace && "+p+" creat "+pre+"-creat 4755; "+p+" mknod "+pre+"-mknod reg 6755; "+

@@ -239,7 +239,7 @@ type modeCheck struct {
 	// node: mknod, whose file type the filter also checks when
 	// special files are refused everywhere.
 	node bool
-	// chmod: the agent decides (taskcalls.go), as the bits are refused
+	// chmod: the agent decides (symlink.go), as the bits are refused
 	// in the workspace only; a create's are refused everywhere.
 	chmod bool
 }

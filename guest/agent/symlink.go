@@ -32,6 +32,12 @@ import (
 // itself, with the task's file system uid, gid and groups, on a thread of
 // its own: the task's memory may change after the check, so the call is
 // never let through (SECCOMP_USER_NOTIF_FLAG_CONTINUE), it is done for it.
+//
+// chmod calls that set a setuid or setgid bit come the same way
+// (chmodFor): refused for a file in the workspace, done for the task
+// elsewhere. A link or a file is in the workspace when it is on the
+// workspace's file system (its device): the guest mounts nothing else of
+// that device, and only guest root could.
 
 // The seccomp user-notification ABI (linux/seccomp.h).
 const (

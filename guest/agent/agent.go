@@ -95,8 +95,9 @@ type Server struct {
 	// each task a millisecond under emulation.
 	wsMounted func() bool
 	// rules restrict every task (restrict.go); built at the first.
-	rules  func() (taskRules, error)
-	toolMu sync.Mutex // guardToolConfig
+	rules   func() (taskRules, error)
+	toolMu  sync.Mutex // guardToolConfig, and:
+	toolErr string     // its last failure logged
 	// devNull is the stdin of tasks without one, opened once and shared.
 	devNull func() (*os.File, error)
 	wg      sync.WaitGroup // shutdown goroutine

@@ -76,8 +76,12 @@ func (s *Server) guardToolConfig() {
 	err = protectTools(dfd, toolConfig, s.cfg.UID, s.cfg.GID)
 	// After .git/config is read-only: what it names cannot change after.
 	err = errors.Join(err, protectGitReferences(dfd))
-	if err != nil {
+	// Logged when it changes, not for every task.
+	if msg := fmt.Sprint(err); err != nil && msg != s.toolErr {
 		s.log.Warn("tool configuration not fully protected", "err", err)
+		s.toolErr = msg
+	} else if err == nil {
+		s.toolErr = ""
 	}
 }
 

@@ -34,6 +34,7 @@ import (
 type runFlags struct {
 	workspace   string
 	readOnly    bool
+	toolConfig  bool
 	env         []string
 	cwd         string
 	timeout     time.Duration
@@ -85,6 +86,7 @@ command runs on its warm VM instead, in milliseconds, and appears in
 	fl := cmd.Flags()
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "the folder to share at /workspace (nothing is shared when empty)")
 	fl.BoolVar(&f.readOnly, "read-only", false, "share the workspace read-only")
+	fl.BoolVar(&f.toolConfig, "tool-config-writable", false, "let the command change what your tools run on the host (.git/config, .git/hooks, .envrc, .vscode, .idea), read-only to it otherwise")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set an environment variable KEY=VALUE for the command (repeatable)")
 	fl.StringVar(&f.cwd, "cwd", "", "working folder in the guest (default /workspace)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "end the command after this long (e.g. 30s, 5m)")
@@ -202,6 +204,9 @@ func (f runFlags) sandboxOptions(stdio Stdio) (sandbox.Options, error) {
 			return o, err
 		}
 		o.UID, o.GID = workspace.Owner(o.Workspace)
+		if f.toolConfig {
+			o.ToolConfigWritable = []string{o.Workspace}
+		}
 		if o.UID == 0 && !f.root && !f.readOnly {
 			fmt.Fprintf(stdio.Err, "airlock: note: %s is owned by root; the task runs as an unprivileged user and may not be able to write to it (use --root, or share a folder you own)\n", o.Workspace)
 			o.UID, o.GID = 0, 0

@@ -144,7 +144,7 @@ func Open(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("service: %w", err)
 	}
 	opts := sandbox.Options{
-		ReadOnly: st.ReadOnly, CPUs: st.CPUs, MemoryMiB: st.MemoryMiB,
+		ReadOnly: st.ReadOnly, CPUs: st.CPUs, MemoryMiB: st.MemoryMiB, ToolConfigWritable: st.ToolConfigWritable,
 		Egress: s.gate, BootTimeout: cfg.BootTimeout, Logger: cfg.Logger, GuestCA: s.ca.CertPEM(),
 		// The warm VM lives on between tasks: what a big one used goes
 		// back to the host once it is freed, and its first task starts as

@@ -50,6 +50,11 @@ type Settings struct {
 	// KeepDisk keeps the standard image's changes outside the workspace on
 	// a persistent disk per workspace instead of starting clean each boot.
 	KeepDisk bool `json:"keep_disk,omitempty"`
+	// ToolConfigWritable lists the workspaces (absolute paths) in which
+	// tasks may change what the user's tools run on the host: .git/config,
+	// .git/hooks, .envrc, .vscode, .idea. Elsewhere they are read-only to
+	// tasks.
+	ToolConfigWritable []string `json:"tool_config_writable,omitempty"`
 	// Bounds on what the guest can make Airlock write to the host's disk;
 	// see DiskBounds.
 	DiskBounds
@@ -170,6 +175,15 @@ func (s Settings) Validate(v Validators) error {
 	}
 	if s.Image != "" && !slices.Contains(Images, s.Image) {
 		bad("image", -1, fmt.Errorf("%q is not an image: choose %s", s.Image, strings.Join(Images, " or ")))
+	}
+	if len(s.ToolConfigWritable) > MaxEntries {
+		bad("tool_config_writable", -1, fmt.Errorf("%d entries, at most %d are allowed", len(s.ToolConfigWritable), MaxEntries))
+	} else {
+		for i, dir := range s.ToolConfigWritable {
+			if !filepath.IsAbs(dir) {
+				bad("tool_config_writable", i, fmt.Errorf("%q is not an absolute path", dir))
+			}
+		}
 	}
 	if s.KeepDisk && s.Image != "standard" {
 		bad("keep_disk", -1, errors.New(`only the "standard" image has a disk to keep`))

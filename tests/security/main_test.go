@@ -318,7 +318,11 @@ func lanAddress() string {
 // with the issue and an explanation; their tests skip with KNOWN HOLE.
 // Empty, and it should stay so: a hole is a bug to fix, and the list is
 // only for the time between finding one and fixing it.
-var knownHoles = map[string]string{}
+var knownHoles = map[string]string{
+	"workspace escape/the task user plants a relative link moved towards the top": "issue 29 item 2: a link is checked where it is made; " +
+		"rename(2) of it, or of its folder, is not (refusing reparenting in /workspace with Landlock would close it, at the cost of every cross-folder rename there)",
+	"workspace escape/guest root plants a relative link moved towards the top": "issue 29 item 2: as for the task user",
+}
 
 type row struct{ attacks, blocked, holes, failed int }
 

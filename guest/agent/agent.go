@@ -58,6 +58,11 @@ type Config struct {
 	// the system bundle it appends it to (api.CAFile, api.CABundle).
 	CAFile, CABundle string
 	Logger           *slog.Logger
+	// TaskInit, when set, is the guest binary (/proc/self/exe) started with
+	// TaskInitArg as the init of each task not run as root, in PID and
+	// mount namespaces of its own; empty runs tasks directly in the
+	// agent's namespaces (tests, and agents not run by the guest's init).
+	TaskInit string
 	// Reaper, when set, collects the exit of every task's main process:
 	// the agent runs in PID 1 (guest/boot), which must also reap what
 	// tasks orphan, and one wait4(-1) loop does both. Nil: each task is

@@ -240,6 +240,7 @@ func (t *task) run() (*agentv1.Exit, error) {
 	case <-time.After(drainGrace):
 	}
 	t.p.killTree()
+	t.p.collectInit()
 	closeOutput := func() {
 		t.p.stdout.Close() // unblocks a reader still going
 		if t.p.stderr != nil {

@@ -9,9 +9,12 @@ import (
 	"os/exec"
 	"runtime"
 	"syscall"
+	"time"
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 )
 
 // RestrictPrivileges sets no_new_privs on every thread of the agent, so no
@@ -50,6 +53,12 @@ type process struct {
 	stdout *os.File // read end; the PTY master with a terminal
 	stderr *os.File // read end; nil with a terminal
 	pty    *os.File // the PTY master, for resizes; nil without a terminal
+	// report is the read end of the task init's report pipe (see
+	// TaskInitArg); nil when the task runs without one (root tasks, or
+	// Config.TaskInit unset). cmd is then the init, and initLeft says
+	// that its own exit is still to be collected.
+	report   *os.File
+	initLeft bool
 }
 
 // start starts sp in its own process group (or session), in its own cgroup.
@@ -73,7 +82,22 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 
 	cmd := &exec.Cmd{Path: sp.path, Args: sp.argv, Env: sp.env, Dir: sp.dir}
 	attr := &syscall.SysProcAttr{}
-	if !sp.root {
+	isolated := s.cfg.TaskInit != "" && !sp.root
+	switch {
+	case isolated:
+		// The task's init, in new PID and mount namespaces, starts it
+		// (see TaskInitArg) and reports on its fd 3.
+		args := taskInitArgs("airlock-task-init", sp.tty, s.cfg.UID, s.cfg.GID, sp.dir, sp.path, sp.argv)
+		cmd = &exec.Cmd{Path: s.cfg.TaskInit, Args: args, Env: sp.env, Dir: "/"}
+		attr.Cloneflags = unix.CLONE_NEWPID | unix.CLONE_NEWNS
+		r, w, perr := outputPipe()
+		if perr != nil {
+			return nil, perr
+		}
+		childEnds = append(childEnds, w)
+		closeOnErr = append(closeOnErr, r)
+		cmd.ExtraFiles, p.report = []*os.File{w}, r
+	case !sp.root:
 		// Groups empty (not nil) clears the supplementary groups.
 		attr.Credential = &syscall.Credential{Uid: s.cfg.UID, Gid: s.cfg.GID, Groups: []uint32{}}
 	}
@@ -102,7 +126,9 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 			_ = os.Chown(tty.Name(), int(s.cfg.UID), int(s.cfg.GID))
 		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-		attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
+		// A task init leads a session without a terminal: the task
+		// takes the terminal in a session of its own.
+		attr.Setsid, attr.Setctty, attr.Ctty = true, !isolated, 0
 		p.pty, p.stdout = ptmx, ptmx
 		if sp.stdin {
 			p.stdin = ptmx
@@ -153,7 +179,44 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 	}
 	p.cmd = cmd
 	p.pgid = cmd.Process.Pid // leader of its new group or session
+	if p.report != nil {
+		// The init and the task hold the only write ends now.
+		for _, f := range childEnds {
+			f.Close()
+		}
+		childEnds = nil
+		if err := p.started(); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
+}
+
+// started waits for the task init to say whether the task started. On
+// failure the init has been collected when it returns, so its cgroup can go.
+func (p *process) started() error {
+	_ = p.report.SetReadDeadline(time.Now().Add(initStartTimeout))
+	kind, value, err := initReport(p.report)
+	_ = p.report.SetReadDeadline(time.Time{})
+	if err == nil && kind == initStarted {
+		return nil
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// Wedged, and still holding its end of the pipe, so not yet
+		// reaped: its pid is still its own.
+		_ = unix.Kill(p.pgid, unix.SIGKILL)
+	}
+	ws, _ := p.waitProcess()
+	switch {
+	case err == nil && kind == initStartFail:
+		return syscall.Errno(value)
+	case err == nil && kind == initSetupFail:
+		return execwire.Errorf(execwire.Internal, "exec: the task's init cannot set up its namespaces: %v", syscall.Errno(value))
+	case err == nil:
+		return execwire.Errorf(execwire.Internal, "exec: the task's init sent report %d before the task started", kind)
+	default:
+		return execwire.Errorf(execwire.Internal, "exec: the task's init ended without starting the task (wait status %#x): %v", uint32(ws), err)
+	}
 }
 
 // outputPipe makes a pipe for a task's output: the read end non-blocking in
@@ -201,8 +264,34 @@ func startNoNewPrivs(cmd *exec.Cmd) error {
 	return err
 }
 
-// wait waits for the task's main process to exit.
+// wait waits for the task's main process to exit. With a task init that
+// is what the init reports; the init itself stays until what the task left
+// behind is gone, and collectInit collects it.
 func (p *process) wait() (syscall.WaitStatus, error) {
+	if p.report != nil {
+		if kind, value, err := initReport(p.report); err == nil && kind == initExited {
+			p.initLeft = true
+			return syscall.WaitStatus(value), nil
+		}
+		// No report: the init was killed, and the task with it.
+	}
+	return p.waitProcess()
+}
+
+// collectInit waits for a task init whose task has ended: killTree has
+// killed it if nothing else ended it.
+func (p *process) collectInit() {
+	if p.initLeft {
+		p.initLeft = false
+		_, _ = p.waitProcess()
+	}
+	if p.report != nil {
+		p.report.Close()
+	}
+}
+
+// waitProcess waits for cmd's process to exit.
+func (p *process) waitProcess() (syscall.WaitStatus, error) {
 	if p.exited == nil {
 		st, err := p.cmd.Process.Wait()
 		if err != nil {

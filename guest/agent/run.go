@@ -98,6 +98,7 @@ func Run(ctx context.Context, log *slog.Logger, opts Options) error {
 		PowerOff:  signalInit,
 		Logger:    log,
 		Reaper:    opts.Reaper,
+		TaskInit:  "/proc/self/exe",
 	}
 	if _, err := os.Stat(cgroupMount + "/cgroup.controllers"); err == nil {
 		cfg.CgroupRoot = CgroupTasks

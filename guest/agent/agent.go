@@ -27,6 +27,7 @@ import (
 	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
+	"github.com/airlock-sandbox/airlock/guest/egress"
 )
 
 // Version is the agent version reported in Ready and Info.
@@ -58,6 +59,9 @@ type Config struct {
 	// the system bundle it appends it to (api.CAFile, api.CABundle).
 	CAFile, CABundle string
 	Logger           *slog.Logger
+	// Tasks, when set, is told each task's proxy credential while the
+	// task runs: the egress forwarder's per-task shares (egress.Tasks).
+	Tasks *egress.Tasks
 	// TaskInit, when set, is the guest binary (/proc/self/exe) started with
 	// TaskInitArg as the init of each task not run as root, in PID and
 	// mount namespaces of its own; empty runs tasks directly in the

@@ -83,6 +83,9 @@ func (s *Server) Exec(stream ExecStream) error {
 	if err != nil {
 		return err
 	}
+	if s.cfg.Tasks != nil {
+		defer s.cfg.Tasks.Add(sp.env)()
+	}
 	p, err := s.start(sp)
 	if err != nil {
 		if derr := s.checkDir(sp); derr != nil {

@@ -90,6 +90,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	cgroups *cgroups // nil without cgroup support
+	spares  spares   // the spare task init (Config.TaskInit)
 	tasks   atomic.Int64
 	bootMS  atomic.Int64
 	// instance tells this agent from the ones init ran before it on the
@@ -142,6 +143,7 @@ func New(cfg Config) *Server {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, instance: rand.Uint64() | 1, shutdownSent: make(chan struct{})}
+	s.spares.changed.L = &s.spares.mu
 	s.wsMounted = sync.OnceValue(func() bool { return s.workspace().mounted })
 	s.devNull = sync.OnceValues(func() (*os.File, error) {
 		// Blocking and outside the netpoller, as a child's stdin should be.
@@ -180,6 +182,7 @@ func (s *Server) MarkReady(uptime time.Duration) { s.bootMS.Store(uptime.Millise
 // reuse. Call it once no more tasks start.
 func (s *Server) Wait() {
 	s.wg.Wait()
+	s.stopSpares()
 	if s.cgroups != nil {
 		s.cgroups.drain()
 	}

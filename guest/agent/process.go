@@ -58,7 +58,7 @@ type process struct {
 	// Config.TaskInit unset). cmd is then the init, and initLeft says
 	// that its own exit is still to be collected.
 	report   *os.File
-	initLeft bool
+	initGone chan struct{} // closed once the init has been collected
 }
 
 // start starts sp in its own process group (or session), in its own cgroup.
@@ -83,7 +83,16 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 	cmd := &exec.Cmd{Path: sp.path, Args: sp.argv, Env: sp.env, Dir: sp.dir}
 	attr := &syscall.SysProcAttr{}
 	isolated := s.cfg.TaskInit != "" && !sp.root
+	var spare *spareInit
+	if isolated {
+		spare = s.takeSpare()
+	}
 	switch {
+	case spare != nil:
+		// A spare task init, started ahead, gets the task over its
+		// socket (see spareInit), which it then reports on.
+		p.cg, p.report = spare.cg, spare.ctl
+		closeOnErr = append(closeOnErr, spare.ctl)
 	case isolated:
 		// The task's init, in new PID and mount namespaces, starts it
 		// (see TaskInitArg) and reports on its fd 3.
@@ -101,7 +110,7 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 		// Groups empty (not nil) clears the supplementary groups.
 		attr.Credential = &syscall.Credential{Uid: s.cfg.UID, Gid: s.cfg.GID, Groups: []uint32{}}
 	}
-	if s.cgroups != nil {
+	if s.cgroups != nil && spare == nil {
 		cg, cerr := s.cgroups.create()
 		if cerr != nil {
 			s.log.Warn("task without cgroup", "err", cerr)
@@ -164,9 +173,19 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 	}
 	cmd.SysProcAttr = attr
 
-	if s.cfg.Reaper == nil {
+	switch {
+	case spare != nil:
+		t := initTask{tty: sp.tty, uid: s.cfg.UID, gid: s.cfg.GID, dir: sp.dir, path: sp.path, argv: sp.argv, env: sp.env,
+			stdin: cmd.Stdin.(*os.File), stdout: cmd.Stdout.(*os.File), stderr: cmd.Stderr.(*os.File)}
+		if err = sendTask(spare.ctl, t); err != nil {
+			p.cg = nil
+			s.discardSpare(spare)
+			return nil, fmt.Errorf("send the task to its init: %w", err)
+		}
+		cmd, p.exited = spare.cmd, spare.exited
+	case s.cfg.Reaper == nil:
 		err = startNoNewPrivs(cmd)
-	} else {
+	default:
 		p.exited, err = s.cfg.Reaper.Spawn(func() (int, error) {
 			if err := startNoNewPrivs(cmd); err != nil {
 				return 0, err
@@ -270,7 +289,11 @@ func startNoNewPrivs(cmd *exec.Cmd) error {
 func (p *process) wait() (syscall.WaitStatus, error) {
 	if p.report != nil {
 		if kind, value, err := initReport(p.report); err == nil && kind == initExited {
-			p.initLeft = true
+			p.initGone = make(chan struct{})
+			go func() {
+				_, _ = p.waitProcess()
+				close(p.initGone)
+			}()
 			return syscall.WaitStatus(value), nil
 		}
 		// No report: the init was killed, and the task with it.
@@ -278,12 +301,30 @@ func (p *process) wait() (syscall.WaitStatus, error) {
 	return p.waitProcess()
 }
 
+// initExitGrace bounds the wait for a task init to end on its own once its
+// task's output is drained: it ends as soon as nothing is left in its
+// namespace, and then its cgroup is empty and serves the next task, where
+// killing it would cost a new cgroup. Beyond it, what is left is killed.
+const initExitGrace = 50 * time.Millisecond
+
+// awaitInit waits, up to d, for a task init whose task has ended to end.
+func (p *process) awaitInit(d time.Duration) {
+	if p.initGone == nil {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.initGone:
+	case <-t.C:
+	}
+}
+
 // collectInit waits for a task init whose task has ended: killTree has
 // killed it if nothing else ended it.
 func (p *process) collectInit() {
-	if p.initLeft {
-		p.initLeft = false
-		_, _ = p.waitProcess()
+	if p.initGone != nil {
+		<-p.initGone
 	}
 	if p.report != nil {
 		p.report.Close()

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	ossignal "os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -80,8 +81,18 @@ func RunTaskInit() {
 	os.Exit(taskInit(os.Args[2:]))
 }
 
+// initTask is what a task init starts.
+type initTask struct {
+	tty                   bool
+	uid, gid              uint32
+	dir, path             string
+	argv, env             []string
+	stdin, stdout, stderr *os.File
+}
+
 func taskInit(args []string) int {
-	// fd 3 is the report pipe; nothing the task runs may inherit it.
+	// fd 3 is the report pipe (or, for a spare, socket); nothing the task
+	// runs may inherit it.
 	unix.CloseOnExec(3)
 	report := os.NewFile(3, "report")
 	send := func(kind, value uint32) {
@@ -105,28 +116,38 @@ func taskInit(args []string) int {
 	sigs := make(chan os.Signal, 32)
 	ossignal.Notify(sigs, initSignals...)
 
-	if len(args) < 6 {
-		return failAs(initSetupFail, unix.EINVAL)
-	}
-	tty := args[0] == "t"
-	uid, err1 := strconv.ParseUint(args[1], 10, 32)
-	gid, err2 := strconv.ParseUint(args[2], 10, 32)
-	if err1 != nil || err2 != nil {
-		return failAs(initSetupFail, unix.EINVAL)
-	}
-	dir, path, argv := args[3], args[4], args[5:]
-
 	if err := mountTaskProc(); err != nil {
 		return failAs(initSetupFail, err)
 	}
+
+	var t initTask
+	if len(args) == 1 && args[0] == spareArg {
+		// A spare: the task comes over the socket, stdio with it.
+		var err error
+		if t, err = recvTask(report); err != nil {
+			return failAs(initSetupFail, err)
+		}
+	} else {
+		if len(args) < 6 {
+			return failAs(initSetupFail, unix.EINVAL)
+		}
+		uid, err1 := strconv.ParseUint(args[1], 10, 32)
+		gid, err2 := strconv.ParseUint(args[2], 10, 32)
+		if err1 != nil || err2 != nil {
+			return failAs(initSetupFail, unix.EINVAL)
+		}
+		t = initTask{tty: args[0] == "t", uid: uint32(uid), gid: uint32(gid), dir: args[3], path: args[4], argv: args[5:],
+			env: os.Environ(), stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
+	}
+	tty, uid, gid := t.tty, t.uid, t.gid
 	// The mounts are done and the task is not forked yet: restrictions
 	// that also forbid mount(2) (Landlock, a seccomp filter) apply from
 	// here, to the init and, inherited, to everything the task starts.
 
-	cmd := &exec.Cmd{Path: path, Args: argv, Env: os.Environ(), Dir: dir,
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+	cmd := &exec.Cmd{Path: t.path, Args: t.argv, Env: t.env, Dir: t.dir,
+		Stdin: t.stdin, Stdout: t.stdout, Stderr: t.stderr}
 	// Groups empty (not nil) clears the supplementary groups.
-	attr := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
+	attr := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}}
 	if tty {
 		// The task leads the terminal's session, so a Ctrl-C reaches its
 		// foreground group, never the init.
@@ -145,6 +166,11 @@ func taskInit(args []string) int {
 	// The task's ends of its stdio belong to the task alone: the agent
 	// reads its output until the last of them is closed.
 	quietStdio()
+	for _, f := range []*os.File{t.stdin, t.stdout, t.stderr} {
+		if f.Fd() > 2 {
+			f.Close()
+		}
+	}
 
 	go func() {
 		for sig := range sigs {
@@ -210,4 +236,107 @@ func initReport(r io.Reader) (kind, value uint32, err error) {
 		return 0, 0, err
 	}
 	return binary.NativeEndian.Uint32(b[:4]), binary.NativeEndian.Uint32(b[4:]), nil
+}
+
+// spareArg, after TaskInitArg, starts a spare task init: it sets up its
+// namespaces at once and then waits on its socket (fd 3) for its task
+// (sendTask), so that the task does not wait for a process of the guest
+// binary to start (see Server.takeSpare).
+const spareArg = "spare"
+
+// maxTaskMsg bounds a task sent to a spare: the spec's own limits on its
+// arguments and environment, and room for the rest.
+const maxTaskMsg = maxArgBytes + maxEnvBytes + 64<<10
+
+// sendTask sends t to a spare init over the socket c: a 4-byte length, then
+// fields separated by NUL bytes (mode, uid, gid, dir, path, the number of
+// arguments, the arguments, the environment), with the task's stdio
+// attached as SCM_RIGHTS to the first write.
+func sendTask(c *os.File, t initTask) error {
+	mode := "p"
+	if t.tty {
+		mode = "t"
+	}
+	fields := append([]string{mode, strconv.FormatUint(uint64(t.uid), 10), strconv.FormatUint(uint64(t.gid), 10), t.dir, t.path, strconv.Itoa(len(t.argv))}, t.argv...)
+	fields = append(fields, t.env...)
+	n := 0
+	for _, f := range fields {
+		n += len(f) + 1
+	}
+	msg := make([]byte, 4, 4+n)
+	binary.NativeEndian.PutUint32(msg, uint32(n))
+	for _, f := range fields {
+		msg = append(append(msg, f...), 0)
+	}
+	rights := unix.UnixRights(int(t.stdin.Fd()), int(t.stdout.Fd()), int(t.stderr.Fd()))
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	sent := 0
+	werr := rc.Write(func(fd uintptr) bool {
+		var oob []byte
+		if sent == 0 {
+			oob = rights
+		}
+		w, err := unix.SendmsgN(int(fd), msg[sent:], oob, nil, 0)
+		if err == unix.EAGAIN {
+			return false
+		}
+		if err != nil {
+			serr = err
+			return true
+		}
+		sent += w
+		return sent == len(msg)
+	})
+	if werr != nil {
+		return werr
+	}
+	return serr
+}
+
+// recvTask receives a task from the socket c (sendTask).
+func recvTask(c *os.File) (initTask, error) {
+	var t initTask
+	head := make([]byte, 4)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	n, oobn, _, _, err := unix.Recvmsg(int(c.Fd()), head, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return t, err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return t, unix.EBADMSG
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 3 {
+		return t, unix.EBADMSG
+	}
+	t.stdin, t.stdout, t.stderr = os.NewFile(uintptr(fds[0]), "stdin"), os.NewFile(uintptr(fds[1]), "stdout"), os.NewFile(uintptr(fds[2]), "stderr")
+	if _, err := io.ReadFull(c, head[n:]); err != nil {
+		return t, err
+	}
+	size := binary.NativeEndian.Uint32(head)
+	if size > maxTaskMsg {
+		return t, unix.EMSGSIZE
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(c, body); err != nil {
+		return t, err
+	}
+	f := strings.Split(strings.TrimSuffix(string(body), "\x00"), "\x00")
+	if len(f) < 6 {
+		return t, unix.EBADMSG
+	}
+	uid, err1 := strconv.ParseUint(f[1], 10, 32)
+	gid, err2 := strconv.ParseUint(f[2], 10, 32)
+	nargs, err3 := strconv.Atoi(f[5])
+	if err1 != nil || err2 != nil || err3 != nil || nargs < 1 || 6+nargs > len(f) {
+		return t, unix.EBADMSG
+	}
+	t.tty, t.uid, t.gid, t.dir, t.path = f[0] == "t", uint32(uid), uint32(gid), f[3], f[4]
+	t.argv, t.env = f[6:6+nargs], f[6+nargs:]
+	return t, nil
 }

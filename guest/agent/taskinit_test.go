@@ -234,3 +234,39 @@ func cmdlinePids(s string) []int {
 	}
 	return out
 }
+
+// TestSpareInit: tasks run on spare inits started ahead, and a spare is
+// not used once the guest's mounts changed after it started (its mount
+// namespace is a copy from before).
+func TestSpareInit(t *testing.T) {
+	e := newIsolatedEnv(t)
+	for range 3 {
+		r := mustRun(t, e, shell("tr '\\0' ' ' < /proc/1/cmdline"))
+		if !strings.Contains(r.stdout.String(), TaskInitArg+" "+spareArg) {
+			t.Errorf("the task's init is %q, not a spare", r.stdout.String())
+		}
+	}
+	// A spare ready (the last task's end started one) before the mount.
+	for sp := &e.srv.spares; ; time.Sleep(10 * time.Millisecond) {
+		e.srv.refillSpare()
+		sp.mu.Lock()
+		ready := sp.ready != nil && !sp.starting
+		sp.mu.Unlock()
+		if ready {
+			break
+		}
+	}
+	mnt := t.TempDir()
+	if err := syscall.Mount("none", mnt, "tmpfs", 0, ""); err != nil {
+		t.Skip(err)
+	}
+	defer syscall.Unmount(mnt, syscall.MNT_DETACH)
+	if si := e.srv.takeSpare(); si != nil {
+		e.srv.discardSpare(si)
+		t.Error("a spare from before a mount was used after it")
+	}
+	r := mustRun(t, e, shell("grep -c ' "+mnt+" ' /proc/self/mounts"))
+	if r.stdout.String() != "1\n" {
+		t.Errorf("the task does not see a mount made before it started: %q", r.stdout.String())
+	}
+}

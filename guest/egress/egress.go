@@ -62,9 +62,11 @@ const (
 	// not arrived yet; beyond it the oldest is closed.
 	DefaultPendingConns = 64
 	// DefaultHeadTimeout bounds how long a connection may take to show
-	// its credential: the host's own deadline for a request head
-	// (app/egress.DefaultHeaderTimeout). Clients send it at once.
-	DefaultHeadTimeout = 10 * time.Second
+	// its credential. Clients send it at once. It is above the host's
+	// own deadline for a request head (app/egress.DefaultHeaderTimeout,
+	// 10 s from its first byte), so a slow head is cut off, and logged,
+	// by the host; a connection that sends nothing is closed here.
+	DefaultHeadTimeout = 15 * time.Second
 	// DefaultIdleTimeout closes a connection that carried no byte either
 	// way for that long, so connections a task forgot do not hold its
 	// share (and a transport stream, two goroutines and their buffers)
@@ -306,7 +308,8 @@ func (f *Forwarder) forward(ctx context.Context, c net.Conn, port uint32) {
 		defer close(done)
 		if pend != nil {
 			// The credential comes first (the host's answers flow
-			// meanwhile); what was read for it follows once admitted.
+			// meanwhile); the read that settled it follows once
+			// admitted.
 			head := time.AfterFunc(f.cfg.HeadTimeout, closeBoth)
 			user, pass, found, rest := identify(c, h, port)
 			head.Stop()

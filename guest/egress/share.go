@@ -184,11 +184,13 @@ const (
 // identify reads the start of a client's stream from c until it has the
 // proxy credential (HTTP's Proxy-Authorization, SOCKS5's
 // username/password) or knows there is none; found says whether one was
-// there. It holds back what it read, to be passed on (rest) once the
-// connection is admitted, so a task over its share never gets a request
-// to the host; only a SOCKS5 greeting goes to h at once, as the client
-// waits for the host's answer to it before it sends its credential. It
-// stops at the first error; the caller's copy sees the same error again.
+// there. It passes each read on to h as it comes, but the one that
+// completes the request head (or the SOCKS5 greeting or credential that
+// settles it), which it returns as rest, to be passed on once the
+// connection is admitted: a task over its share never gets a whole request
+// to the host, and the host's own deadlines for a slow head still run (and
+// are logged there). It stops at the first error; the caller's copy sees
+// the same error again.
 func identify(c io.Reader, h io.Writer, port uint32) (user, pass string, found bool, rest []byte) {
 	var parse func(head []byte, seen int) (user, pass string, found, done bool)
 	limit := maxHead
@@ -201,7 +203,6 @@ func identify(c io.Reader, h io.Writer, port uint32) (user, pass string, found b
 		return "", "", false, nil
 	}
 	var head []byte
-	sent := 0 // bytes of head passed on
 	rb := make([]byte, 4096)
 	for len(head) < limit {
 		n, err := c.Read(rb[:min(len(rb), limit-len(head))])
@@ -209,29 +210,17 @@ func identify(c io.Reader, h io.Writer, port uint32) (user, pass string, found b
 			seen := len(head)
 			head = append(head, rb[:n]...)
 			if user, pass, found, done := parse(head, seen); done {
-				return user, pass, found, head[sent:]
+				return user, pass, found, rb[:n]
 			}
-			if g := socksGreeting(head); port == api.PortEgressSOCKS && g > sent && len(head) >= g {
-				if _, werr := h.Write(head[sent:g]); werr != nil {
-					return "", "", false, nil
-				}
-				sent = g
+			if _, werr := h.Write(rb[:n]); werr != nil {
+				return "", "", false, nil
 			}
 		}
 		if err != nil {
 			break
 		}
 	}
-	return "", "", false, head[sent:]
-}
-
-// socksGreeting is the length of the SOCKS5 greeting at the start of b, or
-// 0 when b does not start with one.
-func socksGreeting(b []byte) int {
-	if len(b) < 2 || b[0] != 5 {
-		return 0
-	}
-	return 2 + int(b[1])
+	return "", "", false, nil
 }
 
 // parseHTTPCred finds the Basic credential of Proxy-Authorization in an

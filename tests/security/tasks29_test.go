@@ -78,8 +78,10 @@ func TestTaskIsolation29(t *testing.T) {
 		})
 	}
 	attack(t, privFamily, "kill another task of the same user", func(a *Attack) {
-		// The victim's sleep is found by its argument, as pkill would.
-		cmd := "for d in /proc/[0-9]*; do grep -q " + sleepArg + " $d/cmdline 2>/dev/null && kill -9 ${d#/proc/} && echo killed; done; exit 1"
+		// The victim's sleep is found by its argument, as pkill would
+		// (the pattern does not match the attacker's own command line).
+		pattern := sleepArg[:len(sleepArg)-1] + "[" + sleepArg[len(sleepArg)-1:] + "]"
+		cmd := "for d in /proc/[0-9]*; do grep -q '" + pattern + "' $d/cmdline 2>/dev/null && kill -9 ${d#/proc/} && echo killed; done; exit 1"
 		r := user(a, cmd)
 		select {
 		case <-time.After(2 * time.Second):
@@ -88,7 +90,7 @@ func TestTaskIsolation29(t *testing.T) {
 		if strings.Contains(r.Stdout, "killed") {
 			a.breach("%s: %s", cmd, r)
 		}
-		if r := root(a, "for d in /proc/[0-9]*; do grep -q "+sleepArg+" $d/cmdline 2>/dev/null && echo alive; done"); !strings.Contains(r.Stdout, "alive") {
+		if r := root(a, "for d in /proc/[0-9]*; do grep -q '"+pattern+"' $d/cmdline 2>/dev/null && echo alive; done"); !strings.Contains(r.Stdout, "alive") {
 			a.breach("the victim task is gone: %s", r)
 		}
 	})

@@ -139,7 +139,9 @@ func (s *Server) startSpare() (_ *spareInit, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := &exec.Cmd{Path: s.cfg.TaskInit, Args: []string{"airlock-task-init", TaskInitArg, spareArg}, Env: []string{}, Dir: "/",
+	// One P: the init waits and forks, and every thread its runtime
+	// starts costs the guest's CPU while another task runs.
+	cmd := &exec.Cmd{Path: s.cfg.TaskInit, Args: []string{"airlock-task-init", TaskInitArg, spareArg}, Env: []string{"GOMAXPROCS=1"}, Dir: "/",
 		Stdin: null, Stdout: null, Stderr: null, ExtraFiles: []*os.File{theirs}}
 	attr := &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS, Setsid: true}
 	if s.cgroups != nil {

@@ -1,9 +1,14 @@
 // Command airlock-desktop is the Airlock desktop app (Wails): the window,
-// the tray and the host core in one process. The app itself is
+// the tray and, on Linux and Windows, the host core in one process. On
+// macOS the host core and the VM run in the airlock command from the app's
+// bundle (Contents/Helpers/airlock serve), which the app starts and stops:
+// this program must not link Apple's Virtualization framework beside Wails
+// (vm/platform/withvz), and never imports it. The app itself is
 // app/desktop; this file only hands it the embedded web UI.
 //
 // Build it with `make desktop` (tags desktop,production; webkit2_41 on
-// Linux). Flags: --no-boot leaves the VM stopped until it is needed.
+// Linux). Flags: --no-boot leaves the VM stopped until it is needed;
+// --verbose logs debug messages, the helper's included.
 package main
 
 import (
@@ -26,7 +31,7 @@ func main() {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	err := desktop.Run(desktop.Config{UI: frontend.Handler(), NoBoot: *noBoot, GOOS: runtime.GOOS, Logger: log})
+	err := desktop.Run(desktop.Config{UI: frontend.Handler(), NoBoot: *noBoot, GOOS: runtime.GOOS, Verbose: *verbose, Logger: log})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "airlock:", err)
 		os.Exit(1)

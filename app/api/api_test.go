@@ -25,7 +25,13 @@ import (
 // rest, which the tests do not use.
 type fakeCore struct {
 	service.Core
-	runs []service.RunRequest
+	runs  []service.RunRequest
+	rules []string
+}
+
+func (f *fakeCore) EgressRule(_ context.Context, action, pattern string) (settings.Settings, error) {
+	f.rules = append(f.rules, action+" "+pattern)
+	return settings.Settings{Allow: []string{pattern}}, nil
 }
 
 func (f *fakeCore) Status(context.Context) (service.Status, error) {
@@ -138,7 +144,7 @@ func TestStaleSocketReplaced(t *testing.T) {
 }
 
 func TestRequireToken(t *testing.T) {
-	h := RequireToken("secret", Handler(&fakeCore{}, nil))
+	h := RequireToken("127.0.0.1:9", "secret", Handler(&fakeCore{}, nil))
 	tests := []struct {
 		name, host, auth, query string
 		want                    int
@@ -148,6 +154,9 @@ func TestRequireToken(t *testing.T) {
 		{"bearer", "127.0.0.1:9", "Bearer secret", "", http.StatusOK},
 		{"query", "localhost:9", "", "?token=secret", http.StatusOK},
 		{"foreign host (DNS rebinding)", "evil.example:9", "Bearer secret", "", http.StatusForbidden},
+		{"foreign host without a port", "evil.example", "Bearer secret", "", http.StatusForbidden},
+		{"another loopback port", "127.0.0.1:10", "Bearer secret", "", http.StatusForbidden},
+		{"another loopback address", "127.0.0.2:9", "Bearer secret", "", http.StatusForbidden},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,8 +172,100 @@ func TestRequireToken(t *testing.T) {
 			if tt.query != "" && !strings.Contains(w.Header().Get("Set-Cookie"), "HttpOnly") {
 				t.Fatalf("no session cookie: %q", w.Header().Get("Set-Cookie"))
 			}
+			if w.Header().Get("X-Frame-Options") != "DENY" {
+				t.Fatalf("the answer may be framed: %v", w.Header())
+			}
 		})
 	}
+}
+
+// TestCookieOnlyFromTheUI: a page on another loopback port is same-site
+// for the UI's cookie, so the browser sends it with that page's form posts
+// and fetches; the cookie then must not be enough.
+func TestCookieOnlyFromTheUI(t *testing.T) {
+	const ui = "http://127.0.0.1:9"
+	const rule = `{"action":"allow","pattern":"evil.test"}`
+	// A form with enctype text/plain sends NAME=VALUE: a JSON object as
+	// the name, and the decoder stops at its end.
+	const formRule = rule + "=\r\n"
+	type hdr = map[string]string
+	tests := []struct {
+		name, method, path, body string
+		headers                  hdr
+		want                     int
+	}{
+		// The UI itself, and a person opening the address.
+		{"UI: fetch JSON", "POST", "/v1/tasks", `{"shell":"id"}`, hdr{"Sec-Fetch-Site": "same-origin", "Origin": ui, "Content-Type": "application/json"}, http.StatusCreated},
+		{"UI: fetch JSON with a charset", "POST", "/v1/tasks", `{"shell":"id"}`, hdr{"Sec-Fetch-Site": "same-origin", "Content-Type": "application/json; charset=utf-8"}, http.StatusCreated},
+		{"UI: Origin only (no Fetch Metadata)", "POST", "/v1/tasks", `{"shell":"id"}`, hdr{"Origin": ui, "Content-Type": "application/json"}, http.StatusCreated},
+		{"UI: a POST without a body", "POST", "/v1/disk/reset", "", hdr{"Sec-Fetch-Site": "same-origin", "Origin": ui}, http.StatusOK},
+		{"UI: GET", "GET", "/v1/status", "", hdr{"Sec-Fetch-Site": "same-origin"}, http.StatusOK},
+		{"typed address", "GET", "/v1/status", "", hdr{"Sec-Fetch-Site": "none"}, http.StatusOK},
+		{"GET without Fetch Metadata (an older browser)", "GET", "/v1/status", "", nil, http.StatusOK},
+
+		// Another page on loopback.
+		{"form post, text/plain", "POST", "/v1/egress/rules", formRule, hdr{"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:8000", "Content-Type": "text/plain"}, http.StatusForbidden},
+		{"UI: add a rule", "POST", "/v1/egress/rules", rule, hdr{"Sec-Fetch-Site": "same-origin", "Origin": ui, "Content-Type": "application/json"}, http.StatusOK},
+		{"form post, urlencoded", "POST", "/v1/tasks", "shell=id", hdr{"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:8000", "Content-Type": "application/x-www-form-urlencoded"}, http.StatusForbidden},
+		{"no-cors fetch from localhost", "POST", "/v1/tasks", `{"shell":"id","root":true}`, hdr{"Sec-Fetch-Site": "same-site", "Origin": "http://localhost:5173", "Content-Type": "text/plain;charset=UTF-8"}, http.StatusForbidden},
+		{"cross-site", "POST", "/v1/tasks", `{"shell":"id"}`, hdr{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example", "Content-Type": "application/json"}, http.StatusForbidden},
+		{"foreign Origin, no Fetch Metadata", "POST", "/v1/tasks", `{"shell":"id"}`, hdr{"Origin": "http://127.0.0.1:8000", "Content-Type": "application/json"}, http.StatusForbidden},
+		{"opaque Origin (sandboxed frame, file:)", "POST", "/v1/tasks", `{"shell":"id"}`, hdr{"Origin": "null", "Content-Type": "application/json"}, http.StatusForbidden},
+		{"same-origin claim with a foreign Origin", "POST", "/v1/tasks", `{"shell":"id"}`, hdr{"Sec-Fetch-Site": "same-origin", "Origin": "http://127.0.0.1:8000", "Content-Type": "application/json"}, http.StatusForbidden},
+		{"neither header", "POST", "/v1/tasks", `{"shell":"id"}`, hdr{"Content-Type": "application/json"}, http.StatusForbidden},
+		{"same origin, text/plain body", "POST", "/v1/egress/rules", rule, hdr{"Sec-Fetch-Site": "same-origin", "Content-Type": "text/plain"}, http.StatusForbidden},
+		{"same origin, body without a type", "POST", "/v1/egress/rules", rule, hdr{"Sec-Fetch-Site": "same-origin"}, http.StatusForbidden},
+		{"same-site GET", "GET", "/v1/status", "", hdr{"Sec-Fetch-Site": "same-site"}, http.StatusForbidden},
+		{"cross-site navigation", "GET", "/", "", hdr{"Sec-Fetch-Site": "cross-site"}, http.StatusForbidden},
+		{"a POST that claims to be typed", "POST", "/v1/disk/reset", "", hdr{"Sec-Fetch-Site": "none"}, http.StatusForbidden},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			core := &fakeCore{}
+			h := RequireToken("127.0.0.1:9", "secret", Handler(core, nil))
+			r := httptest.NewRequest(tt.method, ui+tt.path, strings.NewReader(tt.body))
+			r.AddCookie(&http.Cookie{Name: "airlock_token", Value: "secret"})
+			for k, v := range tt.headers {
+				r.Header.Set(k, v)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != tt.want {
+				t.Fatalf("%d, want %d: %s", w.Code, tt.want, w.Body)
+			}
+			if tt.want == http.StatusForbidden && len(core.runs)+len(core.rules) != 0 {
+				t.Fatalf("refused, but the core was called: %+v %q", core.runs, core.rules)
+			}
+		})
+	}
+	// The same foreign requests with the token in the header (the CLI,
+	// scripts) pass: a page cannot set that header on another origin
+	// without a CORS preflight, which this server never grants.
+	t.Run("bearer from anywhere", func(t *testing.T) {
+		core := &fakeCore{}
+		h := RequireToken("127.0.0.1:9", "secret", Handler(core, nil))
+		r := httptest.NewRequest("POST", ui+"/v1/tasks", strings.NewReader(`{"shell":"id"}`))
+		r.Header.Set("Authorization", "Bearer secret")
+		r.Header.Set("Sec-Fetch-Site", "cross-site")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusCreated || len(core.runs) != 1 {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+	})
+	// An Authorization header is the credential even when it is wrong:
+	// the cookie does not stand in for it.
+	t.Run("empty bearer with a good cookie", func(t *testing.T) {
+		h := RequireToken("127.0.0.1:9", "secret", Handler(&fakeCore{}, nil))
+		r := httptest.NewRequest("GET", ui+"/v1/status", nil)
+		r.Header.Set("Authorization", "Bearer ")
+		r.AddCookie(&http.Cookie{Name: "airlock_token", Value: "secret"})
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusUnauthorized {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+	})
 }
 
 // secretCore keeps secrets the way the service does: the value goes in,

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"strings"
@@ -53,21 +54,38 @@ func NewToken() string {
 	return hex.EncodeToString(b)
 }
 
-// RequireToken lets a request through only with the token: as
-// "Authorization: Bearer TOKEN", or as ?token=TOKEN once (which sets an
-// HttpOnly, SameSite=Strict cookie for the browser UI's later requests).
-// Requests whose Host is not a loopback name are refused (DNS rebinding).
-func RequireToken(token string, next http.Handler) http.Handler {
+// RequireToken lets a request to the loopback listener at addr through
+// only with the token: as "Authorization: Bearer TOKEN" (the CLI, scripts),
+// or as ?token=TOKEN once, which sets an HttpOnly, SameSite=Strict cookie
+// for the browser UI's later requests.
+//
+// The cookie alone does not prove the request comes from the UI: every
+// page on any other loopback port is same-site for it, so the browser
+// sends it with that page's forms and fetches. When the token came from
+// the cookie or the query, the request must also come from the UI's own
+// origin (Sec-Fetch-Site same-origin, or a matching Origin), and a body
+// must be JSON, which a cross-origin page cannot send without a CORS
+// preflight this server never grants. A Host other than the listener's
+// own address is refused whatever the credential (DNS rebinding).
+func RequireToken(addr, token string, next http.Handler) http.Handler {
+	hosts := ownHosts(addr)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !loopbackHost(r.Host) {
-			http.Error(w, "forbidden host", http.StatusForbidden)
+		// The UI is never framed by another page (clickjacking), nor
+		// read by one through a no-cors load.
+		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("Cross-Origin-Resource-Policy", "same-origin")
+		if !hosts[strings.ToLower(r.Host)] {
+			writeJSON(w, http.StatusForbidden, apiError{Error: fmt.Sprintf("Host %q is not this listener's address: open http://%s/ (the URL airlock serve printed)", r.Host, addr), Code: "forbidden"})
 			return
 		}
-		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if c, err := r.Cookie("airlock_token"); got == "" && err == nil {
+		// A request with an Authorization header is judged by it alone.
+		got, fromHeader := "", r.Header.Get("Authorization") != ""
+		if fromHeader {
+			got = strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		} else if c, err := r.Cookie("airlock_token"); err == nil {
 			got = c.Value
 		}
-		if q := r.URL.Query().Get("token"); got == "" && q != "" {
+		if q := r.URL.Query().Get("token"); got == "" && !fromHeader && q != "" {
 			got = q
 			if subtle.ConstantTimeCompare([]byte(q), []byte(token)) == 1 {
 				http.SetCookie(w, &http.Cookie{Name: "airlock_token", Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
@@ -77,8 +95,54 @@ func RequireToken(token string, next http.Handler) http.Handler {
 			writeJSON(w, http.StatusUnauthorized, apiError{Error: "a valid token is needed (see the URL airlock serve printed)", Code: "unauthorized"})
 			return
 		}
+		if !fromHeader {
+			if why := notFromUI(r); why != "" {
+				writeJSON(w, http.StatusForbidden, apiError{Error: why + ": only Airlock's own page may use its cookie; scripts send the token as Authorization: Bearer TOKEN", Code: "forbidden"})
+				return
+			}
+		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// ownHosts are the Host headers the listener at addr answers to: its
+// address, and localhost with its port when it listens on loopback.
+func ownHosts(addr string) map[string]bool {
+	hosts := map[string]bool{strings.ToLower(addr): true}
+	if _, port, err := net.SplitHostPort(addr); err == nil && loopbackHost(addr) {
+		hosts["localhost:"+port] = true
+	}
+	return hosts
+}
+
+// notFromUI says why a request that carries the token in a cookie (or the
+// query) may come from a page other than the UI, or "" when it cannot.
+// r.Host is already known to be the listener's.
+func notFromUI(r *http.Request) string {
+	safe := r.Method == http.MethodGet || r.Method == http.MethodHead
+	site := r.Header.Get("Sec-Fetch-Site")
+	switch {
+	case site == "same-origin":
+	case site == "none" && safe:
+		// The user typed the address or opened a bookmark.
+	case site != "":
+		return "request from another site (Sec-Fetch-Site: " + site + ")"
+	}
+	origin := r.Header.Get("Origin")
+	switch {
+	case origin != "" && !strings.EqualFold(origin, "http://"+r.Host):
+		return "request from another origin (" + origin + ")"
+	case site == "" && origin == "" && !safe:
+		// Browsers send at least one of the two with every POST, PUT
+		// and DELETE; without either, nothing shows where it came from.
+		return "request without Sec-Fetch-Site or Origin"
+	}
+	if !safe && (r.ContentLength != 0 || r.Header.Get("Content-Type") != "") {
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			return "a body that is not Content-Type: application/json"
+		}
+	}
+	return ""
 }
 
 // ListenLoopback listens on addr (HOST:PORT) for the token-guarded HTTP

@@ -20,3 +20,20 @@ func TestListenLoopback(t *testing.T) {
 		}
 	}
 }
+
+func TestOwnHosts(t *testing.T) {
+	for addr, want := range map[string][]string{
+		"127.0.0.1:8080": {"127.0.0.1:8080", "localhost:8080"},
+		"[::1]:8080":     {"[::1]:8080", "localhost:8080"},
+	} {
+		got := ownHosts(addr)
+		if len(got) != len(want) {
+			t.Errorf("%s: %v, want %v", addr, got, want)
+		}
+		for _, h := range want {
+			if !got[h] {
+				t.Errorf("%s: %v lacks %s", addr, got, h)
+			}
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/app/service"
+	"github.com/airlock-sandbox/airlock/internal/printable"
 	"github.com/spf13/cobra"
 )
 
@@ -86,7 +87,8 @@ func newRoot(stdio Stdio) *cobra.Command {
 }
 
 // oneLine keeps an error to one line: the first line, with the rest's
-// line breaks folded, so scripts can read it.
+// line breaks folded, so scripts can read it, and what else a terminal
+// would act on escaped (an error may quote what the guest sent).
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+	return printable.String(strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " "))
 }

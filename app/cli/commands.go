@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/tasks"
+	"github.com/airlock-sandbox/airlock/internal/printable"
 	"github.com/spf13/cobra"
 )
 
@@ -71,7 +72,7 @@ func writeStatus(w io.Writer, st service.Status) {
 	fmt.Fprintf(w, "tasks:     %d running\n", st.RunningTasks)
 	fmt.Fprintf(w, "egress:    allow %s; deny %s\n", list(st.Settings.Allow), list(st.Settings.Deny))
 	if s.LastError != "" {
-		fmt.Fprintf(w, "last error: %s\n", s.LastError)
+		fmt.Fprintf(w, "last error: %s\n", oneLine(s.LastError))
 	}
 	fmt.Fprintf(w, "data:      %s\nconsole:   %s\n", st.StateDir, orDash(s.ConsoleLog))
 }
@@ -160,9 +161,18 @@ func commandText(c tasks.Command) string {
 		s = strings.Join(c.Argv, " ")
 	}
 	if len(s) > 60 {
-		s = s[:57] + "..."
+		s = strings.ToValidUTF8(s[:57], "") + "..."
 	}
-	return s
+	return printable.String(s)
+}
+
+// printableDecision escapes what the guest chose in d (the host name it
+// asked for, and the rule and detail that may quote it), for a terminal:
+// JSON escapes C0 controls but passes DEL, C1 controls and bidi marks.
+func printableDecision(d egress.Decision) egress.Decision {
+	d.Host, d.Task = printable.String(d.Host), printable.String(d.Task)
+	d.Rule, d.Detail = printable.String(d.Rule), printable.String(d.Detail)
+	return d
 }
 
 func newLogsCmd(stdio Stdio, g *globals) *cobra.Command {
@@ -242,13 +252,14 @@ func newEgressCmd(stdio Stdio, g *globals) *cobra.Command {
 				if deniedOnly && d.Action != egress.ActionDeny {
 					return
 				}
+				d = printableDecision(d)
 				if g.json {
 					b, _ := json.Marshal(d)
 					fmt.Fprintf(stdio.Out, "%s\n", b)
 					return
 				}
-				fmt.Fprintf(stdio.Out, "%s  %-5s %-7s %s:%d  %s  task %s  ↑%d ↓%d\n", d.Time.Local().Format("15:04:05"),
-					d.Action, d.Protocol, d.Host, d.Port, d.Reason, orDash(d.Task), d.BytesUp, d.BytesDown)
+				fmt.Fprintf(stdio.Out, "%s  %-5s %-7s %s:%d  %s  task %s  ↑%d ↓%d%s\n", d.Time.Local().Format("15:04:05"),
+					d.Action, d.Protocol, d.Host, d.Port, d.Reason, orDash(d.Task), d.BytesUp, d.BytesDown, repeatedText(d))
 			}
 			if followFlag {
 				ch, err := c.FollowEgress(cmd.Context())
@@ -265,6 +276,9 @@ func newEgressCmd(stdio Stdio, g *globals) *cobra.Command {
 				return err
 			}
 			if g.json && !deniedOnly {
+				for i := range ds {
+					ds[i] = printableDecision(ds[i])
+				}
 				return printJSON(stdio.Out, ds)
 			}
 			for _, d := range ds {
@@ -297,6 +311,14 @@ func newEgressCmd(stdio Stdio, g *globals) *cobra.Command {
 		})
 	}
 	return cmd
+}
+
+// repeatedText marks a summary of identical refusals with its count.
+func repeatedText(d egress.Decision) string {
+	if d.Repeated == 0 {
+		return ""
+	}
+	return fmt.Sprintf("  ×%d more in %s", d.Repeated, d.Duration.Round(time.Second))
 }
 
 var ruleShort = map[string]string{

@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/tasks"
 	"github.com/airlock-sandbox/airlock/app/workspace"
 	"github.com/airlock-sandbox/airlock/guest/client"
+	"github.com/airlock-sandbox/airlock/internal/printable"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -33,6 +34,7 @@ import (
 type runFlags struct {
 	workspace   string
 	readOnly    bool
+	toolConfig  bool
 	env         []string
 	cwd         string
 	timeout     time.Duration
@@ -84,6 +86,7 @@ command runs on its warm VM instead, in milliseconds, and appears in
 	fl := cmd.Flags()
 	fl.StringVarP(&f.workspace, "workspace", "w", "", "the folder to share at /workspace (nothing is shared when empty)")
 	fl.BoolVar(&f.readOnly, "read-only", false, "share the workspace read-only")
+	fl.BoolVar(&f.toolConfig, "tool-config-writable", false, "let the command change what your tools run on the host (.git/config, .git/hooks, .envrc, .vscode, .idea), read-only to it otherwise")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set an environment variable KEY=VALUE for the command (repeatable)")
 	fl.StringVar(&f.cwd, "cwd", "", "working folder in the guest (default /workspace)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "end the command after this long (e.g. 30s, 5m)")
@@ -98,7 +101,7 @@ command runs on its warm VM instead, in milliseconds, and appears in
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log what Airlock does to stderr")
 	fl.StringArrayVar(&f.allow, "allow", nil, "let the command connect to HOST, *.DOMAIN, an address or CIDR, optionally :PORT (repeatable)")
 	fl.StringArrayVar(&f.deny, "deny", nil, "never let the command connect to PATTERN; wins over --allow (repeatable)")
-	fl.StringArrayVar(&f.mapHosts, "map-host", nil, "connect NAME to ADDR for this run, and allow it (NAME=ADDR, repeatable)")
+	fl.StringArrayVar(&f.mapHosts, "map-host", nil, "connect NAME to ADDR for this run (NAME=ADDR, repeatable); --allow NAME[:PORT] still decides which ports are open")
 	fl.StringVar(&f.egressLog, "egress-log", "", "append every connection decision to FILE as JSON lines")
 	fl.BoolVar(&f.ephemeral, "ephemeral", false, "boot a fresh VM for this command even when the service is running")
 	fl.StringArrayVar(&f.secrets, "secret", nil, "give the command NAME=<placeholder> for secret NAME; the gate adds the value on requests to its hosts (repeatable; see airlock secret)")
@@ -201,6 +204,9 @@ func (f runFlags) sandboxOptions(stdio Stdio) (sandbox.Options, error) {
 			return o, err
 		}
 		o.UID, o.GID = workspace.Owner(o.Workspace)
+		if f.toolConfig {
+			o.ToolConfigWritable = []string{o.Workspace}
+		}
 		if o.UID == 0 && !f.root && !f.readOnly {
 			fmt.Fprintf(stdio.Err, "airlock: note: %s is owned by root; the task runs as an unprivileged user and may not be able to write to it (use --root, or share a folder you own)\n", o.Workspace)
 			o.UID, o.GID = 0, 0
@@ -292,26 +298,61 @@ func attachTerminal(stdio Stdio, spec *client.Spec) (restore func(), resize <-ch
 // a connection and how to allow it: the task itself often hides why its
 // network failed.
 func reportDenials(ctx context.Context, g *egress.Gate, w io.Writer) {
-	seen := map[string]bool{}
+	r := denialReport{w: w, seen: map[string]bool{}}
 	for d := range g.Subscribe(ctx) {
-		if d.Action != egress.ActionDeny || d.Host == "" {
-			continue
-		}
-		dest := net.JoinHostPort(d.Host, strconv.Itoa(int(d.Port)))
-		if seen[dest] {
-			continue
-		}
-		seen[dest] = true
-		hint := "--allow " + d.Host
-		if d.Reason == egress.ReasonPrivateAddress || d.Reason == egress.ReasonMetadataAddress {
-			// A name that resolves inside the host's networks needs the
-			// address itself allowed (or a pin), not just the name.
-			if ip, err := netip.ParseAddr(d.Addr); err == nil && d.Host != ip.String() {
-				hint = "--allow " + ip.String() + " or --map-host " + d.Host + "=" + ip.String()
-			}
-		}
-		fmt.Fprintf(w, "airlock: egress: refused %s (%s); allow it with %s\n", dest, d.Reason, hint)
+		r.add(d)
 	}
+}
+
+// maxReported bounds the destinations `airlock run` names: the guest
+// picks the names, and a flood of distinct ones must neither grow the set
+// without end nor bury the task's own output.
+const maxReported = 200
+
+// denialReport is what reportDenials has told the user so far.
+type denialReport struct {
+	w    io.Writer
+	seen map[string]bool
+	more bool // said that further refusals go unreported
+}
+
+func (r *denialReport) add(d egress.Decision) {
+	if d.Action != egress.ActionDeny || d.Host == "" {
+		return
+	}
+	// The host is whatever the guest asked for, escape sequences
+	// included: it reaches the terminal only escaped.
+	host := printable.String(d.Host)
+	dest := net.JoinHostPort(host, strconv.Itoa(int(d.Port)))
+	if r.seen[dest] {
+		return
+	}
+	if len(r.seen) >= maxReported {
+		if !r.more {
+			r.more = true
+			fmt.Fprintf(r.w, "airlock: egress: more than %d destinations refused; not naming more\n", maxReported)
+		}
+		return
+	}
+	r.seen[dest] = true
+	if d.Reason == egress.ReasonBadRequest {
+		// Not a name or address a rule could allow.
+		fmt.Fprintf(r.w, "airlock: egress: refused %s (%s)\n", dest, d.Reason)
+		return
+	}
+	hint := "--allow " + host
+	switch {
+	case (d.Reason == egress.ReasonPrivateAddress || d.Reason == egress.ReasonMetadataAddress) && strings.HasPrefix(d.Rule, "map-host "):
+		// A pinned name on a port no rule allows: the pin is there.
+		hint = "--allow " + dest
+	case d.Reason == egress.ReasonPrivateAddress || d.Reason == egress.ReasonMetadataAddress:
+		// A name that resolves inside the host's networks needs the
+		// address itself allowed (or a pin), not just the name.
+		if ip, err := netip.ParseAddr(d.Addr); err == nil && d.Host != ip.String() {
+			hint = "--allow " + ip.String() + " or --map-host " + host + "=" + ip.String()
+		}
+	}
+	fmt.Fprintf(r.w, "airlock: egress: refused %s (%s); allow it with %s\n", dest, printable.String(string(d.Reason)), hint)
 }
 
 func newID() string {

@@ -93,7 +93,7 @@ func taskExit(stdio Stdio, t tasks.Task, timeout time.Duration) error {
 		return exitError{code: 128 + int(syscall.SIGKILL)}
 	}
 	if t.Reason != "" && (t.Exit.Code == ExitNotFound || t.Exit.Code == ExitNotRunnable || t.Exit.Code == ExitAirlockError) {
-		fmt.Fprintf(stdio.Err, "airlock: %s\n", t.Reason)
+		fmt.Fprintf(stdio.Err, "airlock: %s\n", oneLine(t.Reason))
 	}
 	if t.Exit.Signal != 0 {
 		return exitError{code: 128 + t.Exit.Signal}

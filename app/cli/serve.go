@@ -111,7 +111,7 @@ browser UI, guarded by a random token. Ctrl-C stops it and the VM.`,
 				web := http.NewServeMux()
 				web.Handle("/v1/", h)
 				web.Handle("/", frontend.Handler())
-				go func() { errc <- api.Serve(ctx, hl, api.RequireToken(token, web), nil) }()
+				go func() { errc <- api.Serve(ctx, hl, api.RequireToken(hl.Addr().String(), token, web), nil) }()
 				fmt.Fprintf(stdio.Err, "airlock: browser UI and API at http://%s/?token=%s\n", hl.Addr(), token)
 			}
 			if !noBoot {

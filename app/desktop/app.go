@@ -3,6 +3,7 @@ package desktop
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime"
@@ -21,14 +22,23 @@ type Config struct {
 	// `airlock serve --no-boot`.
 	NoBoot bool
 	// GOOS is the platform the app runs on (runtime.GOOS); it decides
-	// whether the window gets streams or long polls.
-	GOOS   string
-	Logger *slog.Logger
+	// whether the window gets streams or long polls, and whether the
+	// service runs in the helper process (RunsHelper).
+	GOOS string
+	// Verbose makes the helper log what it does (airlock serve -v); its
+	// output reaches Logger at debug level.
+	Verbose bool
+	Logger  *slog.Logger
 }
 
 // CloseTimeout bounds the service's shutdown on quit: stopping the VM in
 // order, then killing it.
 const CloseTimeout = 20 * time.Second
+
+// backgroundWait bounds how long Close waits for the background work
+// (control socket, VM start, tray updates) after cancelling it; the
+// process is quitting, so work that does not end by then is left behind.
+const backgroundWait = 5 * time.Second
 
 // App is the desktop app over the host core: the window's handler, the
 // Wails lifecycle hooks, and the actions of the tray and the bindings.
@@ -47,14 +57,18 @@ type App struct {
 	quit   sync.Once
 }
 
-// New opens the user's Airlock service (or connects to the running one)
-// and returns the app over it. When neither works the app still opens its
-// window, whose API calls answer 503 with the reason.
+// New opens the user's Airlock service (or connects to the running one;
+// on macOS it always connects, and Startup starts the helper when no
+// service answers) and returns the app over it. When neither works the
+// app still opens its window, whose API calls answer 503 with the reason.
 func New(cfg Config) *App {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	be := openBackend(cfg.Logger)
+	if cfg.GOOS == "" {
+		cfg.GOOS = runtime.GOOS
+	}
+	be := openBackend(cfg)
 	if be.err != nil {
 		cfg.Logger.Error("the Airlock service did not open", "err", be.err)
 	}
@@ -71,6 +85,11 @@ func newApp(cfg Config, be backend) *App {
 	a := &App{cfg: cfg, log: cfg.Logger, be: be}
 	a.handler = Handler(be.core, be.err, cfg.UI, StreamsSupported(cfg.GOOS), cfg.Logger)
 	a.tray = newTray(trayActions{show: a.ShowWindow, toggle: a.ToggleVM, quit: a.Quit})
+	if be.helper != nil {
+		a.handler = helperGate(a.handler, be.helper.Status)
+		a.tray.down = func() (trayView, bool) { return helperView(be.helper.Status()) }
+		be.helper.onChange = func(HelperStatus) { a.tray.refreshSoon() }
+	}
 	return a
 }
 
@@ -81,12 +100,17 @@ func (a *App) Handler() http.Handler { return a.handler }
 func (a *App) Bindings() *Bindings { return &Bindings{app: a} }
 
 // Startup is Wails' OnStartup: it keeps the runtime, serves the control
-// socket for the CLI and MCP, boots the VM and keeps the tray current.
+// socket for the CLI and MCP, boots the VM and keeps the tray current. With
+// a helper it starts the helper's supervisor instead of serving and
+// booting: the helper does both.
 func (a *App) Startup(rt Runtime) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.mu.Lock()
 	a.rt, a.cancel = rt, cancel
 	a.mu.Unlock()
+	if a.be.helper != nil {
+		a.be.helper.Start()
+	}
 	if a.be.socket != nil {
 		a.goBackground(func() {
 			if err := api.Serve(ctx, a.be.socket, api.Handler(a.be.core, a.log), a.log); err != nil {
@@ -119,12 +143,20 @@ func (a *App) goBackground(f func()) {
 // Shutdown is Wails' OnShutdown: see Close.
 func (a *App) Shutdown() { a.Close() }
 
-// Close stops the background work and closes the service the app owns,
-// VM included; a service the app only connected to keeps running. It is
-// safe to call more than once.
+// Close stops the tray and the background work and closes the service the
+// app owns, VM included: the in-process one, or the helper process the
+// app started. A service the app only connected to keeps running. Every
+// wait in it is bounded: it returns within CloseTimeout plus
+// backgroundWait (and a few seconds) whatever hangs. It is safe to call
+// more than once.
+//
+// Wails calls it (OnShutdown) on the main thread after its run loop has
+// stopped, so the tray stops first: on macOS a tray update waits for that
+// thread and would never end (see tray).
 func (a *App) Close() error {
 	var err error
 	a.closed.Do(func() {
+		a.tray.stop()
 		a.mu.Lock()
 		cancel := a.cancel
 		a.mu.Unlock()
@@ -134,14 +166,46 @@ func (a *App) Close() error {
 		if a.be.svc != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
 			defer cancel()
-			err = a.be.svc.Close(ctx)
+			errc := make(chan error, 1)
+			if within(CloseTimeout+time.Second, func() { errc <- a.be.svc.Close(ctx) }) {
+				err = <-errc
+			} else {
+				err = fmt.Errorf("desktop: the service did not close within %s; quitting anyway", CloseTimeout)
+			}
+		}
+		if a.be.helper != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout+helperKillWait+time.Second)
+			defer cancel()
+			if herr := a.be.helper.Close(ctx); herr != nil {
+				err = herr
+			}
 		}
 		if a.be.socket != nil {
 			a.be.socket.Close() // Serve closed it if Startup ran
 		}
-		a.bg.Wait()
+		if !within(backgroundWait, a.bg.Wait) {
+			a.log.Warn("background work did not end; quitting anyway", "waited", backgroundWait)
+		}
 	})
 	return err
+}
+
+// within runs f and reports whether it returned within d; f runs on
+// (and is left behind) when it did not.
+func within(d time.Duration, f func()) bool {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 func (a *App) runtime() Runtime {
@@ -176,10 +240,15 @@ func (a *App) ChooseFolder(title, dir string) (string, error) {
 	return rt.ChooseFolder(title, dir)
 }
 
-// ToggleVM starts a stopped VM and stops a running one (the tray's item).
+// ToggleVM starts a stopped VM and stops a running one (the tray's item);
+// while the helper is down it starts the helper now.
 func (a *App) ToggleVM() {
 	core := a.be.core
 	if core == nil {
+		return
+	}
+	if h := a.be.helper; h != nil && h.Status().State != HelperRunning {
+		h.Retry()
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

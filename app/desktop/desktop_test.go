@@ -234,9 +234,10 @@ func TestTrayMenu(t *testing.T) {
 		t.Error("the status line is clickable")
 	}
 	tr.show(trayView{Status: "Sandbox: stopping", Toggle: "Stop sandbox", CanToggle: false})
-	if title, enabled := h.items[3].State(); title != "Stop sandbox" || enabled {
-		t.Errorf("toggle = %q enabled=%v, want a disabled Stop sandbox", title, enabled)
-	}
+	waitFor(t, "a disabled Stop sandbox", func() bool {
+		title, enabled := h.items[3].State()
+		return title == "Stop sandbox" && !enabled
+	})
 	for i, ch := range map[int]chan struct{}{2: shown, 3: toggled, 4: quit} {
 		h.items[i].clicks <- struct{}{}
 		select {
@@ -303,9 +304,7 @@ func TestUnavailableApp(t *testing.T) {
 	h := &fakeHost{}
 	a.tray.ready(h)
 	a.Startup(&fakeRuntime{})
-	if s, _ := h.items[1].State(); s != "no guest image found" {
-		t.Fatalf("tray says %q, want the reason", s)
-	}
+	waitFor(t, "the tray to say why", func() bool { s, _ := h.items[1].State(); return s == "no guest image found" })
 	a.ToggleVM() // nothing to toggle; must not panic
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
@@ -323,5 +322,48 @@ func TestBindingsSurface(t *testing.T) {
 	sort.Strings(got)
 	if want := []string{"ChooseFolder", "Quit", "ShowWindow", "Streams"}; !slices.Equal(got, want) {
 		t.Fatalf("Bindings methods = %q, want %q", got, want)
+	}
+}
+
+// TestQuitDuringTrayUpdate quits while a tray update waits for a main
+// thread that will never serve it, as on macOS when Wails runs OnShutdown
+// on that thread after its run loop stopped: Close must still end, well
+// within backgroundWait (so not merely because that bound ran out).
+func TestQuitDuringTrayUpdate(t *testing.T) {
+	core := newFakeCore(session.StateStopped, "/home/u/reports")
+	a := newApp(Config{UI: testUI, GOOS: "darwin"}, backend{core: core})
+	h := newMainThreadHost(t)
+	a.tray.ready(h)
+	rt := &fakeRuntime{}
+	a.Startup(rt)
+	<-core.subbed
+	waitFor(t, "the tray to show the status", func() bool { s, _ := h.items[0].State(); return s == "Sandbox: stopped" })
+
+	h.stopLoop() // Wails' run loop has stopped
+	core.setState(session.StateRunning)
+	core.events <- service.Event{Kind: "session"}
+	select {
+	case <-h.blocked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the tray update never reached the tray")
+	}
+
+	a.Quit()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- a.Close() }() // Wails' OnShutdown
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(backgroundWait + 5*time.Second):
+		t.Fatal("Close hung behind a tray update waiting for the main thread")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Close took %s: it waited for the stuck tray update until its bound", took)
+	}
+	if got := rt.Calls(); !slices.Equal(got, []string{"quit"}) {
+		t.Errorf("runtime calls = %q, want one quit", got)
 	}
 }

@@ -4,8 +4,15 @@
 //
 // The window shows the same web UI as `airlock serve --http`, and that UI
 // talks only to the control API: the Wails AssetServer serves the embedded
-// UI and routes /v1/ to api.Handler over the in-process service.Core, so
-// nothing listens on a port. The few things a web page cannot do (a native
+// UI and routes /v1/ to api.Handler over the service.Core, so nothing
+// listens on a port. On Linux and Windows that core runs in this process
+// (or is a running `airlock serve`). On macOS it is always a client of the
+// control socket: the VM and the core run in the helper, the airlock
+// command in the app's bundle (Contents/Helpers/airlock serve), which the
+// app starts when no service answers, restarts with back-off, stops on
+// Quit when it started it, and reports in the window and the tray
+// (helper.go). The app must not link Apple's Virtualization framework
+// beside Wails (vm/platform/withvz). The few things a web page cannot do (a native
 // folder dialog, showing the window, quitting) are Bindings, with no logic.
 //
 // Every call into the Wails runtime goes through the Runtime interface: the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
+	"testing"
 
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/session"
@@ -148,3 +150,49 @@ func (i *fakeItem) State() (string, bool) {
 	defer i.mu.Unlock()
 	return i.title, i.enabled
 }
+
+// mainThreadHost is the macOS tray as Wails' shutdown leaves it: each call
+// waits for the main thread (systray's waitUntilDone:YES), and once
+// loopStopped, that thread never serves it again: the call blocks until
+// the test ends.
+type mainThreadHost struct {
+	*fakeHost
+	stopped atomic.Bool
+	blocked chan struct{} // a call is blocked (capacity 1)
+	end     chan struct{} // closed when the test ends
+}
+
+func newMainThreadHost(t *testing.T) *mainThreadHost {
+	h := &mainThreadHost{fakeHost: &fakeHost{}, blocked: make(chan struct{}, 1), end: make(chan struct{})}
+	t.Cleanup(func() { close(h.end) })
+	return h
+}
+
+func (h *mainThreadHost) stopLoop() { h.stopped.Store(true) }
+
+func (h *mainThreadHost) wait() {
+	if !h.stopped.Load() {
+		return
+	}
+	select {
+	case h.blocked <- struct{}{}:
+	default:
+	}
+	<-h.end
+}
+
+func (h *mainThreadHost) SetTooltip(s string) { h.wait(); h.fakeHost.SetTooltip(s) }
+func (h *mainThreadHost) AddSeparator()       { h.wait(); h.fakeHost.AddSeparator() }
+func (h *mainThreadHost) AddItem(title string) trayItem {
+	h.wait()
+	return &mainThreadItem{h.fakeHost.AddItem(title).(*fakeItem), h}
+}
+
+type mainThreadItem struct {
+	*fakeItem
+	h *mainThreadHost
+}
+
+func (i *mainThreadItem) SetTitle(s string) { i.h.wait(); i.fakeItem.SetTitle(s) }
+func (i *mainThreadItem) Enable()           { i.h.wait(); i.fakeItem.Enable() }
+func (i *mainThreadItem) Disable()          { i.h.wait(); i.fakeItem.Disable() }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
 
 	"github.com/airlock-sandbox/airlock/app/api"
 	"github.com/airlock-sandbox/airlock/app/service"
@@ -19,6 +20,9 @@ type backend struct {
 	// socket is the control API listener the app serves for the CLI and
 	// MCP while it owns the service; nil without one.
 	socket net.Listener
+	// helper keeps the service the core talks to running, on systems
+	// where it runs in the helper process (RunsHelper); nil elsewhere.
+	helper *supervisor
 	// err says why there is no core.
 	err error
 }
@@ -26,8 +30,13 @@ type backend struct {
 // openBackend opens the user's service as `airlock serve` does (settings,
 // state folder, guest image) and takes the control endpoint (a unix socket,
 // a named pipe on Windows), or becomes a
-// client of the service already answering on it.
-func openBackend(log *slog.Logger) backend {
+// client of the service already answering on it. Where the service runs in
+// the helper process (macOS) the app is always its client (openHelper).
+func openBackend(cfg Config) backend {
+	log := cfg.Logger
+	if RunsHelper(cfg.GOOS) {
+		return openHelper(cfg)
+	}
 	sock, err := api.DefaultSocket()
 	if err != nil {
 		log.Warn("no control socket", "err", err)
@@ -55,4 +64,27 @@ func openBackend(log *slog.Logger) backend {
 
 func openService(log *slog.Logger) (*service.Service, error) {
 	return service.OpenUser(nil, log)
+}
+
+// openHelper makes the app a client of the service on the control socket,
+// with a supervisor that starts the helper (the airlock command in the
+// app's bundle) when none answers; Startup starts it.
+func openHelper(cfg Config) backend {
+	sock, err := api.DefaultSocket()
+	if err != nil {
+		return backend{err: err}
+	}
+	client := api.NewClient(sock)
+	var path string
+	exe, err := os.Executable()
+	if err == nil {
+		path, err = FindHelper(exe, cfg.GOOS)
+	}
+	sup := newSupervisor(path, helperArgs(sock, cfg.NoBoot, cfg.Verbose), client.Ping, cfg.Logger)
+	if err != nil {
+		// A service started another way (airlock serve) is still used.
+		cfg.Logger.Warn("no Airlock helper", "err", err)
+		sup.missing = err
+	}
+	return backend{core: client, helper: sup}
 }

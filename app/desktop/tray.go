@@ -43,37 +43,63 @@ type trayView struct {
 
 // tray keeps the menu in step with the service. Its items are made once
 // the platform's tray is ready; a view shown before that is kept.
+//
+// Only the painter goroutine (and ready, before it starts it) calls the
+// host. On macOS every systray call waits for the main thread
+// (fyne.io/systray v1.12.2 systray_darwin.m: runInMainThread performs the
+// selector with waitUntilDone:YES), and Wails runs OnShutdown on that
+// thread once its run loop has stopped (wails v2.16.0
+// internal/app/app_production.go: RunMainLoop, then shutdownCallback): a
+// call made then never returns. So show never waits for the host, and
+// stop abandons a painter stuck in a call instead of waiting for it.
 type tray struct {
-	act trayActions
+	act   trayActions
+	dirty chan struct{} // a view waits to be painted (capacity 1)
+	done  chan struct{} // closed by stop
+	once  sync.Once
+	// poke asks follow to read the status again now (capacity 1).
+	poke chan struct{}
+	// down, when set, is what the tray shows while the status cannot be
+	// read and the helper is not running (helperView).
+	down func() (trayView, bool)
 
-	mu                           sync.Mutex
-	host                         trayHost
-	status, folder, toggle, open trayItem
-	view                         trayView
+	mu   sync.Mutex
+	view trayView
+}
+
+// trayMenu are the items ready made.
+type trayMenu struct {
+	host                   trayHost
+	status, folder, toggle trayItem
 }
 
 func newTray(act trayActions) *tray {
-	return &tray{act: act, view: trayView{Status: "Airlock: starting", Toggle: "Start sandbox", Tooltip: "Airlock"}}
+	return &tray{
+		act: act, dirty: make(chan struct{}, 1), done: make(chan struct{}), poke: make(chan struct{}, 1),
+		view: trayView{Status: "Airlock: starting", Toggle: "Start sandbox", Tooltip: "Airlock"},
+	}
 }
 
-// ready builds the menu on host and starts answering clicks; the
-// platform's tray calls it once.
+// ready builds the menu on host, paints the current view and starts
+// answering clicks; the platform's tray calls it once.
 func (t *tray) ready(host trayHost) {
-	t.mu.Lock()
-	t.host = host
-	t.status = host.AddItem("")
-	t.status.Disable()
-	t.folder = host.AddItem("")
-	t.folder.Disable()
+	m := &trayMenu{host: host}
+	m.status = host.AddItem("")
+	m.status.Disable()
+	m.folder = host.AddItem("")
+	m.folder.Disable()
 	host.AddSeparator()
-	t.open = host.AddItem("Open Airlock")
-	t.toggle = host.AddItem("")
+	open := host.AddItem("Open Airlock")
+	m.toggle = host.AddItem("")
 	host.AddSeparator()
 	quit := host.AddItem("Quit Airlock")
-	t.apply()
+	t.mu.Lock()
+	v := t.view
 	t.mu.Unlock()
-	go forEachClick(t.open, t.act.show)
-	go forEachClick(t.toggle, func() { go t.act.toggle() })
+	m.paint(v)
+	go t.painter(m, v)
+	go forEachClick(open, t.act.show)
+	go forEachClick(m.toggle, func() { go t.act.toggle() })
 	go forEachClick(quit, t.act.quit)
 }
 
@@ -83,30 +109,62 @@ func forEachClick(it trayItem, f func()) {
 	}
 }
 
-// show displays v (now, or when the tray is ready).
+// show displays v (soon, or once the tray is ready). It never waits for
+// the platform's tray.
 func (t *tray) show(v trayView) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if v == t.view && t.host != nil {
-		return
-	}
 	t.view = v
-	t.apply()
+	t.mu.Unlock()
+	select {
+	case t.dirty <- struct{}{}:
+	default: // the painter has yet to pick up the last one; it reads the latest
+	}
 }
 
-func (t *tray) apply() {
-	if t.host == nil {
-		return
+// stop ends the painter: no call into the platform's tray starts after
+// it. It returns at once, even while a call is under way.
+func (t *tray) stop() { t.once.Do(func() { close(t.done) }) }
+
+// painter paints each new view until stop; painted is what ready painted.
+func (t *tray) painter(m *trayMenu, painted trayView) {
+	for {
+		select {
+		case <-t.done:
+			return
+		case <-t.dirty:
+		}
+		t.mu.Lock()
+		v := t.view
+		t.mu.Unlock()
+		select {
+		case <-t.done:
+			return
+		default:
+		}
+		if v != painted {
+			m.paint(v)
+			painted = v
+		}
 	}
-	v := t.view
-	t.host.SetTooltip(v.Tooltip)
-	t.status.SetTitle(v.Status)
-	t.folder.SetTitle(v.Workspace)
-	t.toggle.SetTitle(v.Toggle)
+}
+
+func (m *trayMenu) paint(v trayView) {
+	m.host.SetTooltip(v.Tooltip)
+	m.status.SetTitle(v.Status)
+	m.folder.SetTitle(v.Workspace)
+	m.toggle.SetTitle(v.Toggle)
 	if v.CanToggle {
-		t.toggle.Enable()
+		m.toggle.Enable()
 	} else {
-		t.toggle.Disable()
+		m.toggle.Disable()
+	}
+}
+
+// refreshSoon makes follow read the status again now; it never waits.
+func (t *tray) refreshSoon() {
+	select {
+	case t.poke <- struct{}{}:
+	default:
 	}
 }
 
@@ -121,9 +179,16 @@ func (t *tray) follow(ctx context.Context, core service.Core) {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		st, err := core.Status(sctx)
-		if ctx.Err() == nil {
-			t.show(viewOf(st, err))
+		if ctx.Err() != nil {
+			return
 		}
+		if err != nil && t.down != nil {
+			if v, ok := t.down(); ok {
+				t.show(v)
+				return
+			}
+		}
+		t.show(viewOf(st, err))
 	}
 	tick := time.NewTicker(refreshEvery)
 	defer tick.Stop()
@@ -142,6 +207,11 @@ func (t *tray) follow(ctx context.Context, core service.Core) {
 				refresh()
 				if events == nil {
 					break stream
+				}
+			case <-t.poke:
+				refresh()
+				if events == nil {
+					break stream // the service may be up now: subscribe
 				}
 			case ev, ok := <-events:
 				if !ok {

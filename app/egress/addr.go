@@ -6,7 +6,7 @@ import (
 
 // addrClass names why an address is special: "loopback", "private",
 // "link-local", "cgnat", "multicast", "unspecified", "broadcast",
-// "reserved" or "metadata".
+// "reserved", "ipv4-translated", "teredo" or "metadata".
 type addrClass string
 
 // specialBlock is one range the gate refuses after resolution unless it is
@@ -46,6 +46,12 @@ var specialBlocks = func() []specialBlock {
 		{"::1/128", "loopback"},
 		{"100::/64", "reserved"},
 		{"2001:db8::/32", "reserved"},
+		{"3fff::/20", "reserved"}, // documentation (RFC 9637)
+		// IPv4-translated (SIIT, RFC 7915: ::ffff:0:a.b.c.d, not the
+		// IPv4-mapped ::ffff:a.b.c.d) and Teredo (RFC 4380): both carry
+		// traffic to an IPv4 address through a translator or relay.
+		{"::ffff:0:0:0/96", "ipv4-translated"},
+		{"2001::/32", "teredo"},
 		{"fc00::/7", "private"},
 		{"fe80::/10", "link-local"},
 		{"fec0::/10", "private"},

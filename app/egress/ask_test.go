@@ -174,7 +174,7 @@ func (pipeAddr) String() string  { return "pipe" }
 func TestServeOnPipeListenerAndCloseCutsTunnels(t *testing.T) {
 	srv := httptest.NewTLSServer(origin())
 	defer srv.Close()
-	g, err := New(Config{MapHosts: []string{"www.example.com=127.0.0.1"}})
+	g, err := New(Config{Allow: []string{"www.example.com"}, MapHosts: []string{"www.example.com=127.0.0.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func BenchmarkDownload(b *testing.B) {
 			}()
 		}
 	}()
-	g, err := New(Config{MapHosts: []string{"origin.test=127.0.0.1"}})
+	g, err := New(Config{Allow: []string{"origin.test"}, MapHosts: []string{"origin.test=127.0.0.1"}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func BenchmarkPlainHTTP(b *testing.B) {
 	})}
 	go srv.Serve(l)
 	defer srv.Close()
-	g, err := New(Config{MapHosts: []string{"origin.test=127.0.0.1"}})
+	g, err := New(Config{Allow: []string{"origin.test"}, MapHosts: []string{"origin.test=127.0.0.1"}})
 	if err != nil {
 		b.Fatal(err)
 	}

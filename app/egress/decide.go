@@ -67,12 +67,21 @@ type askCall struct {
 	err     error
 }
 
+// maxOpenAsks bounds the questions the gate has open at once. A question
+// outlives the connection that raised it, so without a bound a guest
+// closing connections to ever new hosts would queue questions without end.
+const maxOpenAsks = 1024
+
 // ask returns the Decider's verdict for req, or the reason the question
 // failed (ask-timeout, ask-failed, shutdown).
 func (g *Gate) ask(ctx context.Context, req Request) (Verdict, Reason, error) {
 	key := req.Task + "\x00" + req.Host + "\x00" + strconv.Itoa(int(req.Port))
 	g.asks.mu.Lock()
 	c, ok := g.asks.calls[key]
+	if !ok && len(g.asks.calls) >= maxOpenAsks {
+		g.asks.mu.Unlock()
+		return Deny, ReasonAskFailed, fmt.Errorf("%d questions are open already: answer them first", maxOpenAsks)
+	}
 	if !ok {
 		c = &askCall{done: make(chan struct{})}
 		g.asks.calls[key] = c
@@ -118,16 +127,21 @@ type plan struct {
 }
 
 // decide applies the policy to a target: deny entries, then allow entries
-// (or map-host pins, or the Decider), then resolves names and checks every
-// address. The addresses in the returned plan are the only ones that may
-// be dialled: there is no second lookup.
+// (or the Decider), then the addresses: a map-host pin's, or the name's
+// resolved ones, each checked. The addresses in the returned plan are the
+// only ones that may be dialled: there is no second lookup.
+//
+// A pin says where a name goes, not whether or on which ports it may be
+// reached: the allow entries decide that as for any name. A pinned special
+// address (loopback, private …) is exempt from the special-address refusal
+// only when a configured allow entry matches the name and port; answers of
+// the Decider, and the session entries they add, never open it, so a pin to
+// such an address with no matching entry is refused without asking.
 func (g *Gate) decide(ctx context.Context, task string, proto Protocol, t target) plan {
 	p := g.policy.Load()
 	if e, ok := p.denied(t); ok {
 		return plan{reason: ReasonDeniedByRule, rule: e.String(), detail: "denied by rule " + e.String()}
 	}
-	var out plan
-	var pins []netip.Addr
 	if t.addr.IsValid() {
 		if block, class, special := classify(t.addr); special {
 			e, ok := p.exempt(t.addr, t.port, block)
@@ -136,36 +150,54 @@ func (g *Gate) decide(ctx context.Context, task string, proto Protocol, t target
 			}
 			return plan{reason: ReasonAllowedByRule, rule: e.String(), addrs: []netip.Addr{t.addr}}
 		}
-	} else if pins = p.pins[t.host]; pins != nil {
-		out = plan{reason: ReasonAllowedByRule, rule: "map-host " + t.host + "=" + pins[0].String()}
 	}
-	if out.reason == "" {
-		if e, session, ok := p.allowed(t); ok {
-			out = plan{reason: ReasonAllowedByRule, rule: e.String()}
-			if session {
-				out.rule += " (session)"
+	pins := p.pins[t.host] // nil for IP literals
+	pinRule := ""
+	if pins != nil {
+		pinRule = "map-host " + t.host + "=" + pins[0].String()
+	}
+	var out plan
+	e, session, matched := p.allowed(t)
+	switch {
+	case matched:
+		out = plan{reason: ReasonAllowedByRule, rule: e.String()}
+		if session {
+			out.rule += " (session)"
+		}
+		if pinRule != "" {
+			out.rule += ", " + pinRule
+		}
+	case pins != nil && !p.pinsOpen(pins, t.port):
+		a := pins[0]
+		_, class, _ := classify(a)
+		r := refusal(a, class)
+		r.rule = pinRule
+		r.detail = fmt.Sprintf("%s is pinned to %s address %s and no allow rule names %s (a map-host pin says where a name goes, not which ports are open)",
+			t.host, class, a, t)
+		return r
+	case g.decider == nil:
+		return plan{reason: ReasonNoMatchingRule, rule: pinRule, detail: "no allow rule matches " + t.String()}
+	default:
+		v, reason, err := g.ask(ctx, Request{Task: task, Protocol: proto, Host: t.host, Port: t.port})
+		switch {
+		case reason != "":
+			return plan{reason: reason, detail: fmt.Sprintf("asking about %s: %v", t, err)}
+		case v == AllowOnce || v == AllowAlways:
+			out = plan{reason: ReasonAllowedByAsk, rule: "ask:" + v.String()}
+			if v == AllowAlways {
+				p.addSession(sessionEntry(t))
 			}
-		} else if g.decider == nil {
-			return plan{reason: ReasonNoMatchingRule, detail: "no allow rule matches " + t.String()}
-		} else {
-			v, reason, err := g.ask(ctx, Request{Task: task, Protocol: proto, Host: t.host, Port: t.port})
-			switch {
-			case reason != "":
-				return plan{reason: reason, detail: fmt.Sprintf("asking about %s: %v", t, err)}
-			case v == AllowOnce || v == AllowAlways:
-				out = plan{reason: ReasonAllowedByAsk, rule: "ask:" + v.String()}
-				if v == AllowAlways {
-					p.addSession(sessionEntry(t))
-				}
-			default:
-				return plan{reason: ReasonAskDenied, rule: "ask:deny", detail: "denied when asked"}
-			}
+		default:
+			return plan{reason: ReasonAskDenied, rule: "ask:deny", detail: "denied when asked"}
 		}
 	}
 	if t.addr.IsValid() {
 		out.addrs = []netip.Addr{t.addr}
 		return out
 	}
+	// A pinned special address is open for this name and port only when a
+	// configured entry allowed them.
+	pinExempt := pins != nil && matched && !session
 	addrs := pins
 	if addrs == nil {
 		rctx, cancel := context.WithTimeout(ctx, g.limits.ResolveTimeout)
@@ -186,11 +218,16 @@ func (g *Gate) decide(ctx context.Context, task string, proto Protocol, t target
 			}
 			continue
 		}
-		if block, class, special := classify(a); special && pins == nil {
+		if block, class, special := classify(a); special && !pinExempt {
 			if _, ok := p.exempt(a, t.port, block); !ok {
 				if first == nil {
 					r := refusal(a, class)
-					r.detail = t.host + " resolved to " + r.detail
+					if pins != nil {
+						r.rule = pinRule
+						r.detail = fmt.Sprintf("%s is pinned to %s; only a configured allow rule for %s opens it, not an answer when asked", t.host, r.detail, t)
+					} else {
+						r.detail = t.host + " resolved to " + r.detail
+					}
 					first = &r
 				}
 				continue

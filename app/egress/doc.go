@@ -34,11 +34,12 @@
 // Deny entries are checked first and win. Name entries match names only,
 // IP and CIDR entries match IP literals only, so an IP literal in a request
 // needs an IP or CIDR allow entry. MapHosts pins (NAME=ADDR) make the gate
-// connect NAME, on any port, to ADDR without resolving, and count as an
-// allow of that name and of that address for that name only. When nothing
-// matches, the Decider (if any) is asked, once for concurrent identical
-// questions, within AskTimeout; allow-always adds host:port to the
-// session's allow list; without a Decider the answer is no-matching-rule.
+// connect NAME to ADDR without resolving; they say where a name goes, not
+// whether it may be reached: the allow entries (with their ports) decide
+// that as for any name. When nothing matches, the Decider (if any) is
+// asked, once for concurrent identical questions, within AskTimeout;
+// allow-always adds host:port to the session's allow list; without a
+// Decider the answer is no-matching-rule.
 //
 // # Addresses
 //
@@ -47,14 +48,19 @@
 // CIDR entries apply to resolved addresses too. Loopback, private (RFC 1918,
 // fc00::/7, fec0::/10), link-local, CGNAT, multicast, unspecified (0/8, ::),
 // broadcast, reserved/documentation ranges and cloud metadata addresses
-// (169.254.169.254, 169.254.170.2, 100.100.100.200, fd00:ec2::254), and
-// IPv6 forms embedding such an IPv4 address (mapped, compatible, NAT64,
-// 6to4), are refused unless a configured allow entry at least as specific
-// as the refused range contains the address (so 0.0.0.0/0 opens no
-// loopback, 169.254.0.0/16 opens link-local but not metadata, which needs
-// the exact address), or a pin names it. Answers from the Decider never
-// open such addresses. A name resolving to both public and private
-// addresses is connected to the public ones only.
+// (169.254.169.254, 169.254.170.2, 100.100.100.200, fd00:ec2::254), the
+// IPv6 documentation ranges (2001:db8::/32, 3fff::/20), IPv4-translated
+// (SIIT, ::ffff:0:0:0/96) and Teredo (2001::/32) addresses, and IPv6 forms
+// embedding such an IPv4 address (mapped, compatible, NAT64, 6to4), are
+// refused unless a configured allow entry at least as specific as the
+// refused range contains the address (so 0.0.0.0/0 opens no loopback,
+// 169.254.0.0/16 opens link-local but not metadata, which needs the exact
+// address), or the name is pinned to it and a configured allow entry
+// matches the name and port. Answers from the Decider, and the session
+// entries they add, never open such addresses: a name pinned to one with no
+// matching entry is refused (private-address) without asking. A name
+// resolving to both public and private addresses is connected to the
+// public ones only.
 //
 // # Tasks
 //
@@ -73,7 +79,11 @@
 // the duration: kept in a bounded ring (Recent), appended as one JSON line
 // to Config.LogFile, and sent to subscribers (Subscribe), which are never
 // waited for: a slow one misses decisions and sees a gap in Seq. A long
-// tunnel appears when it closes. Reasons are the stable Reason codes.
+// tunnel appears when it closes. Reasons are the stable Reason codes. A
+// refusal repeated more than a few times (same task, protocol, host, port,
+// reason and detail) is counted instead, one summary Decision (Repeated)
+// per RepeatInterval, and the file is rotated (LogKeep old files) before it
+// passes Config.LogMaxBytes: a guest cannot make the log fill the disk.
 //
 // Limits bounds what the guest can make the gate hold: request head size,
 // head and handshake deadlines (slow clients are cut off), keep-alive idle

@@ -40,8 +40,11 @@ type Config struct {
 	Resolver Resolver
 	// Dialer dials upstreams; nil means a net.Dialer.
 	Dialer Dialer
-	// LogFile, if set, receives one JSON line per Decision (O_APPEND).
-	LogFile string
+	// LogFile, if set, receives one JSON line per Decision (O_APPEND),
+	// and is rotated to LogFile.1 (and so on, LogKeep of them) before it
+	// grows past LogMaxBytes; 0 means DefaultLogMaxBytes.
+	LogFile     string
+	LogMaxBytes int64
 	// Decider is asked when no rule matches; nil means deny.
 	Decider Decider
 	// AskTimeout bounds one Decide call; 0 means DefaultAskTimeout.
@@ -95,6 +98,9 @@ type Limits struct {
 	// MaxConns bounds the guest connections served at once (both
 	// protocols); more are refused (too-many-connections).
 	MaxConns int
+	// RepeatInterval is how often repeated identical refusals are
+	// summarised in the decision log (see Decision.Repeated).
+	RepeatInterval time.Duration
 }
 
 // Defaults for zero Config fields.
@@ -108,6 +114,7 @@ const (
 	DefaultResponseTimeout = 60 * time.Second
 	DefaultRecent          = 1000
 	DefaultMaxConns        = 1024
+	DefaultRepeatInterval  = 5 * time.Second
 )
 
 func (l Limits) withDefaults() Limits {
@@ -121,6 +128,7 @@ func (l Limits) withDefaults() Limits {
 	def(&l.ResolveTimeout, DefaultResolveTimeout)
 	def(&l.DialTimeout, DefaultDialTimeout)
 	def(&l.ResponseTimeout, DefaultResponseTimeout)
+	def(&l.RepeatInterval, DefaultRepeatInterval)
 	if l.MaxHeaderBytes <= 0 {
 		l.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
@@ -219,7 +227,7 @@ func New(cfg Config) (*Gate, error) {
 	if g.now == nil {
 		g.now = time.Now
 	}
-	if g.journal, err = newJournal(cfg.LogFile, g.limits.Recent, g.logger); err != nil {
+	if g.journal, err = newJournal(cfg.LogFile, cfg.LogMaxBytes, g.limits.Recent, g.limits.RepeatInterval, g.logger); err != nil {
 		return nil, err
 	}
 	g.policy.Store(p)
@@ -439,7 +447,9 @@ func (g *Gate) Subscribe(ctx context.Context) <-chan Decision {
 	return g.journal.subscribe(ctx, g.ctx.Done(), &g.wg)
 }
 
-// Recent returns the last decisions kept in memory, oldest first.
+// Recent returns the last decisions kept in memory, oldest first. Repeated
+// identical refusals appear as one Decision and then summaries (see
+// Decision.Repeated).
 func (g *Gate) Recent() []Decision { return g.journal.recent() }
 
 // record completes and records a decision.
@@ -450,7 +460,9 @@ func (g *Gate) record(d Decision) {
 		d.Action = ActionDeny
 	}
 	d.Duration = g.now().Sub(d.Time)
-	d = g.journal.record(d)
+	if d = g.journal.record(d); d.Seq == 0 {
+		return // a repeat, counted
+	}
 	g.logger.Debug("egress: decision", "task", d.Task, "protocol", d.Protocol, "host", d.Host,
 		"port", d.Port, "addr", d.Addr, "decision", d.Action, "reason", d.Reason, "rule", d.Rule)
 }

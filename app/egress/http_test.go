@@ -75,7 +75,7 @@ func get(t *testing.T, c *http.Client, u string) (*http.Response, []byte) {
 func TestHTTPAbsoluteURI(t *testing.T) {
 	srv := httptest.NewServer(origin())
 	defer srv.Close()
-	tg := startGate(t, Config{MapHosts: []string{"origin.test=127.0.0.1"}})
+	tg := startGate(t, Config{Allow: []string{"origin.test"}, MapHosts: []string{"origin.test=127.0.0.1"}})
 	c := proxyClient(t, tg, "task-1", nil)
 	port := portOf(t, srv.Listener.Addr().String())
 
@@ -84,7 +84,7 @@ func TestHTTPAbsoluteURI(t *testing.T) {
 		t.Fatalf("GET /blob: %s, %d bytes; want 200 and the blob", resp.Status, len(body))
 	}
 	d := wantDecision(t, tg.Gate, ProtoHTTP, "origin.test", ReasonAllowedByRule)
-	if d.Task != "task-1" || d.Action != ActionAllow || d.Addr != "127.0.0.1" || d.Rule != "map-host origin.test=127.0.0.1" ||
+	if d.Task != "task-1" || d.Action != ActionAllow || d.Addr != "127.0.0.1" || d.Rule != "origin.test, map-host origin.test=127.0.0.1" ||
 		d.BytesDown < int64(len(blob)) || d.BytesUp == 0 || d.Port == 0 {
 		t.Fatalf("decision %+v", d)
 	}
@@ -132,7 +132,7 @@ func TestHTTPAbsoluteURI(t *testing.T) {
 func TestHTTPKeepAliveEachRequestDecided(t *testing.T) {
 	srv := httptest.NewServer(origin())
 	defer srv.Close()
-	tg := startGate(t, Config{MapHosts: []string{"origin.test=127.0.0.1"}})
+	tg := startGate(t, Config{Allow: []string{"origin.test"}, MapHosts: []string{"origin.test=127.0.0.1"}})
 	port := portOf(t, srv.Listener.Addr().String())
 	c, err := net.Dial("tcp", tg.httpAddr)
 	if err != nil {
@@ -172,7 +172,7 @@ func TestHTTPKeepAliveEachRequestDecided(t *testing.T) {
 func TestHTTPSConnectByteExact(t *testing.T) {
 	srv := httptest.NewTLSServer(origin())
 	defer srv.Close()
-	tg := startGate(t, Config{MapHosts: []string{"example.com=127.0.0.1"}})
+	tg := startGate(t, Config{Allow: []string{"example.com"}, MapHosts: []string{"example.com=127.0.0.1"}})
 	c := proxyClient(t, tg, "task-tls", srv)
 	port := portOf(t, srv.Listener.Addr().String())
 	resp, body := get(t, c, "https://example.com:"+port+"/blob")
@@ -326,7 +326,7 @@ func TestHTTPPrivateAddressAllowedExplicitly(t *testing.T) {
 }
 
 func TestHTTPBadRequests(t *testing.T) {
-	tg := startGate(t, Config{MapHosts: []string{"origin.test=127.0.0.1"}, Limits: Limits{MaxHeaderBytes: 4096, HeaderTimeout: 300 * time.Millisecond}})
+	tg := startGate(t, Config{Allow: []string{"origin.test"}, MapHosts: []string{"origin.test=127.0.0.1"}, Limits: Limits{MaxHeaderBytes: 4096, HeaderTimeout: 300 * time.Millisecond}})
 	tests := []struct {
 		name, head string
 		status     int
@@ -374,7 +374,7 @@ func TestHTTPCredentials(t *testing.T) {
 	}
 	for _, require := range []bool{false, true} {
 		t.Run(fmt.Sprint("require=", require), func(t *testing.T) {
-			tg := startGate(t, Config{MapHosts: []string{"origin.test=127.0.0.1"}, RequireCredential: require})
+			tg := startGate(t, Config{Allow: []string{"origin.test"}, MapHosts: []string{"origin.test=127.0.0.1"}, RequireCredential: require})
 			user, pass := tg.Credentials("task-a")
 			if u2, p2 := tg.Credentials("task-a"); u2 != user || p2 != pass {
 				t.Fatal("Credentials not stable for a task")

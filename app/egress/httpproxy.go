@@ -143,7 +143,7 @@ func (g *Gate) forward(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decisio
 	// Plain HTTP never carries a secret: a placeholder here is refused,
 	// whatever the destination.
 	set := g.secrets.Load()
-	if _, err := set.apply(req, pr.target, false); err != nil {
+	if _, _, err := set.apply(req, pr.target, false); err != nil {
 		d.Reason, d.Detail = ReasonPlaceholder, err.Error()
 		keep = keep && req.ContentLength == 0
 		g.refuseHTTP(c, d, http.StatusForbidden, keep)
@@ -190,6 +190,13 @@ func (g *Gate) forward(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decisio
 	if _, ok := req.Header["User-Agent"]; !ok {
 		req.Header["User-Agent"] = []string{""} // keep net/http from adding its own
 	}
+	// Values never travel in plain HTTP, but a secret's host may hold one
+	// (sent earlier over HTTPS) and serve it here: its answers are
+	// searched too.
+	red := set.redactor(pr.target, nil)
+	if red != nil {
+		req.Header["Accept-Encoding"] = []string{"identity"}
+	}
 	req.Close = false
 	var err error
 	d.BytesUp, err = writeRequest(u.conn, req)
@@ -212,11 +219,22 @@ func (g *Gate) forward(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decisio
 	defer resp.Body.Close()
 	upstreamClose := resp.Close
 	removeHopHeaders(resp.Header)
+	if red != nil {
+		if err := red.response(resp); err != nil {
+			return g.upstreamFailed(c, d, up, err, false)
+		}
+	}
 	resp.ProtoMajor, resp.ProtoMinor, resp.Proto = 1, 1, "HTTP/1.1"
 	untilEOF := resp.ContentLength < 0 && !isChunked(resp.TransferEncoding) && resp.Body != http.NoBody
 	keep = keep && !untilEOF
 	resp.Close = !keep
 	d.BytesDown, err = writeResponse(c, resp)
+	if red != nil {
+		if note := echoNote(red.hits); note != "" {
+			d.Detail = note
+			g.logger.Warn("egress: a secret's host echoed its value; the guest got the placeholder", "host", pr.target.host, "detail", note)
+		}
+	}
 	if err != nil {
 		return g.upstreamFailed(c, d, up, fmt.Errorf("relay response: %w", err), true)
 	}
@@ -343,6 +361,11 @@ func refusalText(d Decision) string {
 	case ReasonNoMatchingRule, ReasonAskDenied, ReasonAskTimeout:
 		fmt.Fprintf(&b, "To allow it: airlock run --allow %s ...\n", d.Host)
 	case ReasonPrivateAddress, ReasonMetadataAddress:
+		if strings.HasPrefix(d.Rule, "map-host ") && d.Port != 0 {
+			// A pinned name: the pin is there, the port is not allowed.
+			fmt.Fprintf(&b, "A pin says where a name goes, not which ports are open. To allow this port: airlock run --allow %s ...\n", t)
+			break
+		}
 		a := d.Addr
 		if a == "" {
 			a = d.Host

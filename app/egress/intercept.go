@@ -105,9 +105,13 @@ func (g *Gate) intercept(c net.Conn, r io.Reader, t target, pl plan, d Decision,
 		return
 	}
 	d.Detail = "TLS inspected"
-	x := &exchange{g: g, t: t, guest: gc, up: up, d: &d,
+	x := &exchange{g: g, t: t, guest: gc, up: up, d: &d, echoes: map[string]int{},
 		gbr: bufio.NewReaderSize(gc, g.limits.MaxHeaderBytes), ubr: bufio.NewReaderSize(up, g.limits.MaxHeaderBytes)}
 	for x.next() {
+	}
+	if note := echoNote(x.echoes); note != "" {
+		d.Detail += "; " + note
+		g.logger.Warn("egress: a secret's host echoed its value; the guest got the placeholder", "host", t.host, "detail", note)
 	}
 	g.record(d)
 }
@@ -119,7 +123,8 @@ type exchange struct {
 	guest    *tls.Conn
 	up       *tls.Conn
 	gbr, ubr *bufio.Reader
-	d        *Decision // the tunnel's decision, completed as it goes
+	d        *Decision      // the tunnel's decision, completed as it goes
+	echoes   map[string]int // secret name -> values replaced in answers
 }
 
 // next relays one request and its response; false ends the tunnel.
@@ -157,7 +162,7 @@ func (x *exchange) next() bool {
 		return false
 	}
 	set := g.secrets.Load()
-	used, err := set.apply(req, x.t, true)
+	used, sent, err := set.apply(req, x.t, true)
 	if err != nil {
 		x.refuse(ReasonPlaceholder, http.StatusForbidden, err.Error())
 		return false
@@ -176,6 +181,11 @@ func (x *exchange) next() bool {
 	removeHopHeaders(req.Header)
 	if _, ok := req.Header["User-Agent"]; !ok {
 		req.Header["User-Agent"] = []string{""}
+	}
+	red := set.redactor(x.t, sent)
+	if red != nil {
+		// Answers are searched for values: ask for them unencoded.
+		req.Header["Accept-Encoding"] = []string{"identity"}
 	}
 	req.Close = false
 	nUp, err := writeRequest(x.up, req)
@@ -203,6 +213,17 @@ func (x *exchange) next() bool {
 	defer resp.Body.Close()
 	upstreamClose := resp.Close
 	removeHopHeaders(resp.Header)
+	if red != nil {
+		if err := red.response(resp); err != nil {
+			x.refuse(ReasonUpstreamError, http.StatusBadGateway, err.Error())
+			return false
+		}
+		defer func() {
+			for n, c := range red.hits {
+				x.echoes[n] += c
+			}
+		}()
+	}
 	resp.ProtoMajor, resp.ProtoMinor, resp.Proto = 1, 1, "HTTP/1.1"
 	untilEOF := resp.ContentLength < 0 && !isChunked(resp.TransferEncoding) && resp.Body != http.NoBody
 	keep = keep && !untilEOF && !upstreamClose

@@ -3,9 +3,8 @@ package egress
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
-	"os"
+	"slices"
 	"sync"
 	"time"
 )
@@ -137,6 +136,12 @@ type Decision struct {
 	BytesDown int64 `json:"bytes_down"`
 	// Duration is from the start of the attempt to its end.
 	Duration time.Duration `json:"duration_ns"`
+	// Repeated, when not zero, makes this Decision a summary: it stands
+	// for that many refusals identical to the one recorded before it
+	// (same task, protocol, host, port, reason and detail), counted since
+	// the previous line of that kind instead of recorded one by one. Time
+	// is the first of them and Duration runs to the end of the last.
+	Repeated int `json:"repeated,omitempty"`
 }
 
 // subscriberBuffer is the channel capacity of a subscriber. A subscriber
@@ -144,38 +149,160 @@ type Decision struct {
 // gate never waits for it.
 const subscriberBuffer = 256
 
+// maxRepeatKinds bounds the kinds of refusal the journal counts at once;
+// refusals of further kinds are recorded one by one (the file's size bound
+// still holds).
+const maxRepeatKinds = 4096
+
+// repeatKind identifies refusals that are counted together.
+type repeatKind struct {
+	task   string
+	proto  Protocol
+	host   string
+	port   uint16
+	reason Reason
+	detail string
+}
+
+// repeatBurst is how many identical refusals are recorded one by one
+// before the rest are counted: a person retrying sees each attempt, a loop
+// costs a few lines and then a count.
+const repeatBurst = 5
+
+// repeat is a refusal kind recorded in this interval or the last one.
+type repeat struct {
+	recorded int      // refusals of this kind recorded one by one
+	first    Decision // the first refusal counted since the last line
+	last     Decision // the latest refusal counted
+	count    int      // refusals counted since the last line
+}
+
 // journal keeps recent decisions, appends them to a file and fans them out.
+//
+// Refusals that repeat one already recorded (same task, protocol, host,
+// port, reason and detail: a guest looping on a kept-alive connection, or
+// reconnecting as fast as it can) are recorded one by one up to
+// repeatBurst, then counted: once per RepeatInterval, and at close, one
+// summary Decision with Repeated set to the count is recorded in their
+// place. A flood of one refusal costs a few lines and then one line per
+// interval, rather than tens of thousands a second. A kind not refused
+// again for an interval is forgotten.
 type journal struct {
-	logger *slog.Logger
+	logger   *slog.Logger
+	interval time.Duration
 
 	mu      sync.Mutex
 	seq     uint64
 	ring    []Decision
 	next    int // index of the next write in ring
 	full    bool
-	file    *os.File
-	fileErr bool // a write error was already logged
+	file    *logFile
 	subs    map[chan Decision]struct{}
 	closed  bool
+	repeats map[repeatKind]*repeat
+	tick    *time.Timer // flushes repeats; nil when none are kept
 }
 
-// newJournal opens path (if not empty) for appending.
-func newJournal(path string, size int, logger *slog.Logger) (*journal, error) {
-	j := &journal{logger: logger, ring: make([]Decision, size), subs: map[chan Decision]struct{}{}}
+// newJournal opens path (if not empty) for appending, rotating it past
+// maxBytes.
+func newJournal(path string, maxBytes int64, size int, interval time.Duration, logger *slog.Logger) (*journal, error) {
+	if interval <= 0 {
+		interval = DefaultRepeatInterval
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	j := &journal{logger: logger, interval: interval, ring: make([]Decision, size),
+		subs: map[chan Decision]struct{}{}, repeats: map[repeatKind]*repeat{}}
 	if path != "" {
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		f, err := openLogFile(path, maxBytes, logger)
 		if err != nil {
-			return nil, fmt.Errorf("egress: open decision log: %w", err)
+			return nil, err
 		}
 		j.file = f
 	}
 	return j, nil
 }
 
-// record numbers d, keeps it, writes it and sends it to subscribers.
+// record numbers d, keeps it, writes it and sends it to subscribers, unless
+// it repeats a refusal of this interval: then it is only counted, and the
+// returned Decision has Seq 0.
 func (j *journal) record(d Decision) Decision {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if d.Action == ActionDeny && !j.closed {
+		k := repeatKind{d.Task, d.Protocol, d.Host, d.Port, d.Reason, d.Detail}
+		r, ok := j.repeats[k]
+		if !ok && len(j.repeats) < maxRepeatKinds {
+			r = &repeat{}
+			j.repeats[k] = r
+			if j.tick == nil {
+				j.tick = time.AfterFunc(j.interval, j.flushRepeats)
+			}
+		}
+		if r != nil && r.recorded >= repeatBurst {
+			if r.count == 0 {
+				r.first = d
+			}
+			r.last = d
+			r.count++
+			return d
+		}
+		if r != nil {
+			r.recorded++
+		}
+	}
+	return j.emitLocked(d)
+}
+
+// flushRepeats records a summary for each refusal kind counted in the last
+// interval and forgets the kinds that were not repeated, so the next one of
+// those is recorded in full again.
+func (j *journal) flushRepeats() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return
+	}
+	j.flushLocked(false)
+	if len(j.repeats) > 0 {
+		j.tick.Reset(j.interval)
+	} else {
+		j.tick = nil
+	}
+}
+
+// flushLocked records the pending summaries, oldest first; all also forgets
+// every kind.
+func (j *journal) flushLocked(all bool) {
+	var pending []*repeat
+	for k, r := range j.repeats {
+		if r.count > 0 {
+			pending = append(pending, r)
+		}
+		if r.count == 0 || all {
+			delete(j.repeats, k)
+		}
+	}
+	slices.SortFunc(pending, func(a, b *repeat) int { return a.first.Time.Compare(b.first.Time) })
+	for _, r := range pending {
+		j.emitLocked(summary(r))
+		r.count = 0
+	}
+}
+
+// summary is the Decision recorded for r's counted refusals: the latest
+// one, from the time of the first, with the count.
+func summary(r *repeat) Decision {
+	d := r.last
+	d.Time = r.first.Time
+	d.Duration = r.last.Time.Add(r.last.Duration).Sub(r.first.Time)
+	d.Repeated = r.count
+	d.BytesUp, d.BytesDown = 0, 0
+	return d
+}
+
+func (j *journal) emitLocked(d Decision) Decision {
 	j.seq++
 	d.Seq = j.seq
 	j.ring[j.next] = d
@@ -184,13 +311,8 @@ func (j *journal) record(d Decision) Decision {
 		j.full = true
 	}
 	if j.file != nil {
-		// One write per line: with O_APPEND, lines from several processes
-		// never interleave.
 		line, _ := json.Marshal(d)
-		if _, err := j.file.Write(append(line, '\n')); err != nil && !j.fileErr {
-			j.fileErr = true
-			j.logger.Error("egress: write decision log", "err", err)
-		}
+		j.file.write(append(line, '\n'))
 	}
 	for ch := range j.subs {
 		select {
@@ -249,6 +371,14 @@ func (j *journal) unsubscribe(ch chan Decision) {
 func (j *journal) close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.closed {
+		return nil
+	}
+	if j.tick != nil {
+		j.tick.Stop()
+		j.tick = nil
+	}
+	j.flushLocked(true)
 	j.closed = true
 	for ch := range j.subs {
 		delete(j.subs, ch)
@@ -257,10 +387,7 @@ func (j *journal) close() error {
 	if j.file == nil {
 		return nil
 	}
-	err := j.file.Close()
+	err := j.file.close()
 	j.file = nil
-	if err != nil {
-		return fmt.Errorf("egress: close decision log: %w", err)
-	}
-	return nil
+	return err
 }

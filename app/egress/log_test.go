@@ -4,6 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -38,7 +42,7 @@ func TestDecisionLogFile(t *testing.T) {
 	port := portOf(t, srv.Listener.Addr().String())
 	path := filepath.Join(t.TempDir(), "egress.jsonl")
 	os.WriteFile(path, []byte(`{"seq":0,"earlier":"line kept"}`+"\n"), 0o600)
-	tg := startGate(t, Config{MapHosts: []string{"origin.test=127.0.0.1"}, LogFile: path})
+	tg := startGate(t, Config{Allow: []string{"origin.test"}, MapHosts: []string{"origin.test=127.0.0.1"}, LogFile: path})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sub := tg.Subscribe(ctx)
@@ -91,7 +95,7 @@ func TestDecisionLogFile(t *testing.T) {
 }
 
 func TestDecisionLineGolden(t *testing.T) {
-	j, err := newJournal("", 4, nil)
+	j, err := newJournal("", 0, 4, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +123,7 @@ func TestJournalRingAndSlowSubscriber(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		for i := 0; i < subscriberBuffer+50; i++ {
-			g.record(Decision{Time: time.Now(), Protocol: ProtoSOCKS, Host: "h", Reason: ReasonNoMatchingRule})
+			g.record(Decision{Time: time.Now(), Protocol: ProtoSOCKS, Host: fmt.Sprintf("h%d.test", i), Reason: ReasonNoMatchingRule})
 		}
 		close(done)
 	}()
@@ -149,4 +153,195 @@ func TestJournalRingAndSlowSubscriber(t *testing.T) {
 		t.Fatal("Subscribe after Close delivered")
 	}
 	checkNoGateGoroutines(t)
+}
+
+// readLogLines returns the decisions in a JSON-lines decision log.
+func readLogLines(t *testing.T, path string) []Decision {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []Decision
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var d Decision
+		if err := json.Unmarshal(sc.Bytes(), &d); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// A guest looping refused requests over one kept-alive connection costs a
+// few lines and a count, not a line per request.
+func TestRepeatedRefusalsAreCounted(t *testing.T) {
+	const n = 2000
+	path := filepath.Join(t.TempDir(), "egress.jsonl")
+	g, err := New(Config{LogFile: path, Resolver: fakeResolver{}, Limits: Limits{RepeatInterval: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.ServeHTTPProxy(hl)
+	c, err := net.Dial("tcp", hl.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for i := range n {
+		if _, err := io.WriteString(c, "GET http://nope.test/ HTTP/1.1\r\nHost: nope.test\r\n\r\n"); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || resp.Close {
+			t.Fatalf("response %d: %s, close %v", i, resp.Status, resp.Close)
+		}
+	}
+	if r := g.Recent(); len(r) != repeatBurst {
+		t.Errorf("Recent has %d decisions before the summary; want %d", len(r), repeatBurst)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lines := readLogLines(t, path)
+	if len(lines) != repeatBurst+1 {
+		t.Fatalf("%d refusals wrote %d lines; want %d:\n%s", n, len(lines), repeatBurst+1, dumpDecisions(lines))
+	}
+	last := lines[len(lines)-1]
+	if last.Repeated != n-repeatBurst || last.Host != "nope.test" || last.Reason != ReasonNoMatchingRule || last.Seq != repeatBurst+1 {
+		t.Errorf("summary line %+v; want repeated %d", last, n-repeatBurst)
+	}
+	if r := g.Recent(); len(r) != repeatBurst+1 || r[repeatBurst].Repeated != n-repeatBurst {
+		t.Errorf("Recent:\n%s", dumpDecisions(r))
+	}
+}
+
+// The count is written once per interval while the refusals go on (the
+// interval's timer is called directly here), and a kind refused no more is
+// forgotten, so its next refusal is a full line again.
+func TestRepeatSummaryEveryInterval(t *testing.T) {
+	j, err := newJournal("", 0, 100, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.close()
+	refuse := func(host string) {
+		j.record(Decision{Time: time.Now(), Protocol: ProtoSOCKS, Host: host, Port: 443, Action: ActionDeny, Reason: ReasonNoMatchingRule})
+	}
+	for range 10 {
+		refuse("a.test")
+	}
+	refuse("b.test")
+	j.flushRepeats()
+	r := j.recent()
+	if len(r) != repeatBurst+2 || r[repeatBurst+1].Host != "a.test" || r[repeatBurst+1].Repeated != 10-repeatBurst {
+		t.Fatalf("after the first interval:\n%s", dumpDecisions(r))
+	}
+	for range 3 {
+		refuse("a.test") // still counted: the flood went on in the last interval
+	}
+	j.flushRepeats()
+	if r = j.recent(); len(r) != repeatBurst+3 || r[len(r)-1].Repeated != 3 {
+		t.Fatalf("after the second interval:\n%s", dumpDecisions(r))
+	}
+	j.flushRepeats() // a quiet interval: a.test is forgotten
+	refuse("a.test")
+	if r = j.recent(); len(r) != repeatBurst+4 || r[len(r)-1].Repeated != 0 || r[len(r)-1].Host != "a.test" {
+		t.Fatalf("after a quiet interval:\n%s", dumpDecisions(r))
+	}
+	if j.tick == nil {
+		t.Error("no timer while a kind is kept")
+	}
+}
+
+// The timer writes the summary without further refusals or a close.
+func TestRepeatSummaryTimer(t *testing.T) {
+	j, err := newJournal("", 0, 100, 10*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.close()
+	for range repeatBurst + 1 {
+		j.record(Decision{Time: time.Now(), Protocol: ProtoHTTP, Host: "a.test", Port: 80, Action: ActionDeny, Reason: ReasonNoMatchingRule})
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if r := j.recent(); len(r) == repeatBurst+1 && r[repeatBurst].Repeated == 1 {
+			return
+		}
+	}
+	t.Fatalf("no summary from the timer:\n%s", dumpDecisions(j.recent()))
+}
+
+// The decision log is rotated before it passes its bound, keeping LogKeep
+// old files, so it never takes more than (LogKeep+1) times the bound.
+func TestDecisionLogRotates(t *testing.T) {
+	const max = 4 << 10
+	dir := t.TempDir()
+	path := filepath.Join(dir, "egress.jsonl")
+	j, err := newJournal(path, max, 10, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		j.record(Decision{Time: time.Now(), Protocol: ProtoSOCKS, Host: fmt.Sprintf("h%d.test", i), Port: 443,
+			Action: ActionDeny, Reason: ReasonNoMatchingRule})
+	}
+	if err := j.close(); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, name := range []string{"egress.jsonl", "egress.jsonl.1", "egress.jsonl.2"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() > max || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %d bytes, mode %v; want at most %d, 0600", name, fi.Size(), fi.Mode(), max)
+		}
+		total += fi.Size()
+	}
+	if _, err := os.Stat(path + ".3"); err == nil {
+		t.Error("more than LogKeep rotated files kept")
+	}
+	lines := readLogLines(t, path)
+	if len(lines) == 0 || lines[len(lines)-1].Seq != 1000 {
+		t.Fatalf("the newest file does not end with the last decision: %d lines", len(lines))
+	}
+	old := readLogLines(t, path+".1")
+	if len(old) == 0 || old[len(old)-1].Seq+1 != lines[0].Seq {
+		t.Errorf("FILE.1 does not end just before FILE starts")
+	}
+}
+
+// When the log cannot be rotated, lines past its bound are dropped: the
+// bound holds whatever happens to the folder.
+func TestDecisionLogBoundWhenRotationFails(t *testing.T) {
+	const max = 2 << 10
+	dir := t.TempDir()
+	path := filepath.Join(dir, "egress.jsonl")
+	os.WriteFile(path+".1", []byte("old\n"), 0o600)
+	os.MkdirAll(filepath.Join(path+".2", "in-the-way"), 0o700) // FILE.1 cannot become FILE.2
+	j, err := newJournal(path, max, 10, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		j.record(Decision{Time: time.Now(), Protocol: ProtoSOCKS, Host: fmt.Sprintf("h%d.test", i), Action: ActionDeny, Reason: ReasonNoMatchingRule})
+	}
+	j.close()
+	if fi, err := os.Stat(path); err != nil || fi.Size() > max || fi.Size() == 0 {
+		t.Fatalf("log: %v, %v; want 1 to %d bytes", fi, err, max)
+	}
 }

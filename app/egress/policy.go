@@ -319,6 +319,22 @@ func (p *policy) exempt(a netip.Addr, port uint16, block netip.Prefix) (Entry, b
 	return Entry{}, false
 }
 
+// pinsOpen reports whether any pinned address could be dialled for port
+// without a configured allow entry for the name: it is not special, or an
+// IP or CIDR entry exempts it.
+func (p *policy) pinsOpen(pins []netip.Addr, port uint16) bool {
+	for _, a := range pins {
+		block, _, special := classify(a)
+		if !special {
+			return true
+		}
+		if _, ok := p.exempt(a, port, block); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // target is what a request asks to reach: a normalised name or an IP
 // literal, and a port.
 type target struct {

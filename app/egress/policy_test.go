@@ -272,6 +272,17 @@ func TestClassify(t *testing.T) {
 		{"64:ff9b::808:808", ""},       // NAT64 of 8.8.8.8
 		{"2002:7f00:1::1", "loopback"}, // 6to4 of 127.0.0.1
 		{"2002:808:808::1", ""},
+		{"::ffff:0:7f00:1", "ipv4-translated"},  // SIIT of 127.0.0.1
+		{"::ffff:0:808:808", "ipv4-translated"}, // SIIT of 8.8.8.8: the translator is the hop
+		{"::ffff:0:0:0", "ipv4-translated"},
+		{"::fffe:0:7f00:1", ""},
+		{"2001::1", "teredo"},
+		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", "teredo"},
+		{"2001:1::1", ""},
+		{"2001:db8::1", "reserved"},
+		{"3fff::1", "reserved"},
+		{"3fff:fff:ffff::1", "reserved"},
+		{"3fff:1000::1", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.addr, func(t *testing.T) {

@@ -75,7 +75,7 @@ func TestHTTPStreamsBodies(t *testing.T) {
 		t.Run(framing, func(t *testing.T) {
 			more, gotFirst := make(chan struct{}), make(chan string, 1)
 			port := portOf(t, streamOrigin(t, framing, more, gotFirst))
-			tg := startGate(t, Config{MapHosts: []string{"origin.test=127.0.0.1"}})
+			tg := startGate(t, Config{Allow: []string{"origin.test"}, MapHosts: []string{"origin.test=127.0.0.1"}})
 			c, err := net.Dial("tcp", tg.httpAddr)
 			if err != nil {
 				t.Fatal(err)
@@ -136,7 +136,7 @@ func TestInspectedStreamsBodies(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(release) // before the server's Close, which waits for the handler
-			tg := startGate(t, Config{MapHosts: []string{"stream.test=127.0.0.1"}, CA: ca, Inspect: true, UpstreamRoots: pki.pool})
+			tg := startGate(t, Config{Allow: []string{"stream.test"}, MapHosts: []string{"stream.test=127.0.0.1"}, CA: ca, Inspect: true, UpstreamRoots: pki.pool})
 			pool := x509.NewCertPool()
 			pool.AddCert(ca.Certificate())
 			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true,

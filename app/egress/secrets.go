@@ -22,8 +22,12 @@ type Secret struct {
 	Hosts []string
 	// Header, if set, is a template such as "Authorization: Bearer {}":
 	// the gate sets that header, with {} replaced by the value, on every
-	// request to the secret's hosts. Without it the placeholder is
-	// replaced wherever it appears in a header value or the URL query.
+	// request to the secret's hosts, and puts the value nowhere else (a
+	// placeholder elsewhere in such a request goes out as it is). Without
+	// a template the placeholder is replaced wherever it appears in a
+	// header value (inside Basic credentials too) or the URL query, as
+	// the client put it there. Either way the value is looked for in the
+	// answers of the secret's hosts and replaced by the placeholder.
 	Header string
 	// Placeholder is what the guest holds instead of the value.
 	Placeholder string
@@ -176,17 +180,64 @@ func (s *secretSet) find(text []byte) *secret {
 }
 
 // findIn looks for a placeholder in text and, where text is a Basic
-// credential, in its decoded form too.
+// credential, in its decoded form too; each also percent-decoded, as a
+// server would see it (repeatedly, for servers that decode twice).
 func (s *secretSet) findIn(text string) *secret {
-	if x := s.find([]byte(text)); x != nil {
-		return x
-	}
-	if scheme, rest, ok := strings.Cut(strings.TrimSpace(text), " "); ok && strings.EqualFold(scheme, "Basic") {
-		if raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(rest)); err == nil {
-			return s.find(raw)
+	for range maxUnescape + 1 {
+		if x := s.find([]byte(text)); x != nil {
+			return x
 		}
+		if scheme, rest, ok := strings.Cut(strings.TrimSpace(text), " "); ok && strings.EqualFold(scheme, "Basic") {
+			if raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(rest)); err == nil {
+				if x := s.find(unescape(raw)); x != nil {
+					return x
+				}
+			}
+		}
+		next := string(unescape([]byte(text)))
+		if next == text {
+			break
+		}
+		text = next
 	}
 	return nil
+}
+
+// maxUnescape bounds how many rounds of percent-decoding findIn applies.
+const maxUnescape = 3
+
+// unescape decodes every valid %XX sequence in b and leaves the rest as
+// it is (a lenient decoder: malformed escapes do not hide what follows).
+func unescape(b []byte) []byte {
+	i := bytes.IndexByte(b, '%')
+	if i < 0 {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	out = append(out, b[:i]...)
+	for ; i < len(b); i++ {
+		if b[i] == '%' && i+2 < len(b) && isHex(b[i+1]) && isHex(b[i+2]) {
+			out = append(out, unhex(b[i+1])<<4|unhex(b[i+2]))
+			i += 2
+			continue
+		}
+		out = append(out, b[i])
+	}
+	return out
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
 }
 
 // secretRefusal says which secret's placeholder was about to go where it
@@ -204,14 +255,17 @@ func (r *secretRefusal) Error() string {
 
 // apply checks one request to t and adds the secrets meant for t. A
 // placeholder of a secret not meant for t, in the request target, a header
-// name or value (Basic credentials decoded) is a refusal. For secrets meant
-// for t, placeholders in header values and the query are replaced by the
-// value and header templates are set. It returns the names of the secrets
-// added. tls says the request travels encrypted: without it no secret is
-// added, and a placeholder even for t is refused.
-func (s *secretSet) apply(req *http.Request, t target, tls bool) ([]string, error) {
+// name or value (Basic credentials and percent-encoding decoded) is a
+// refusal. For secrets meant for t, header templates are set; for those
+// without a template, placeholders in header values and the query are
+// replaced by the value. It returns the names of the secrets added, and
+// the Basic credentials it rewrote (the text sent, and the guest's text),
+// which the redactor of the answer turns back. tls says the request
+// travels encrypted: without it no secret is added, and a placeholder even
+// for t is refused.
+func (s *secretSet) apply(req *http.Request, t target, tls bool) ([]string, []needle, error) {
 	if s == nil || len(s.list) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	refuse := func(x *secret, where string) error {
 		r := &secretRefusal{name: x.Name, where: where}
@@ -231,35 +285,42 @@ func (s *secretSet) apply(req *http.Request, t target, tls bool) ([]string, erro
 		return nil
 	}
 	if err := check(req.RequestURI, "request target"); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := check(req.URL.String(), "request target"); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := check(req.Host, "Host header"); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for k, vs := range req.Header {
 		if err := check(k, "header name"); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		// Joined as well, so a placeholder split over repeated header
 		// lines that a server would join with ", " is still found.
 		if err := check(strings.Join(vs, ""), k+" header"); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, v := range vs {
 			if err := check(v, k+" header"); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	}
 	if !tls {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var used []string
+	var basic []needle
 	for _, x := range s.list {
 		if !x.allows(t) {
+			continue
+		}
+		if x.hdrName != "" {
+			// The template is the one place the value goes.
+			req.Header[x.hdrName] = []string{x.hdrPrefix + string(x.Value) + x.hdrEnd}
+			used = append(used, x.Name)
 			continue
 		}
 		n := 0
@@ -268,6 +329,7 @@ func (s *secretSet) apply(req *http.Request, t target, tls bool) ([]string, erro
 				if nv, c := replaceFold(v, x.lower, x.Value); c > 0 {
 					vs[i], n = nv, n+c
 				} else if nv, ok := replaceBasic(v, x); ok {
+					basic = append(basic, needle{from: []byte(credentialOf(nv)), to: []byte(credentialOf(v)), name: x.Name})
 					vs[i], n = nv, n+1
 				}
 			}
@@ -276,15 +338,17 @@ func (s *secretSet) apply(req *http.Request, t target, tls bool) ([]string, erro
 		if q, c := replaceFold(req.URL.RawQuery, x.lower, []byte(urlQueryEscape(x.Value))); c > 0 {
 			req.URL.RawQuery, n = q, n+c
 		}
-		if x.hdrName != "" {
-			req.Header[x.hdrName] = []string{x.hdrPrefix + string(x.Value) + x.hdrEnd}
-			n++
-		}
 		if n > 0 {
 			used = append(used, x.Name)
 		}
 	}
-	return used, nil
+	return used, basic, nil
+}
+
+// credentialOf is the base64 text of a Basic credential header value.
+func credentialOf(v string) string {
+	_, rest, _ := strings.Cut(strings.TrimSpace(v), " ")
+	return strings.TrimSpace(rest)
 }
 
 // replaceFold replaces every case-insensitive occurrence of lower in s.
@@ -345,9 +409,10 @@ func urlQueryEscape(v []byte) string {
 }
 
 // scanReader passes a request body through while looking for placeholders
-// of the secrets that must not go to this destination. It holds back the
-// last bytes of each read that could be the start of a placeholder, so no
-// part of a placeholder is passed on before it is recognised.
+// of the secrets that must not go to this destination, as they are and
+// percent-decoded once (a form body). It holds back the last bytes of each
+// read that could be the start of a placeholder, percent-encoded or not,
+// so no part of a placeholder is passed on before it is recognised.
 type scanReader struct {
 	r       io.Reader
 	set     *secretSet
@@ -383,15 +448,17 @@ func (s *scanReader) Read(p []byte) (int, error) {
 			s.err = err
 		}
 		low := bytes.ToLower(s.buf)
+		dec := bytes.ToLower(unescape(s.buf))
 		for _, x := range s.set.list {
-			if !s.allowed(x) && bytes.Contains(low, x.lower) {
+			if !s.allowed(x) && (bytes.Contains(low, x.lower) || bytes.Contains(dec, x.lower)) {
 				s.found, s.err, s.buf = x, errPlaceholderInBody, nil
 				return 0, s.err
 			}
 		}
 		keep := 0
 		if !s.eof {
-			keep = min(len(s.buf), s.set.maxLen-1)
+			// Percent-encoded, a placeholder takes up to 3 bytes a letter.
+			keep = min(len(s.buf), 3*s.set.maxLen-1)
 		}
 		s.out = append(s.out, s.buf[:len(s.buf)-keep]...)
 		s.buf = append(s.buf[:0], s.buf[len(s.buf)-keep:]...)

@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -164,9 +165,16 @@ func TestApplyPlaceholders(t *testing.T) {
 		{"basic credential", req("/x", "Authorization", basic), "evil.test"},
 		{"secret of another host", req("/x", "X-Api-Key", otherPH), "api.test"},
 		{"subdomain of the host", req("/x", "Authorization", testPH), "x.api.test"},
+		{"percent-encoded in the query", req("/x?key=" + pctAll(testPH)), "evil.test"},
+		{"percent-encoded in the path", req("/leak/" + pctAll(testPH[:5]) + testPH[5:]), "evil.test"},
+		{"percent-encoded twice", req("/x?k=" + strings.ReplaceAll(pctAll(testPH), "%", "%25")), "evil.test"},
+		{"percent-encoded in a header", req("/x", "X-Data", pctAll(testPH)), "evil.test"},
+		{"percent-encoded, lower-case hex", req("/x?k=" + strings.ToLower(pctAll(testPH))), "evil.test"},
+		{"percent-encoded inside Basic", req("/x", "Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("u:"+pctAll(testPH)))), "evil.test"},
+		{"percent-encoded to its own host in plain text", req("/x?k=" + pctAll(testPH)), "plain.test"},
 	}
 	for _, c := range refused {
-		_, err := set.apply(c.r, mustTarget(t, c.host), true)
+		_, _, err := set.apply(c.r, mustTarget(t, c.host), true)
 		if err == nil {
 			t.Errorf("%s: not refused", c.name)
 		} else if strings.Contains(err.Error(), testValue) {
@@ -174,14 +182,17 @@ func TestApplyPlaceholders(t *testing.T) {
 		}
 	}
 	// Plain HTTP: refused even to the right host.
-	if _, err := set.apply(req("/x", "Authorization", "Bearer "+testPH), mustTarget(t, "api.test"), false); err == nil {
+	if _, _, err := set.apply(req("/x", "Authorization", "Bearer "+testPH), mustTarget(t, "api.test"), false); err == nil {
 		t.Error("plain HTTP placeholder to its own host not refused")
 	}
 
 	r := req("/v1?key="+testPH+"&b=1", "Authorization", "Bearer "+strings.ToLower(testPH), "Proxy-Basic", basic)
-	used, err := set.apply(r, mustTarget(t, "api.test"), true)
+	used, sent, err := set.apply(r, mustTarget(t, "api.test"), true)
 	if err != nil || len(used) != 1 || used[0] != "TOKEN" {
 		t.Fatalf("right host: used %v err %v", used, err)
+	}
+	if len(sent) != 1 || string(sent[0].from) != credentialOf(r.Header.Get("Proxy-Basic")) || string(sent[0].to) != credentialOf(basic) {
+		t.Errorf("sent %q", sent)
 	}
 	if got := r.Header.Get("Authorization"); got != "Bearer "+testValue {
 		t.Errorf("Authorization = %q", got)
@@ -194,14 +205,32 @@ func TestApplyPlaceholders(t *testing.T) {
 	}
 
 	r = req("/v1")
-	used, err = set.apply(r, mustTarget(t, "other.test"), true)
+	used, _, err = set.apply(r, mustTarget(t, "other.test"), true)
 	if err != nil || len(used) != 1 || r.Header.Get("X-Api-Key") != "key=other-value" {
 		t.Fatalf("template: %v %v %q", used, err, r.Header)
 	}
+	// A secret with a template goes where the template says and nowhere
+	// else: its placeholder elsewhere goes out as it is.
+	obasic := "Basic " + base64.StdEncoding.EncodeToString([]byte("u:"+otherPH))
+	r = req("/v1?key="+otherPH, "X-Api-Key", "key="+otherPH, "X-Echo", otherPH, "Authorization", obasic)
+	used, _, err = set.apply(r, mustTarget(t, "other.test"), true)
+	if err != nil || len(used) != 1 || r.Header.Get("X-Api-Key") != "key=other-value" || r.Header.Get("X-Echo") != otherPH ||
+		r.Header.Get("Authorization") != obasic || r.URL.RawQuery != "key="+otherPH {
+		t.Fatalf("template only: %v %v %q %q", used, err, r.Header, r.URL.RawQuery)
+	}
 	r = req("/v1", "Authorization", "Bearer nothing")
-	if used, err := set.apply(r, mustTarget(t, "plain.test"), true); err != nil || used != nil || r.Header.Get("Authorization") != "Bearer nothing" {
+	if used, _, err := set.apply(r, mustTarget(t, "plain.test"), true); err != nil || used != nil || r.Header.Get("Authorization") != "Bearer nothing" {
 		t.Fatalf("no placeholder: %v %v", used, err)
 	}
+}
+
+// pctAll percent-encodes every byte of s.
+func pctAll(s string) string {
+	var b strings.Builder
+	for _, c := range []byte(s) {
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
 }
 
 func TestScanReaderHoldsBackSplitPlaceholder(t *testing.T) {
@@ -224,6 +253,16 @@ func TestScanReaderHoldsBackSplitPlaceholder(t *testing.T) {
 	var ok bytes.Buffer
 	if _, err := io.Copy(&ok, newScanReader(strings.NewReader(body), set, func(s *secret) bool { return s.Name == "TOKEN" })); err != nil || ok.String() != body {
 		t.Fatalf("placeholder to its own host: %v", err)
+	}
+	// Percent-encoded, one byte at a time: nothing of it passes.
+	form := "a=1&token=" + pctAll(testPH) + "&b=2"
+	passed.Reset()
+	sr = newScanReader(iotest.OneByteReader(strings.NewReader(form)), set, func(*secret) bool { return false })
+	if _, err := io.Copy(&passed, sr); err != errPlaceholderInBody || sr.found == nil || sr.found.Name != "TOKEN" {
+		t.Fatalf("percent-encoded: err %v found %v", err, sr.found)
+	}
+	if strings.Contains(passed.String(), "%") {
+		t.Fatalf("part of the encoded placeholder passed: %q", passed.String())
 	}
 }
 
@@ -267,8 +306,13 @@ func (p *testPKI) server(t *testing.T, name string, h http.Handler) *httptest.Se
 	return s
 }
 
-// echoHeaders answers with the request's URI and headers.
+// echoHeaders answers with the request's URI and headers, and the SHA-256
+// of the Authorization header (so a test sees what arrived even where the
+// gate redacts the echo).
 var echoHeaders = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	fmt.Fprintf(w, "auth-sha=%x\n", sha256.Sum256([]byte(r.Header.Get("Authorization"))))
+	fmt.Fprintf(w, "uri-sha=%x\n", sha256.Sum256([]byte(r.RequestURI)))
+	fmt.Fprintf(w, "apikey-sha=%x\n", sha256.Sum256([]byte(r.Header.Get("X-Api-Key"))))
 	fmt.Fprintf(w, "uri=%s\n", r.RequestURI)
 	r.Header.Write(w)
 	io.Copy(w, r.Body)
@@ -295,7 +339,12 @@ func credGate(t *testing.T) (tg *testGate, ca *CA, ports map[string]string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tg = startGate(t, Config{MapHosts: pins, CA: ca, Secrets: sec, UpstreamRoots: pki.pool})
+	var allow []string
+	for _, p := range pins {
+		n, _, _ := strings.Cut(p, "=")
+		allow = append(allow, n)
+	}
+	tg = startGate(t, Config{Allow: allow, MapHosts: pins, CA: ca, Secrets: sec, UpstreamRoots: pki.pool})
 	return tg, ca, ports
 }
 
@@ -335,8 +384,13 @@ func TestGateAddsSecretOnlyForItsHost(t *testing.T) {
 			return resp, string(b)
 		}
 		resp, body := get("api.test", "/v1?k="+testPH, "Authorization", "Bearer "+testPH)
-		if resp == nil || resp.StatusCode != 200 || !strings.Contains(body, "Authorization: Bearer "+testValue) || !strings.Contains(body, "uri=/v1?k="+testValue) {
+		if resp == nil || resp.StatusCode != 200 || !strings.Contains(body, fmt.Sprintf("auth-sha=%x", sha256.Sum256([]byte("Bearer "+testValue)))) ||
+			!strings.Contains(body, fmt.Sprintf("uri-sha=%x", sha256.Sum256([]byte("/v1?k="+testValue)))) {
 			t.Fatalf("socks=%v right host: %v %q", socks, resp, body)
+		}
+		// The server echoed what it got: the guest sees the placeholder.
+		if strings.Contains(body, testValue) || !strings.Contains(body, "Authorization: Bearer "+testPH) || !strings.Contains(body, "uri=/v1?k="+testPH) {
+			t.Fatalf("socks=%v the echo was not redacted: %q", socks, body)
 		}
 		d := waitDecision(t, tg.Gate, func(d Decision) bool { return d.Host == "api.test" && len(d.Secrets) == 1 })
 		if d.Secrets[0] != "TOKEN" || d.Action != ActionAllow {
@@ -349,7 +403,8 @@ func TestGateAddsSecretOnlyForItsHost(t *testing.T) {
 		wantDecision(t, tg.Gate, protoOf(socks), "other.test", ReasonPlaceholder)
 		// The header template of OTHER is set without any placeholder.
 		resp, body = get("other.test", "/v1")
-		if resp == nil || resp.StatusCode != 200 || !strings.Contains(body, "X-Api-Key: key=other-value") {
+		if resp == nil || resp.StatusCode != 200 || !strings.Contains(body, fmt.Sprintf("apikey-sha=%x", sha256.Sum256([]byte("key=other-value")))) ||
+			strings.Contains(body, "other-value") || !strings.Contains(body, "X-Api-Key: key="+otherPH) {
 			t.Fatalf("socks=%v template: %v %q", socks, resp, body)
 		}
 		resp, body = get("bad.test", "/v1")
@@ -503,7 +558,7 @@ func TestUpstreamProxyChaining(t *testing.T) {
 		}
 	}()
 	ca, _ := LoadCA(t.TempDir())
-	tg := startGate(t, Config{MapHosts: []string{"api.test=127.0.0.1"}, CA: ca, Secrets: testSecrets()[:1],
+	tg := startGate(t, Config{Allow: []string{"api.test"}, MapHosts: []string{"api.test=127.0.0.1"}, CA: ca, Secrets: testSecrets()[:1],
 		UpstreamRoots: pki.pool, UpstreamProxy: "http://u:p@" + pl.Addr().String(), Dialer: &net.Dialer{}})
 	c := trustingClient(t, tg, ca, false)
 	req, _ := http.NewRequest("GET", "https://api.test:"+portOf(t, srv.Listener.Addr().String())+"/", nil)
@@ -514,7 +569,7 @@ func TestUpstreamProxyChaining(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(b), "Authorization: "+testValue) {
+	if !strings.Contains(string(b), fmt.Sprintf("auth-sha=%x", sha256.Sum256([]byte(testValue)))) {
 		t.Fatalf("through the upstream proxy: %q", b)
 	}
 	if got := <-connects; got != srv.Listener.Addr().String() {

@@ -113,7 +113,7 @@ func TestSOCKS(t *testing.T) {
 	closedPort := uint16(closed.Addr().(*net.TCPAddr).Port)
 	closed.Close()
 	tg := startGate(t, Config{
-		Allow:    []string{"127.0.0.1", "[::1]", "pub.test", "8.8.8.8", "private.test", "pub2.test"},
+		Allow:    []string{"127.0.0.1", "[::1]", "pub.test", "8.8.8.8", "private.test", "pub2.test", "origin.test"},
 		MapHosts: []string{"origin.test=127.0.0.1"},
 		Resolver: fakeResolver{"pub.test": {"8.8.8.8"}, "private.test": {"10.0.0.1"}},
 		Dialer:   &redirectDialer{to: map[string]string{netip.AddrPortFrom(netip.MustParseAddr("8.8.8.8"), port).String(): srv.Listener.Addr().String()}},
@@ -214,7 +214,7 @@ func TestSOCKS(t *testing.T) {
 }
 
 func TestSOCKSRequireCredential(t *testing.T) {
-	tg := startGate(t, Config{RequireCredential: true, MapHosts: []string{"origin.test=127.0.0.1"}})
+	tg := startGate(t, Config{RequireCredential: true, Allow: []string{"origin.test"}, MapHosts: []string{"origin.test=127.0.0.1"}})
 	_, method, _, _ := socksClient{}.dial(t, tg.socksAddr, "origin.test", 80)
 	if method != 0xff {
 		t.Fatalf("method %#x; want no acceptable method", method)

@@ -151,6 +151,8 @@ type TaskInfo struct {
 	StderrBytes     int64     `json:"stderr_bytes"`
 	// LogBytes is the log offset at the end of the output written so far.
 	LogBytes int64 `json:"log_bytes" jsonschema:"the read_task_output offset at the end of the output so far"`
+	// OutputTruncated: the log reached its bound; later output was discarded.
+	OutputTruncated bool `json:"output_truncated,omitempty" jsonschema:"the output passed the per-task log limit: the rest was discarded (the task ran on)"`
 }
 
 const maxCommandText = 300
@@ -163,6 +165,7 @@ func info(t tasks.Task, now time.Time) TaskInfo {
 		TimeoutSeconds: t.Command.Timeout.Seconds(),
 		Created:        t.Created, Started: t.Started, Ended: t.Ended,
 		StdoutBytes: t.Output.Stdout, StderrBytes: t.Output.Stderr, LogBytes: t.Output.LogBytes,
+		OutputTruncated: t.Output.Truncated,
 	}
 	if t.Exit.Signal != 0 {
 		ti.Signal = signalName(t.Exit.Signal)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/internal/printable"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -96,6 +97,7 @@ type EgressEntry struct {
 	Detail    string    `json:"detail,omitempty"`
 	BytesUp   int64     `json:"bytes_up,omitempty"`
 	BytesDown int64     `json:"bytes_down,omitempty"`
+	Repeated  int       `json:"repeated,omitempty" jsonschema:"set on a summary: this many more refusals identical to the one before were counted, not listed"`
 }
 
 // EgressResult is what egress_log returns.
@@ -138,13 +140,16 @@ func (h *handlers) egressLog(ctx context.Context, _ *sdk.CallToolRequest, in Egr
 	}
 	res := EgressResult{Decisions: []EgressEntry{}, Matching: len(match)}
 	for _, d := range match[max(0, len(match)-limit):] {
+		// The host is what the guest asked for; the client may show
+		// these strings on a terminal, so they come out escaped.
+		host := printable.String(d.Host)
 		res.Decisions = append(res.Decisions, EgressEntry{
-			Time: d.Time, TaskID: d.Task, Protocol: string(d.Protocol), Host: d.Host, Port: d.Port,
-			Decision: string(d.Action), Reason: string(d.Reason), Rule: d.Rule, Detail: d.Detail,
-			BytesUp: d.BytesUp, BytesDown: d.BytesDown,
+			Time: d.Time, TaskID: printable.String(d.Task), Protocol: string(d.Protocol), Host: host, Port: d.Port,
+			Decision: string(d.Action), Reason: string(d.Reason), Rule: printable.String(d.Rule), Detail: printable.String(d.Detail),
+			BytesUp: d.BytesUp, BytesDown: d.BytesDown, Repeated: d.Repeated,
 		})
 		if d.Reason == egress.ReasonNoMatchingRule && d.Host != "" {
-			hp := fmt.Sprintf("%s:%d", d.Host, d.Port)
+			hp := fmt.Sprintf("%s:%d", host, d.Port)
 			if !slices.Contains(res.Refused, hp) {
 				res.Refused = append(res.Refused, hp)
 			}

@@ -146,3 +146,20 @@ func TestDataDiskInUse(t *testing.T) {
 	}
 	second.Close(t.Context())
 }
+
+// TestStartToolConfigWritable: the guest is told to leave the tool
+// configuration writable only for a workspace the user listed.
+func TestStartToolConfigWritable(t *testing.T) {
+	img := Image{Kernel: "k", Initrd: "i", Name: "minimal"}
+	for _, c := range []struct {
+		ws, listed string
+		want       bool
+	}{{"/w", "/w", true}, {"/w", "/other", false}, {"", "", false}} {
+		var cfg vmConfigSeen
+		cfg.start(t, Options{Image: img, Workspace: c.ws, ToolConfigWritable: []string{c.listed}, RunDir: t.TempDir()})
+		boot, err := api.ParseCmdline(stringsJoin(cfg.Cmdline))
+		if err != nil || boot.ToolConfigWritable != c.want {
+			t.Errorf("workspace %q, listed %q: command line %v: %+v %v", c.ws, c.listed, cfg.Cmdline, boot, err)
+		}
+	}
+}

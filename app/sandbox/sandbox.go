@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,8 +44,13 @@ type Options struct {
 	// Workspace is the canonical folder to share (see app/workspace), or "".
 	Workspace string
 	ReadOnly  bool
-	CPUs      int
-	MemoryMiB int
+	// ToolConfigWritable lists the (canonical) folders in which tasks may
+	// change the files the user's tools run on the host (.git/config,
+	// .git/hooks, .envrc, .vscode, .idea); in any other workspace the
+	// guest makes them read-only to tasks (api.BootConfig).
+	ToolConfigWritable []string
+	CPUs               int
+	MemoryMiB          int
 	// Image is the verified guest image to boot.
 	Image Image
 	// DiskDir, for an image with a root disk, keeps the writable layer over
@@ -181,6 +187,7 @@ func start(ctx context.Context, o Options, initBy time.Duration) (_ *Sandbox, er
 		o.ConsoleLog = filepath.Join(s.runDir, "console.log")
 	}
 	boot := api.BootConfig{UID: o.UID, GID: o.GID}
+	boot.ToolConfigWritable = o.Workspace != "" && slices.Contains(o.ToolConfigWritable, o.Workspace)
 	var disks []vm.Disk
 	if o.Image.RootDisk != "" {
 		boot.Root = o.Image.RootLabel
@@ -220,6 +227,9 @@ func start(ctx context.Context, o Options, initBy time.Duration) (_ *Sandbox, er
 	}
 	readyL, err := s.m.Listen(api.PortReady)
 	if err != nil {
+		// The machine exists before it boots (vz creates the framework's
+		// VM in New): only Stop releases it.
+		s.stopMachine()
 		return nil, fmt.Errorf("sandbox: listen for readiness: %w", err)
 	}
 	defer readyL.Close()

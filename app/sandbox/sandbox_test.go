@@ -200,6 +200,38 @@ func TestStartTransportBroken(t *testing.T) {
 	}
 }
 
+// noReadyListener is a machine that cannot listen for the guest's
+// readiness (vz: the framework refused the port).
+type noReadyListener struct{ *vmtest.Machine }
+
+func (n noReadyListener) Listen(port uint32) (net.Listener, error) {
+	if port == api.PortReady {
+		return nil, errors.New("vz: listen on port 1028: refused")
+	}
+	return n.Machine.Listen(port)
+}
+
+// TestStartListenFails: a machine whose Listen fails before it boots is
+// stopped, not dropped: on vz the framework's VM and its state watcher
+// exist from New on, and only Stop ends them.
+func TestStartListenFails(t *testing.T) {
+	hang := func(ctx context.Context, g *vmtest.Guest) error { <-ctx.Done(); return ctx.Err() }
+	var m *vmtest.Machine
+	_, err := Start(context.Background(), Options{
+		Image: Image{Kernel: "k", Initrd: "i"}, RunDir: t.TempDir(), BootTimeout: time.Hour,
+		NewMachine: func(cfg vm.Config) (vm.Machine, error) {
+			m = vmtest.New(cfg, hang)
+			return noReadyListener{m}, nil
+		},
+	})
+	if err == nil || !strings.Contains(err.Error(), "listen for readiness") {
+		t.Fatalf("err = %v", err)
+	}
+	if !m.State().Final() {
+		t.Fatalf("machine left %s after its Listen failed", m.State())
+	}
+}
+
 // TestStartStalledKernel: a guest whose kernel reports a stall on the
 // console is given up at once, not at the boot timeout, and booted once
 // more; the second boot's readiness is taken, and the first boot's report,

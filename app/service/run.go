@@ -46,6 +46,12 @@ func (s *Service) Run(_ context.Context, req RunRequest) (tasks.Task, error) {
 			return tasks.Task{}, fmt.Errorf("env %q: expected KEY=VALUE", kv)
 		}
 	}
+	if reason := s.quota.reason(); reason != "" {
+		// Measure again: the user may have freed space since the last walk.
+		if reason = s.checkQuota(context.Background(), true); reason != "" {
+			return tasks.Task{}, fmt.Errorf("%w: %s", ErrOverQuota, reason)
+		}
+	}
 	s.mu.Lock()
 	secretEnv, err := secrets.Env(s.settings.Secrets, req.Secrets)
 	if err != nil {

@@ -67,7 +67,8 @@ type Service struct {
 	ca    *egress.CA
 	vault *secrets.Store
 
-	asks asks
+	asks  asks
+	quota quotaWatch
 
 	mu       sync.Mutex
 	settings settings.Settings
@@ -112,6 +113,9 @@ func Open(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.settings = st
+	if cfg.Tasks.MaxTaskBytes == 0 {
+		cfg.Tasks.MaxTaskBytes = int64(st.TaskLogMaxMiB) << 20
+	}
 	if s.store, err = tasks.Open(filepath.Join(cfg.StateDir, "tasks"), cfg.Tasks); err != nil {
 		return nil, fmt.Errorf("service: %w", err)
 	}
@@ -131,7 +135,7 @@ func Open(cfg Config) (*Service, error) {
 	}
 	s.gate, err = egress.New(egress.Config{
 		Allow: st.Allow, Deny: st.Deny, MapHosts: st.MapHosts,
-		LogFile: filepath.Join(cfg.StateDir, "egress.jsonl"), Logger: cfg.Logger,
+		LogFile: filepath.Join(cfg.StateDir, "egress.jsonl"), LogMaxBytes: int64(st.EgressLogMaxMiB) << 20, Logger: cfg.Logger,
 		Decider: askDecider{s}, AskTimeout: AskTimeout,
 		CA: s.ca, Secrets: values, Inspect: st.Inspect, UpstreamRoots: roots, UpstreamProxy: st.UpstreamProxy,
 	})
@@ -140,7 +144,7 @@ func Open(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("service: %w", err)
 	}
 	opts := sandbox.Options{
-		ReadOnly: st.ReadOnly, CPUs: st.CPUs, MemoryMiB: st.MemoryMiB,
+		ReadOnly: st.ReadOnly, CPUs: st.CPUs, MemoryMiB: st.MemoryMiB, ToolConfigWritable: st.ToolConfigWritable,
 		Egress: s.gate, BootTimeout: cfg.BootTimeout, Logger: cfg.Logger, GuestCA: s.ca.CertPEM(),
 		// The warm VM lives on between tasks: what a big one used goes
 		// back to the host once it is freed, and its first task starts as
@@ -161,6 +165,7 @@ func Open(cfg Config) (*Service, error) {
 		Sandbox: opts, RunDir: filepath.Join(cfg.StateDir, "run"), Start: cfg.Start,
 		Resolve: cfg.Resolve, Logger: cfg.Logger, OnLost: s.onLost,
 	})
+	s.startQuota()
 	return s, nil
 }
 
@@ -177,6 +182,7 @@ func (s *Service) Close(ctx context.Context) error {
 		r.cancel()
 	}
 	s.mu.Unlock()
+	s.quota.stop()
 	err := s.sess.Close(ctx)
 	s.wg.Wait()
 	return errors.Join(err, s.gate.Close(), s.store.Close())

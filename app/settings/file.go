@@ -87,19 +87,24 @@ func Encode(s Settings) ([]byte, error) {
 // fields maps each JSON name to the Settings field it fills. Names match
 // exactly (encoding/json alone would also accept "CPUS").
 var fields = map[string]func(*Settings) any{
-	"workspace":      func(s *Settings) any { return &s.Workspace },
-	"cpus":           func(s *Settings) any { return &s.CPUs },
-	"memory_mib":     func(s *Settings) any { return &s.MemoryMiB },
-	"read_only":      func(s *Settings) any { return &s.ReadOnly },
-	"allow":          func(s *Settings) any { return &s.Allow },
-	"deny":           func(s *Settings) any { return &s.Deny },
-	"map_hosts":      func(s *Settings) any { return &s.MapHosts },
-	"secrets":        func(s *Settings) any { return &s.Secrets },
-	"upstream_cas":   func(s *Settings) any { return &s.UpstreamCAs },
-	"upstream_proxy": func(s *Settings) any { return &s.UpstreamProxy },
-	"inspect":        func(s *Settings) any { return &s.Inspect },
-	"image":          func(s *Settings) any { return &s.Image },
-	"keep_disk":      func(s *Settings) any { return &s.KeepDisk },
+	"workspace":            func(s *Settings) any { return &s.Workspace },
+	"cpus":                 func(s *Settings) any { return &s.CPUs },
+	"memory_mib":           func(s *Settings) any { return &s.MemoryMiB },
+	"read_only":            func(s *Settings) any { return &s.ReadOnly },
+	"allow":                func(s *Settings) any { return &s.Allow },
+	"deny":                 func(s *Settings) any { return &s.Deny },
+	"map_hosts":            func(s *Settings) any { return &s.MapHosts },
+	"secrets":              func(s *Settings) any { return &s.Secrets },
+	"upstream_cas":         func(s *Settings) any { return &s.UpstreamCAs },
+	"upstream_proxy":       func(s *Settings) any { return &s.UpstreamProxy },
+	"inspect":              func(s *Settings) any { return &s.Inspect },
+	"image":                func(s *Settings) any { return &s.Image },
+	"keep_disk":            func(s *Settings) any { return &s.KeepDisk },
+	"tool_config_writable": func(s *Settings) any { return &s.ToolConfigWritable },
+
+	"egress_log_max_mib":  func(s *Settings) any { return &s.EgressLogMaxMiB },
+	"task_log_max_mib":    func(s *Settings) any { return &s.TaskLogMaxMiB },
+	"workspace_quota_mib": func(s *Settings) any { return &s.WorkspaceQuotaMiB },
 }
 
 // Decode parses settings JSON over Default(). It checks syntax and types,

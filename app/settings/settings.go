@@ -50,6 +50,27 @@ type Settings struct {
 	// KeepDisk keeps the standard image's changes outside the workspace on
 	// a persistent disk per workspace instead of starting clean each boot.
 	KeepDisk bool `json:"keep_disk,omitempty"`
+	// ToolConfigWritable lists the workspaces (absolute paths) in which
+	// tasks may change what the user's tools run on the host: .git/config,
+	// .git/hooks, .envrc, .vscode, .idea. Elsewhere they are read-only to
+	// tasks.
+	ToolConfigWritable []string `json:"tool_config_writable,omitempty"`
+	// Bounds on what the guest can make Airlock write to the host's disk;
+	// see DiskBounds.
+	DiskBounds
+}
+
+// DiskBounds bound the host disk the guest can fill. Zero means the default.
+type DiskBounds struct {
+	// EgressLogMaxMiB is the size at which the egress decision log is
+	// rotated (two old files are kept); 0 means 32.
+	EgressLogMaxMiB int `json:"egress_log_max_mib,omitempty"`
+	// TaskLogMaxMiB bounds one task's output log; past it the output is
+	// discarded and the task marked truncated. 0 means 256.
+	TaskLogMaxMiB int `json:"task_log_max_mib,omitempty"`
+	// WorkspaceQuotaMiB, when set, stops the running tasks and refuses
+	// new ones while the workspace folder holds more than this; 0 is off.
+	WorkspaceQuotaMiB int `json:"workspace_quota_mib,omitempty"`
 }
 
 // Secret is the metadata of one credential. The value lives in the OS
@@ -83,6 +104,8 @@ const (
 	// MaxEntries bounds each list, so a damaged file cannot make the gate
 	// scan millions of rules.
 	MaxEntries = 10000
+	// MaxDiskMiB bounds the DiskBounds fields (1 TiB).
+	MaxDiskMiB = 1 << 20
 )
 
 // Default returns the settings used when there is no file: no workspace,
@@ -153,8 +176,27 @@ func (s Settings) Validate(v Validators) error {
 	if s.Image != "" && !slices.Contains(Images, s.Image) {
 		bad("image", -1, fmt.Errorf("%q is not an image: choose %s", s.Image, strings.Join(Images, " or ")))
 	}
+	if len(s.ToolConfigWritable) > MaxEntries {
+		bad("tool_config_writable", -1, fmt.Errorf("%d entries, at most %d are allowed", len(s.ToolConfigWritable), MaxEntries))
+	} else {
+		for i, dir := range s.ToolConfigWritable {
+			if !filepath.IsAbs(dir) {
+				bad("tool_config_writable", i, fmt.Errorf("%q is not an absolute path", dir))
+			}
+		}
+	}
 	if s.KeepDisk && s.Image != "standard" {
 		bad("keep_disk", -1, errors.New(`only the "standard" image has a disk to keep`))
+	}
+	for _, f := range []struct {
+		field string
+		v     int
+	}{
+		{"egress_log_max_mib", s.EgressLogMaxMiB}, {"task_log_max_mib", s.TaskLogMaxMiB}, {"workspace_quota_mib", s.WorkspaceQuotaMiB},
+	} {
+		if f.v < 0 || f.v > MaxDiskMiB {
+			bad(f.field, -1, fmt.Errorf("%d is not between 0 (the default) and %d MiB", f.v, MaxDiskMiB))
+		}
 	}
 	lists := []struct {
 		field   string

@@ -68,14 +68,17 @@ func TestLoadErrors(t *testing.T) {
 		{"workspace relative", `{"workspace": "proj"}`, `settings.json: "workspace": "proj" is not an absolute path`},
 		{"workspace type", `{"workspace": 7}`, `settings.json: "workspace": want a string, got 7`},
 		{"allow type", `{"allow": "example.com"}`, `settings.json: "allow": want a list of strings, got "example.com"`},
+		{"tool_config_writable relative", `{"tool_config_writable": ["/a", "b"]}`, `settings.json: "tool_config_writable"[1]: "b" is not an absolute path`},
 		{"image unknown", `{"image": "fedora"}`, `settings.json: "image": "fedora" is not an image: choose minimal or standard`},
 		{"keep_disk without a disk", `{"keep_disk": true}`, `settings.json: "keep_disk": only the "standard" image has a disk to keep`},
+		{"negative task log bound", `{"task_log_max_mib": -1}`, `settings.json: "task_log_max_mib": -1 is not between 0 (the default) and 1048576 MiB`},
+		{"huge quota", `{"workspace_quota_mib": 2000000}`, `settings.json: "workspace_quota_mib": 2000000 is not between 0 (the default) and 1048576 MiB`},
 		{"allow empty entry", `{"allow": ["a.com", " "]}`, `settings.json: "allow"[1]: empty entry`},
 		{"deny entry type", `{"deny": [1]}`, `settings.json: "deny": want a string, got [1]`},
 		{"deny empty entry", `{"deny": [""]}`, `settings.json: "deny"[0]: empty entry`},
 		{"map_hosts shape", `{"map_hosts": ["a.com"]}`, `settings.json: "map_hosts"[0]: "a.com" is not NAME=ADDR`},
 		{"map_hosts empty addr", `{"map_hosts": ["a.com="]}`, `settings.json: "map_hosts"[0]: "a.com=" is not NAME=ADDR`},
-		{"unknown field", `{"cpus": 2, "proxy": "x", "Cpus": 3}`, `settings.json: unknown field "Cpus", "proxy"; known fields are allow, cpus, deny, image, inspect, keep_disk, map_hosts, memory_mib, read_only, secrets, upstream_cas, upstream_proxy, workspace`},
+		{"unknown field", `{"cpus": 2, "proxy": "x", "Cpus": 3}`, `settings.json: unknown field "Cpus", "proxy"; known fields are allow, cpus, deny, egress_log_max_mib, image, inspect, keep_disk, map_hosts, memory_mib, read_only, secrets, task_log_max_mib, tool_config_writable, upstream_cas, upstream_proxy, workspace, workspace_quota_mib`},
 		{"syntax", "{\n  \"cpus\": 2,\n}", `settings.json: line 3, column 1: invalid character '}' looking for beginning of object key string`},
 		{"empty", ``, `settings.json: empty file`},
 		{"not an object", `[1]`, `settings.json: not a JSON object`},
@@ -250,5 +253,22 @@ func TestValidateSecretsAndUpstream(t *testing.T) {
 	// A secret with an unknown field (say, a value) is refused on load.
 	if _, err := Decode([]byte(`{"secrets": [{"name": "A", "value": "x"}]}`)); err == nil || !strings.Contains(err.Error(), "value") {
 		t.Errorf("unknown secret field accepted: %v", err)
+	}
+}
+
+func TestDiskBoundsSettings(t *testing.T) {
+	s, err := Load(writeFile(t, `{"egress_log_max_mib": 8, "task_log_max_mib": 64, "workspace_quota_mib": 2048}`), Validators{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.EgressLogMaxMiB != 8 || s.TaskLogMaxMiB != 64 || s.WorkspaceQuotaMiB != 2048 {
+		t.Fatalf("got %+v", s.DiskBounds)
+	}
+	data, err := Encode(s)
+	if err != nil || !strings.Contains(string(data), `"workspace_quota_mib": 2048`) {
+		t.Fatalf("Encode: %v\n%s", err, data)
+	}
+	if data, _ := Encode(Default()); strings.Contains(string(data), "_mib\": 0") {
+		t.Errorf("zero bounds are written out:\n%s", data)
 	}
 }

@@ -47,7 +47,10 @@
 //
 // Retention keeps at most Options.MaxTasks tasks and Options.MaxBytes of
 // logs, dropping finished tasks that ended first; live tasks are never
-// dropped. A failed log write (a full disk) does not end the task or lose
+// dropped. One task's log is bounded by Options.MaxTaskBytes, live or not:
+// past it a note is written to its stderr, Task.Output.Truncated is set, and
+// further output is discarded (counted as dropped) without slowing or
+// ending the task. A failed log write (a full disk) does not end the task or lose
 // its state: the log is cut back to its last whole record, the bytes are
 // counted as dropped, and the error is kept in Task.Output.Error.
 package tasks

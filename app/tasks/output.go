@@ -50,7 +50,10 @@ func (w streamWriter) Write(p []byte) (int, error) {
 // A failing write (a full disk) must not end the task: the log is cut back
 // to where this Write began, its bytes are counted in Output.Dropped, the
 // first error is kept in Output.Error, and Write still reports success so
-// the guest stream goes on. Later writes try again. Only ErrFinal and
+// the guest stream goes on. Later writes try again. Output that would take
+// the log past Options.MaxTaskBytes is dropped the same way, after one
+// stderr record saying so (truncatedNote) and Output.Truncated set: the task
+// keeps running, its output drained and discarded. Only ErrFinal and
 // ErrClosed are returned.
 func (s *Store) append(t *task, stream Stream, p []byte) (int, error) {
 	if len(p) == 0 {
@@ -64,11 +67,36 @@ func (s *Store) append(t *task, stream Stream, p []byte) (int, error) {
 	if s.closed.Load() {
 		return 0, fmt.Errorf("tasks: write %s %s: %w", t.t.ID, stream, ErrClosed)
 	}
-	if t.file == nil {
+	if t.file == nil || t.t.Output.Truncated {
 		t.t.Output.Dropped += int64(len(p))
 		t.dirty = true
 		return len(p), nil
 	}
+	if note := s.truncatedNote(); t.t.Output.LogBytes+int64(recordsLen(len(p))) > s.opt.MaxTaskBytes-int64(recordsLen(len(note))) {
+		t.t.Output.Truncated = true
+		t.t.Output.Dropped += int64(len(p))
+		t.dirty = true
+		s.writeRecords(t, Stderr, []byte(note))
+		return len(p), nil
+	}
+	s.writeRecords(t, stream, p)
+	return len(p), nil
+}
+
+// truncatedNote is the stderr record that ends a log cut at its bound; a
+// client that streams the task shows it like the task's own stderr.
+func (s *Store) truncatedNote() string {
+	limit := fmt.Sprintf("%d MiB", s.opt.MaxTaskBytes>>20)
+	if s.opt.MaxTaskBytes < 1<<20 {
+		limit = fmt.Sprintf("%d KiB", s.opt.MaxTaskBytes>>10)
+	}
+	return "\nairlock: this task's output passed its limit of " + limit + " (task_log_max_mib in the settings); " +
+		"the rest is discarded while the task keeps running\n"
+}
+
+// writeRecords writes p as records of stream and accounts for them; on an
+// error it cuts the log back and counts p as dropped (see append).
+func (s *Store) writeRecords(t *task, stream Stream, p []byte) {
 	at := t.t.Output.LogBytes
 	var err error
 	vw, vector := t.file.(vectorWriter)
@@ -95,7 +123,7 @@ func (s *Store) append(t *task, stream Stream, p []byte) (int, error) {
 			_ = t.file.Close()
 			t.file = nil
 		}
-		return len(p), nil
+		return
 	}
 	n := int64(recordsLen(len(p)))
 	t.t.Output.LogBytes += n
@@ -109,7 +137,6 @@ func (s *Store) append(t *task, stream Stream, p []byte) (int, error) {
 	s.hub.publish(func() Event {
 		return Event{Kind: EventOutput, Task: t.t, Stream: stream, Offset: at, Len: len(p)}
 	})
-	return len(p), nil
 }
 
 // ReadFrom returns the records of a task's log from offset (0, or a

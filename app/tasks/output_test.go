@@ -316,3 +316,52 @@ func failingMeta(s *Store, failing *bool) func(*task, []byte) error {
 		return s.metaWrite(t, data)
 	}
 }
+
+// A task's log stops at Options.MaxTaskBytes: a note on stderr ends it,
+// the task is marked truncated, and later writes succeed (the task is not
+// blocked or ended) while their bytes are dropped.
+func TestPerTaskLogBound(t *testing.T) {
+	const limit = 64 << 10
+	dir := t.TempDir()
+	s := openIn(t, dir, Options{MaxTaskBytes: limit})
+	task := create(t, s)
+	s.Start(task.ID)
+	chunk := bytes.Repeat([]byte("x"), 1000)
+	written := 0
+	for range 1000 { // 1 MB, sixteen times the bound
+		mustWrite(t, s.Stdout(task.ID), chunk)
+		written += len(chunk)
+	}
+	got := get(t, s, task.ID)
+	if !got.Output.Truncated || got.Output.LogBytes > limit {
+		t.Fatalf("output %+v; want truncated within %d bytes", got.Output, limit)
+	}
+	if got.Output.Stdout+got.Output.Dropped != int64(written) {
+		t.Errorf("stdout %d + dropped %d != written %d", got.Output.Stdout, got.Output.Dropped, written)
+	}
+	if fi, err := os.Stat(s.logPath(task.ID)); err != nil || fi.Size() != got.Output.LogBytes {
+		t.Errorf("log file: %v, %v; want %d bytes", fi, err, got.Output.LogBytes)
+	}
+	var last Chunk
+	for off := int64(0); ; {
+		cs, next, err := s.ReadFrom(task.ID, off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cs) == 0 {
+			break
+		}
+		last, off = cs[len(cs)-1], next
+	}
+	if last.Stream != Stderr || !strings.Contains(string(last.Data), "passed its limit of 64 KiB") {
+		t.Errorf("last record %s %q; want the note on stderr", last.Stream, last.Data)
+	}
+	if _, err := s.Finish(task.ID, Exited, Exit{}, ""); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = openIn(t, dir, Options{MaxTaskBytes: limit})
+	if got := get(t, s, task.ID); !got.Output.Truncated || got.Output.Dropped == 0 {
+		t.Errorf("after reopening: %+v", got.Output)
+	}
+}

@@ -36,6 +36,10 @@ const (
 	DefaultMaxTasks = 1000
 	// DefaultMaxBytes is the default bound on the logs' total size (1 GiB).
 	DefaultMaxBytes = 1 << 30
+	// DefaultMaxTaskBytes is the default bound on one task's log (256 MiB).
+	DefaultMaxTaskBytes = 256 << 20
+	// MinMaxTaskBytes is the smallest per-task bound: room for the note.
+	MinMaxTaskBytes = 4 << 10
 )
 
 // Options configures a Store.
@@ -44,6 +48,10 @@ type Options struct {
 	MaxTasks int
 	// MaxBytes bounds the total size of all output logs.
 	MaxBytes int64
+	// MaxTaskBytes bounds one task's log, live or not: output past it is
+	// discarded (see Output.Truncated). Retention never drops a live task,
+	// so without this bound one task could fill the disk.
+	MaxTaskBytes int64
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 	// Logger receives warnings about damaged files and failed writes; env
@@ -115,6 +123,10 @@ func Open(dir string, opt Options) (*Store, error) {
 	if opt.MaxBytes <= 0 {
 		opt.MaxBytes = DefaultMaxBytes
 	}
+	if opt.MaxTaskBytes <= 0 {
+		opt.MaxTaskBytes = DefaultMaxTaskBytes
+	}
+	opt.MaxTaskBytes = max(opt.MaxTaskBytes, MinMaxTaskBytes)
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}

@@ -144,8 +144,13 @@ type Output struct {
 	// LogBytes is the committed size of the log file: the offset a reader
 	// reaches at the end.
 	LogBytes int64 `json:"log_bytes"`
-	// Dropped counts output bytes that could not be stored (see Error).
+	// Dropped counts output bytes that could not be stored (see Error
+	// and Truncated).
 	Dropped int64 `json:"dropped,omitempty"`
+	// Truncated is set once the log reached the store's per-task bound
+	// (Options.MaxTaskBytes): a note ends the log and later output is
+	// discarded, counted in Dropped, while the task runs on.
+	Truncated bool `json:"truncated,omitempty"`
 	// Error is the first log or metadata write error, when there was one.
 	// The task's state is kept regardless.
 	Error string `json:"error,omitempty"`

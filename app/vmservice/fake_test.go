@@ -115,7 +115,12 @@ type fakeHCS struct {
 	orphans  []string
 	killed   []string
 	failWith map[string]error // op -> error
-	docs     []hcs.ComputeSystem
+	// hangStart makes Start wait for its context (up to 3s).
+	hangStart bool
+	docs      []hcs.ComputeSystem
+	// calls lists grants, revocations and creates in order, with the
+	// identity of each grant ("as 0" is the service's own).
+	calls []string
 }
 
 func newFakeHCS() *fakeHCS {
@@ -134,25 +139,28 @@ func (h *fakeHCS) Create(ctx context.Context, id string, doc hcs.ComputeSystem) 
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.calls = append(h.calls, "create")
 	h.docs = append(h.docs, doc)
 	s := &fakeSystem{h: h, id: id, runtimeID: "5f6a7b8c-9d0e-4f1a-8b2c-" + fmt.Sprintf("%012d", len(h.docs)), done: make(chan struct{})}
 	h.systems[id] = s
 	return s, nil
 }
 
-func (h *fakeHCS) GrantVMAccess(id, path string) error {
+func (h *fakeHCS) GrantVMAccess(id, path string, as uintptr) error {
 	if err := h.fail("grant"); err != nil {
 		return err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.calls = append(h.calls, fmt.Sprintf("grant %s as %d", path, as))
 	h.grants[id] = append(h.grants[id], path)
 	return nil
 }
 
-func (h *fakeHCS) RevokeVMAccess(id, path string) error {
+func (h *fakeHCS) RevokeVMAccess(id, path string, as uintptr) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.calls = append(h.calls, fmt.Sprintf("revoke %s as %d", path, as))
 	g := h.grants[id]
 	for i, p := range g {
 		if p == path {
@@ -173,6 +181,9 @@ func (h *fakeHCS) Orphans(context.Context) ([]string, error) {
 }
 
 func (h *fakeHCS) TerminateOrphan(_ context.Context, id string) error {
+	if err := h.fail("terminate"); err != nil {
+		return err
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.killed = append(h.killed, id)
@@ -207,9 +218,17 @@ type fakeSystem struct {
 
 func (s *fakeSystem) RuntimeID() string { return s.runtimeID }
 
-func (s *fakeSystem) Start(context.Context) error {
+func (s *fakeSystem) Start(ctx context.Context) error {
 	if err := s.h.fail("start"); err != nil {
 		return err
+	}
+	if s.h.hangStart {
+		// HCS never finishing the operation: only ctx ends the wait.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(3 * time.Second):
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -280,7 +299,7 @@ func goodRequest() hcs.CreateRequest {
 		Kernel: kernel, Initrd: initrd, CPUs: 2, MemoryMiB: 1024,
 		Cmdline:     []string{"airlock.uid=1000", "airlock.gid=1000"},
 		Share:       &hcs.ShareRequest{Path: project},
-		ConsolePipe: hcs.ConsolePipePrefix + "00112233445566778899aabbccddeeff",
+		ConsolePipe: hcs.ConsolePipePrefix + alice + "-00112233445566778899aabbccddeeff",
 	}
 }
 

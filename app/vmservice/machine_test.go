@@ -81,6 +81,8 @@ func (n *memNet) Dial(ctx context.Context, vmID string, port uint32) (net.Conn, 
 
 func (n *memNet) ListenConsole(pipe string) (net.Listener, error) { return n.listen(n.host, pipe) }
 
+func (n *memNet) UserSID() string { return alice }
+
 // guestDial is the guest connecting to the host.
 func (n *memNet) guestDial(vmID string, port uint32) (net.Conn, error) {
 	return n.dial(context.Background(), n.host, key(vmID, port))
@@ -330,6 +332,9 @@ func TestMachineUnexpectedExit(t *testing.T) {
 	err := r.m.Wait(ctx)
 	if err == nil || !strings.Contains(err.Error(), "UnexpectedExit") || !strings.Contains(err.Error(), "0x80370106") {
 		t.Fatalf("Wait = %v", err)
+	}
+	if !errors.Is(err, hcs.ErrUnexpectedExit) {
+		t.Errorf("no diagnosis: %v", err)
 	}
 	if r.m.State() != vm.StateFailed {
 		t.Errorf("state %s", r.m.State())

@@ -20,9 +20,14 @@ import (
 type HCS interface {
 	// Create creates (does not start) a compute system.
 	Create(ctx context.Context, id string, doc hcs.ComputeSystem) (System, error)
-	// GrantVMAccess lets VM id read path; RevokeVMAccess undoes it.
-	GrantVMAccess(id, path string) error
-	RevokeVMAccess(id, path string) error
+	// GrantVMAccess lets VM id open path. The VM need not exist yet:
+	// the account granted is derived from the compute system id alone
+	// (Microsoft's HcsGrantVmAccess reference: "an internal GUID that is
+	// derived from the compute system ID").
+	// RevokeVMAccess undoes it. A nonzero as is the caller's token: the
+	// call is made while impersonating it.
+	GrantVMAccess(id, path string, as uintptr) error
+	RevokeVMAccess(id, path string, as uintptr) error
 	// Orphans lists the ids of compute systems owned by hcs.Owner.
 	Orphans(ctx context.Context) ([]string, error)
 	// TerminateOrphan opens, terminates and closes compute system id.
@@ -61,6 +66,11 @@ type Server struct {
 	// FirstRequest bounds the wait for a connection's first request; zero
 	// means 30s.
 	FirstRequest time.Duration
+	// OpTimeout bounds each HCS call the service makes (create, start
+	// with its share, stop, each orphan's terminate): the computecore
+	// bindings cancel an operation whose context ends. Zero means 2
+	// minutes.
+	OpTimeout time.Duration
 
 	mu  sync.Mutex
 	vms map[string]*machine
@@ -72,9 +82,22 @@ type machine struct {
 	owner string
 	sys   System
 	plan  Plan
+	// caller made the VM; its token revokes what it granted.
+	caller Caller
 
 	mu      sync.Mutex
 	started bool
+}
+
+// opContext bounds one HCS call. It is not cancelled with ctx alone (the
+// service stopping), so a call that cleans up still runs; the deadline
+// bounds it.
+func (s *Server) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := s.OpTimeout
+	if d == 0 {
+		d = 2 * time.Minute
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
 func (s *Server) log() *slog.Logger {
@@ -87,7 +110,9 @@ func (s *Server) log() *slog.Logger {
 // Sweep terminates every Airlock VM HCS still has: at service start there
 // is no session, so any is an orphan of a crash.
 func (s *Server) Sweep(ctx context.Context) error {
-	ids, err := s.HCS.Orphans(ctx)
+	octx, cancel := s.opContext(ctx)
+	ids, err := s.HCS.Orphans(octx)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("vmservice: sweep: %w", err)
 	}
@@ -99,7 +124,10 @@ func (s *Server) Sweep(ctx context.Context) error {
 		if live {
 			continue
 		}
-		if err := s.HCS.TerminateOrphan(ctx, id); err != nil && !hcs.IsNotFound(err) && !hcs.IsAlreadyStopped(err) {
+		octx, cancel := s.opContext(ctx)
+		err := s.HCS.TerminateOrphan(octx, id)
+		cancel()
+		if err != nil && !hcs.TerminateSettled(err) {
 			errs = append(errs, fmt.Errorf("%s: %w", id, err))
 			continue
 		}
@@ -278,20 +306,28 @@ func (s *Server) create(ctx context.Context, c Caller, req hcs.CreateRequest) (_
 		}
 	}()
 
-	sys, err := s.HCS.Create(ctx, id, hcs.Document(plan.Spec))
-	if err != nil {
-		return nil, err
-	}
-	for _, f := range plan.BootFiles {
-		if err := s.HCS.GrantVMAccess(id, f); err != nil {
-			s.revoke(id, plan.BootFiles)
-			_ = sys.Terminate(ctx)
-			sys.Close()
+	// Access first, then the VM: HCS opens the files at create, and a
+	// VM never exists with files it was not meant to open.
+	for i, g := range plan.Grants {
+		if g.AsCaller && c.Token == 0 {
+			s.revoke(id, plan.Grants[:i], c)
+			return nil, fmt.Errorf("%w: no token of the caller to grant %s with", ErrDenied, g.Path)
+		}
+		if err := s.HCS.GrantVMAccess(id, g.Path, s.as(g, c)); err != nil {
+			s.revoke(id, plan.Grants[:i], c)
 			return nil, err
 		}
 	}
+	m.caller = c
+	ctx, cancel := s.opContext(ctx)
+	defer cancel()
+	sys, err := s.HCS.Create(ctx, id, hcs.Document(plan.Spec))
+	if err != nil {
+		s.revoke(id, plan.Grants, c)
+		return nil, err
+	}
 	if !hcs.ValidGUID(sys.RuntimeID()) {
-		s.revoke(id, plan.BootFiles)
+		s.revoke(id, plan.Grants, c)
 		_ = sys.Terminate(ctx)
 		sys.Close()
 		return nil, fmt.Errorf("vmservice: HCS gave VM %s no runtime id", id)
@@ -314,13 +350,17 @@ func (s *Server) start(ctx context.Context, m *machine, c Caller) error {
 		return vm.ErrAlreadyStarted
 	}
 	m.started = true
+	ctx, cancel := s.opContext(ctx)
+	defer cancel()
 	if err := m.sys.Start(ctx); err != nil {
 		return err
 	}
 	if m.plan.SharePath != "" {
-		req := hcs.AddPlan9Share(m.plan.SharePath, m.plan.ShareReadOnly)
+		req := hcs.AddPlan9Share(m.plan.SharePath, m.plan.ShareReadOnly, c.Token != 0)
 		if err := m.sys.Modify(ctx, req, c.Token); err != nil {
-			_ = m.sys.Terminate(ctx)
+			tctx, cancel := s.opContext(ctx)
+			defer cancel()
+			_ = m.sys.Terminate(tctx)
 			return fmt.Errorf("vmservice: share %s: %w", m.plan.SharePath, err)
 		}
 	}
@@ -333,7 +373,9 @@ func (s *Server) stop(ctx context.Context, m *machine) error {
 		return nil
 	default:
 	}
-	if err := m.sys.Terminate(ctx); err != nil && !hcs.IsAlreadyStopped(err) && !hcs.IsNotFound(err) {
+	ctx, cancel := s.opContext(ctx)
+	defer cancel()
+	if err := m.sys.Terminate(ctx); err != nil && !hcs.TerminateSettled(err) {
 		return err
 	}
 	return nil
@@ -368,19 +410,28 @@ func (s *Server) release(m *machine) {
 	case <-ctx.Done():
 		s.log().Warn("VM did not report its exit; closing its handle", "id", m.id)
 	}
-	s.revoke(m.id, m.plan.BootFiles)
+	s.revoke(m.id, m.plan.Grants, m.caller)
 	m.sys.Close()
 	s.mu.Lock()
 	delete(s.vms, m.id)
 	s.mu.Unlock()
 }
 
-func (s *Server) revoke(id string, files []string) {
-	for _, f := range files {
-		if err := s.HCS.RevokeVMAccess(id, f); err != nil {
-			s.log().Warn("revoke VM access", "id", id, "file", f, "err", err)
+func (s *Server) revoke(id string, grants []Grant, c Caller) {
+	for _, g := range grants {
+		if err := s.HCS.RevokeVMAccess(id, g.Path, s.as(g, c)); err != nil {
+			s.log().Warn("revoke VM access", "id", id, "file", g.Path, "err", err)
 		}
 	}
+}
+
+// as is the identity a grant is made with: the caller's token for files
+// the caller can swap, the service's own (0) for the installed image.
+func (s *Server) as(g Grant, c Caller) uintptr {
+	if g.AsCaller {
+		return c.Token
+	}
+	return 0
 }
 
 // lookup finds VM id for caller: another account's VM is "not found".
@@ -408,9 +459,3 @@ func (m *machine) info() *hcs.VMInfo {
 	}
 	return &hcs.VMInfo{ID: m.id, RuntimeID: m.sys.RuntimeID(), State: state}
 }
-
-// PipeSDDL is the service pipe's security descriptor: SYSTEM full
-// access, interactive users (IU: signed in at the console or over remote
-// desktop) read and write, and network logons (NU) denied outright, so no
-// other machine and no service account can ask for a VM.
-const PipeSDDL = "D:P(D;;GA;;;NU)(A;;GA;;;SY)(A;;GRGW;;;IU)"

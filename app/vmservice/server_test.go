@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/vm"
 	"github.com/airlock-sandbox/airlock/vm/hcs"
@@ -67,7 +68,9 @@ func TestServerLifecycle(t *testing.T) {
 		t.Fatalf("share not added with the caller's token: %+v %v", sys.modifies, sys.identity)
 	}
 	share := sys.modifies[0].Settings.(hcs.Plan9Share)
-	if share.Path != project || share.Flags != 0x4 || share.Port != 564 {
+	// LinuxMetadata (0x4) and, with the caller's token, UseShareRootIdentity
+	// (0x10), as WSL's AddPlan9Share.
+	if share.Path != project || share.Flags != 0x14 || share.Port != 564 {
 		t.Errorf("share %+v", share)
 	}
 	if err := sess.Start(ctx); !errors.Is(err, vm.ErrAlreadyStarted) {
@@ -194,6 +197,38 @@ func TestServerRefusals(t *testing.T) {
 			t.Error("a VM without its workspace keeps running")
 		}
 	})
+	t.Run("out of resources at start", func(t *testing.T) {
+		hs := newHarness(t)
+		hs.h.failWith["start"] = hcs.Diagnose(hcs.OpStart, 0x800705AA, "") // ERROR_NO_SYSTEM_RESOURCES
+		sess, _, err := hs.client(aliceCaller()).Create(ctx, goodRequest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		if err := sess.Start(ctx); !errors.Is(err, hcs.ErrOutOfResources) {
+			t.Fatalf("start = %v", err)
+		}
+	})
+	t.Run("start never finishes", func(t *testing.T) {
+		hs := newHarness(t)
+		hs.srv.OpTimeout = 100 * time.Millisecond
+		hs.h.hangStart = true
+		sess, info, err := hs.client(aliceCaller()).Create(ctx, goodRequest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		start := time.Now()
+		if err := sess.Start(ctx); err == nil || !strings.Contains(err.Error(), "deadline") {
+			t.Fatalf("start = %v", err)
+		}
+		if el := time.Since(start); el > 2*time.Second {
+			t.Errorf("start took %v with a 100ms bound", el)
+		}
+		if st, err := sess.Status(ctx); err != nil || st.ID != info.ID {
+			t.Errorf("the connection is not served after a bounded start: %+v %v", st, err)
+		}
+	})
 	t.Run("wrong version", func(t *testing.T) {
 		hs := newHarness(t)
 		a, b := net.Pipe()
@@ -220,6 +255,28 @@ func TestServerRefusals(t *testing.T) {
 	})
 }
 
+// TestStopPending: HCS answering a terminate with "operation pending"
+// (hcsshim ErrVmcomputeOperationPending) is ending the VM already.
+func TestStopPending(t *testing.T) {
+	ctx := context.Background()
+	hs := newHarness(t)
+	sess, info, err := hs.client(aliceCaller()).Create(ctx, goodRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if err := sess.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hs.h.mu.Lock()
+	hs.h.failWith["terminate"] = hcs.Diagnose(hcs.OpTerminate, 0xC0370103, "")
+	hs.h.mu.Unlock()
+	if err := sess.Stop(ctx); err != nil {
+		t.Fatalf("stop = %v", err)
+	}
+	hs.h.system(info.ID).powerOff(hcs.Exit{Type: "ForcedExit"}) // the pending terminate ends
+}
+
 func TestSweep(t *testing.T) {
 	hs := newHarness(t)
 	hs.h.orphans = []string{"0e8bd9a0-1b7c-4d6f-9a3b-2c1d0e9f8a7b", "1e8bd9a0-1b7c-4d6f-9a3b-2c1d0e9f8a7b"}
@@ -229,17 +286,78 @@ func TestSweep(t *testing.T) {
 	if len(hs.h.killed) != 2 {
 		t.Fatalf("killed %v", hs.h.killed)
 	}
+	// An orphan gone by the time it is terminated, in the code hcsshim
+	// knows (ErrComputeSystemDoesNotExist), is not a failure.
+	hs.h.failWith["terminate"] = hcs.Diagnose(hcs.OpTerminate, 0xC037010E, "")
+	if err := hs.srv.Sweep(context.Background()); err != nil {
+		t.Fatalf("sweep with the orphan gone: %v", err)
+	}
 }
 
 func TestPipeSDDL(t *testing.T) {
 	// Interactive users and SYSTEM only; network logons denied first;
-	// never Everyone, Users or Authenticated Users.
-	if !strings.HasPrefix(PipeSDDL, "D:P(D;;GA;;;NU)") || !strings.Contains(PipeSDDL, "(A;;GRGW;;;IU)") {
-		t.Errorf("PipeSDDL %q", PipeSDDL)
-	}
+	// never Everyone, Users or Authenticated Users. Instances and the
+	// owner: hcs.TestServicePipeSDDL.
 	for _, broad := range []string{";WD)", ";BU)", ";AU)", ";AN)"} {
-		if strings.Contains(PipeSDDL, broad) {
-			t.Errorf("PipeSDDL admits %s", broad)
+		if strings.Contains(hcs.ServicePipeSDDL, broad) {
+			t.Errorf("ServicePipeSDDL admits %s", broad)
 		}
+	}
+}
+
+// TestGrantsBeforeCreateAsCaller: every file is granted before the VM
+// exists; the caller's own disk, which the caller could swap for a link
+// after validation, is granted and revoked while impersonating the
+// caller (token 42), the installed image's files as the service (0).
+func TestGrantsBeforeCreateAsCaller(t *testing.T) {
+	hs := newHarness(t)
+	ctx := context.Background()
+	req := goodRequest()
+	req.Kernel = stdDir + `\vmlinuz`
+	req.Disks = []hcs.DiskRequest{{Path: rootVHD, ReadOnly: true}, {Path: dataVHD}}
+	sess, _, err := hs.client(aliceCaller()).Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"grant " + stdDir + `\vmlinuz as 0`,
+		"grant " + initrd + " as 0",
+		"grant " + rootVHD + " as 0",
+		"grant " + dataVHD + " as 42",
+		"create",
+	}
+	hs.h.mu.Lock()
+	got := strings.Join(hs.h.calls, "\n")
+	hs.h.mu.Unlock()
+	if got != strings.Join(want, "\n") {
+		t.Errorf("calls:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+	sess.Close()
+	eventually(t, "release", func() bool { return hs.h.openGrants() == 0 })
+	hs.h.mu.Lock()
+	got = strings.Join(hs.h.calls[len(want):], "\n")
+	hs.h.mu.Unlock()
+	if !strings.Contains(got, "revoke "+dataVHD+" as 42") || !strings.Contains(got, "revoke "+rootVHD+" as 0") {
+		t.Errorf("revocations:\n%s", got)
+	}
+
+	// A failed create takes the grants back; without the caller's token
+	// nothing of the caller's is granted at all.
+	hs = newHarness(t)
+	hs.h.failWith["create"] = errors.New("boom")
+	if _, _, err := hs.client(aliceCaller()).Create(ctx, req); err == nil {
+		t.Fatal("create succeeded")
+	}
+	if hs.h.openGrants() != 0 {
+		t.Errorf("grants left after a failed create: %v", hs.h.grants)
+	}
+	hs = newHarness(t)
+	noToken := aliceCaller()
+	noToken.Token = 0
+	if _, _, err := hs.client(noToken).Create(ctx, req); !errors.Is(err, hcs.ErrRefused) {
+		t.Errorf("create without a token = %v", err)
+	}
+	if hs.h.openGrants() != 0 || len(hs.h.docs) != 0 {
+		t.Errorf("without a token: grants %v, %d VMs", hs.h.grants, len(hs.h.docs))
 	}
 }

@@ -103,7 +103,10 @@ func Serve(ctx context.Context, cfg Config) error {
 	} else if err := srv.Sweep(ctx); err != nil {
 		log.Warn("orphan sweep", "err", err)
 	}
-	l, err := winio.ListenPipe(hcs.ServicePipe, &winio.PipeConfig{SecurityDescriptor: PipeSDDL})
+	// go-winio creates the first instance with FILE_CREATE, so this fails
+	// if anyone else already serves the name, and applies the SDDL:
+	// owner SYSTEM, interactive users without FILE_CREATE_PIPE_INSTANCE.
+	l, err := winio.ListenPipe(hcs.ServicePipe, &winio.PipeConfig{SecurityDescriptor: hcs.ServicePipeSDDL})
 	if err != nil {
 		return fmt.Errorf("vmservice: listen on %s: %w", hcs.ServicePipe, err)
 	}
@@ -256,8 +259,37 @@ func (windowsHCS) Create(ctx context.Context, id string, doc hcs.ComputeSystem) 
 	return &winSystem{System: s, runtimeID: p.RuntimeID}, nil
 }
 
-func (windowsHCS) GrantVMAccess(id, path string) error  { return computecore.GrantVMAccess(id, path) }
-func (windowsHCS) RevokeVMAccess(id, path string) error { return computecore.RevokeVMAccess(id, path) }
+func (windowsHCS) GrantVMAccess(id, path string, as uintptr) error {
+	return impersonating(as, func() error { return computecore.GrantVMAccess(id, path) })
+}
+
+func (windowsHCS) RevokeVMAccess(id, path string, as uintptr) error {
+	return impersonating(as, func() error { return computecore.RevokeVMAccess(id, path) })
+}
+
+// impersonating runs f on a locked thread that impersonates token (f
+// runs as the service when token is 0). HcsGrantVmAccess then changes the
+// file's ACL with the caller's rights, as WSL grants a user's VHD
+// (microsoft/WSL src/windows/service/exe/WslCoreVm.cpp,
+// wil::impersonate_token(UserToken) around hcs::GrantVmAccess; and
+// src/windows/common/WslCoreFilesystem.cpp: "the operation is done while
+// impersonating the user").
+func impersonating(token uintptr, f func() error) error {
+	if token == 0 {
+		return f()
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := windows.SetThreadToken(nil, windows.Token(token)); err != nil {
+		return fmt.Errorf("vmservice: impersonate the caller: %w", err)
+	}
+	err := f()
+	if rerr := windows.RevertToSelf(); rerr != nil {
+		// Running on as the client would be a privilege confusion: stop.
+		panic(fmt.Sprintf("vmservice: RevertToSelf: %v", rerr))
+	}
+	return err
+}
 
 func (windowsHCS) Orphans(ctx context.Context) ([]string, error) {
 	ps, err := computecore.Enumerate(ctx, hcs.Owner)

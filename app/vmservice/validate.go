@@ -54,11 +54,24 @@ type Policy struct {
 // does around it.
 type Plan struct {
 	Spec hcs.Spec
-	// BootFiles get HcsGrantVmAccess before start (the disks too).
-	BootFiles []string
+	// Grants are the files the VM opens (boot files, disks), each given
+	// HcsGrantVmAccess before the VM is created.
+	Grants []Grant
 	// SharePath is the canonical workspace folder, or "".
 	SharePath     string
 	ShareReadOnly bool
+}
+
+// Grant is one file the VM is given access to.
+type Grant struct {
+	Path string
+	// AsCaller says the grant (and its revocation) is made while
+	// impersonating the caller, because the caller can write the folder
+	// and could swap the file for a link after validation: as the caller,
+	// HcsGrantVmAccess can only change an ACL the caller may change
+	// anyway. Files of the installed image, which only administrators can
+	// change, are granted as the service.
+	AsCaller bool
 }
 
 // ErrDenied wraps refusals about whose something is.
@@ -92,8 +105,8 @@ func (p Policy) Validate(req hcs.CreateRequest, c Caller, f Files) (Plan, error)
 		return Plan{}, invalid("%d CPUs: between 1 and %d are allowed", req.CPUs, p.MaxCPUs)
 	case req.MemoryMiB < minMemoryMiB || req.MemoryMiB > p.MaxMemoryMiB:
 		return Plan{}, invalid("%d MiB of memory: between %d and %d are allowed", req.MemoryMiB, minMemoryMiB, p.MaxMemoryMiB)
-	case req.ConsolePipe != "" && !hcs.ValidConsolePipe(req.ConsolePipe):
-		return Plan{}, invalid("console pipe %q is not an Airlock console pipe", req.ConsolePipe)
+	case req.ConsolePipe != "" && !hcs.ValidConsolePipe(req.ConsolePipe, c.SID):
+		return Plan{}, fmt.Errorf("%w: console pipe %q is not an Airlock console pipe of this account", ErrDenied, req.ConsolePipe)
 	}
 	if err := checkCmdline(req.Cmdline); err != nil {
 		return Plan{}, err
@@ -112,7 +125,10 @@ func (p Policy) Validate(req hcs.CreateRequest, c Caller, f Files) (Plan, error)
 			Cmdline: req.Cmdline, CPUs: req.CPUs, MemoryMiB: req.MemoryMiB,
 			ConsolePipe: req.ConsolePipe, UserSID: c.SID,
 		},
-		BootFiles: []string{kernel, initrd},
+		Grants: []Grant{{Path: kernel}, {Path: initrd}},
+	}
+	if err := plan.Spec.CheckBoot(); err != nil {
+		return Plan{}, invalid("%v", err)
 	}
 	if len(req.Disks) > vm.MaxDisks {
 		return Plan{}, invalid("%d disks: at most %d", len(req.Disks), vm.MaxDisks)
@@ -123,7 +139,7 @@ func (p Policy) Validate(req hcs.CreateRequest, c Caller, f Files) (Plan, error)
 			return Plan{}, err
 		}
 		plan.Spec.Disks = append(plan.Spec.Disks, hcs.Disk{Path: path, ReadOnly: d.ReadOnly})
-		plan.BootFiles = append(plan.BootFiles, path)
+		plan.Grants = append(plan.Grants, Grant{Path: path, AsCaller: !p.inImage(path)})
 	}
 	if req.Share != nil {
 		dir, err := shareFolder(req.Share.Path, c, f)

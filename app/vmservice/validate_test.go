@@ -2,6 +2,7 @@ package vmservice
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/vm"
@@ -28,7 +29,14 @@ func TestValidate(t *testing.T) {
 		{"too many cpus", func(r *hcs.CreateRequest, _ *Caller) { r.CPUs = 9 }, vm.ErrInvalidConfig},
 		{"too much memory", func(r *hcs.CreateRequest, _ *Caller) { r.MemoryMiB = 1 << 20 }, vm.ErrInvalidConfig},
 		{"too little memory", func(r *hcs.CreateRequest, _ *Caller) { r.MemoryMiB = 64 }, vm.ErrInvalidConfig},
-		{"foreign console pipe", func(r *hcs.CreateRequest, _ *Caller) { r.ConsolePipe = `\\.\pipe\airlock-vmservice` }, vm.ErrInvalidConfig},
+		{"foreign console pipe", func(r *hcs.CreateRequest, _ *Caller) { r.ConsolePipe = `\\.\pipe\airlock-vmservice` }, ErrDenied},
+		// Bob's app serves this pipe: Alice's VM must not connect to it.
+		{"another account's console pipe", func(r *hcs.CreateRequest, _ *Caller) {
+			r.ConsolePipe = hcs.ConsolePipePrefix + bob + "-00112233445566778899aabbccddeeff"
+		}, ErrDenied},
+		{"console pipe without an account", func(r *hcs.CreateRequest, _ *Caller) {
+			r.ConsolePipe = hcs.ConsolePipePrefix + "00112233445566778899aabbccddeeff"
+		}, ErrDenied},
 		{"reserved cmdline key", func(r *hcs.CreateRequest, _ *Caller) { r.Cmdline = append(r.Cmdline, "airlock.share=virtiofs") }, vm.ErrInvalidConfig},
 		{"console key", func(r *hcs.CreateRequest, _ *Caller) { r.Cmdline = []string{"console=tty0"} }, vm.ErrInvalidConfig},
 		{"space in word", func(r *hcs.CreateRequest, _ *Caller) { r.Cmdline = []string{"a b"} }, vm.ErrInvalidConfig},
@@ -91,21 +99,49 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestValidateArm64Boot: on arm64 the firmware boots the kernel and the
+// initrd from one folder (hcs.Spec.CheckBoot), so a request mixing the
+// standard image's kernel with the minimal image's initrd is refused
+// there and accepted on amd64.
+func TestValidateArm64Boot(t *testing.T) {
+	f := newFakeFiles()
+	for _, tc := range []struct {
+		arch    string
+		std, ok bool
+	}{
+		{"amd64", false, true}, {"amd64", true, true},
+		{"arm64", false, true}, {"arm64", true, false},
+	} {
+		p := testPolicy()
+		p.Arch = tc.arch
+		req := goodRequest()
+		if tc.std {
+			req.Kernel = stdDir + `\vmlinuz`
+		}
+		_, err := p.Validate(req, aliceCaller(), f)
+		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, vm.ErrInvalidConfig)) {
+			t.Errorf("%s, kernel %s: %v, want ok=%v", tc.arch, req.Kernel, err, tc.ok)
+		}
+	}
+}
+
 func checkPlan(t *testing.T, req hcs.CreateRequest, c Caller, plan Plan) {
 	t.Helper()
 	if plan.Spec.UserSID != c.SID || plan.Spec.Kernel != req.Kernel || plan.Spec.Initrd != initrd {
 		t.Errorf("spec %+v", plan.Spec)
 	}
-	// Every file the VM opens, the disks too, is granted to it.
-	if len(plan.BootFiles) != 2+len(req.Disks) {
-		t.Errorf("boot files %v", plan.BootFiles)
+	// Every file the VM opens, the disks too, is granted to it: the
+	// image's as the service, the caller's own as the caller.
+	if len(plan.Grants) != 2+len(req.Disks) || plan.Grants[0] != (Grant{Path: req.Kernel}) || plan.Grants[1] != (Grant{Path: initrd}) {
+		t.Errorf("grants %v", plan.Grants)
 	}
 	if len(plan.Spec.Disks) != len(req.Disks) {
 		t.Errorf("disks %+v for %+v", plan.Spec.Disks, req.Disks)
 	}
 	for i, d := range plan.Spec.Disks {
-		if d.Path != req.Disks[i].Path || d.ReadOnly != req.Disks[i].ReadOnly || plan.BootFiles[2+i] != d.Path {
-			t.Errorf("disk %d: %+v for %+v (boot files %v)", i, d, req.Disks[i], plan.BootFiles)
+		inImage := strings.HasPrefix(d.Path, `C:\Program Files\Airlock\images\`)
+		if d.Path != req.Disks[i].Path || d.ReadOnly != req.Disks[i].ReadOnly || plan.Grants[2+i] != (Grant{Path: d.Path, AsCaller: !inImage}) {
+			t.Errorf("disk %d: %+v for %+v (grants %v)", i, d, req.Disks[i], plan.Grants)
 		}
 	}
 	if req.Share == nil {

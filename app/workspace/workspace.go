@@ -1,7 +1,8 @@
 // Package workspace decides which host folder may be shared with the guest.
 // Only one folder is ever shared; it is canonicalised (symlinks resolved) and
 // refused when it is the file system root, the home folder itself, a folder
-// that contains the home folder, or a system folder.
+// that contains the home folder, a system folder, or a folder of the home
+// that holds keys and credentials (~/.ssh, ~/.aws …) or contains one.
 package workspace
 
 import (
@@ -72,22 +73,32 @@ func (h Host) Validate(dir string) (string, error) {
 	if reason := h.refusal(p); reason != "" {
 		return "", fmt.Errorf("%w: %s is %s; choose a project folder inside it instead", ErrRefused, p, reason)
 	}
+	if reason := h.sensitive(p); reason != "" {
+		return "", fmt.Errorf("%w: %s %s; choose a project folder elsewhere", ErrRefused, p, reason)
+	}
 	return p, nil
+}
+
+// sep is the path separator of h's OS.
+func (h Host) sep() string {
+	if h.GOOS == "windows" {
+		return `\`
+	}
+	return "/"
+}
+
+// norm puts a path in the form refusal compares.
+func (h Host) norm(s string) string {
+	s = strings.TrimRight(s, h.sep())
+	if h.GOOS == "windows" || h.GOOS == "darwin" {
+		s = strings.ToLower(s) // case-insensitive file systems by default
+	}
+	return s
 }
 
 // refusal says why the canonical path p is refused, or "" when it is fine.
 func (h Host) refusal(p string) string {
-	sep := "/"
-	if h.GOOS == "windows" {
-		sep = `\`
-	}
-	norm := func(s string) string {
-		s = strings.TrimRight(s, sep)
-		if h.GOOS == "windows" || h.GOOS == "darwin" {
-			s = strings.ToLower(s) // case-insensitive file systems by default
-		}
-		return s
-	}
+	sep, norm := h.sep(), h.norm
 	np := norm(p)
 	if np == "" || (h.GOOS == "windows" && len(np) == 2 && np[1] == ':') {
 		return "the root of the file system"
@@ -113,6 +124,66 @@ func (h Host) refusal(p string) string {
 		}
 	}
 	return ""
+}
+
+// sensitive says how the canonical path p touches a folder of the home
+// that holds keys, credentials, or settings and programs the user's
+// account runs (a task could read them, or plant a program that runs on
+// the host), or "" when it does not. Such a folder is refused with
+// everything inside it, and so is a folder that contains one. A folder
+// that is a symlink (dotfiles kept elsewhere) is matched at its target
+// too.
+func (h Host) sensitive(p string) string {
+	if h.Home == "" {
+		return ""
+	}
+	sep := h.sep()
+	np := h.norm(p)
+	for _, rel := range sensitiveHome[h.GOOS] {
+		rel = strings.ReplaceAll(rel, "/", sep)
+		full := strings.TrimRight(h.Home, sep) + sep + rel
+		places := []string{h.norm(full)}
+		if h.Resolve != nil {
+			if r, err := h.Resolve(full); err == nil && h.norm(r) != places[0] {
+				places = append(places, h.norm(r))
+			}
+		}
+		name := "~" + sep + rel
+		for _, c := range places {
+			switch {
+			case np == c || strings.HasPrefix(np, c+sep):
+				return "is inside " + name + ", " + sensitiveRule(h.GOOS, sep)
+			case strings.HasPrefix(c, np+sep):
+				return "contains " + name + ", " + sensitiveRule(h.GOOS, sep)
+			}
+		}
+	}
+	return ""
+}
+
+// sensitiveRule names the rule in a refusal.
+func sensitiveRule(goos, sep string) string {
+	var names []string
+	for _, rel := range sensitiveHome[goos] {
+		names = append(names, "~"+sep+strings.ReplaceAll(rel, "/", sep))
+	}
+	return "which holds keys, credentials or settings your account runs: Airlock never shares " +
+		strings.Join(names, ", ") + ", nor a folder that contains one"
+}
+
+// sensitiveHome are the folders of the home (relative to it, with /) that
+// sensitive refuses: SSH and GnuPG keys, the XDG config and data folders
+// (credentials of many tools, gcloud's among them; autostart entries;
+// ~/.local/bin on the PATH; the desktop keyring), cloud and cluster
+// credentials, and the keychains.
+var sensitiveHome = map[string][]string{
+	"linux": {".ssh", ".gnupg", ".config", ".local", ".aws", ".azure", ".kube", ".docker", ".password-store"},
+	"darwin": {".ssh", ".gnupg", ".config", ".local", ".aws", ".azure", ".kube", ".docker", ".password-store",
+		"Library/Keychains"},
+	"windows": {".ssh", ".gnupg", ".config", ".local", ".aws", ".azure", ".kube", ".docker",
+		"AppData/Roaming/gcloud", "AppData/Roaming/gnupg", "AppData/Roaming/Microsoft/Credentials",
+		"AppData/Local/Microsoft/Credentials", "AppData/Roaming/Microsoft/Protect",
+		"AppData/Roaming/Microsoft/Windows/Start Menu/Programs/Startup"},
 }
 
 // systemTrees are refused together with everything inside them.

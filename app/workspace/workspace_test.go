@@ -98,6 +98,81 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestValidateSensitiveHomeFolders: the folders of the home that hold
+// keys and credentials, what is inside them, and what contains them, are
+// refused like the home itself, with the rule named.
+func TestValidateSensitiveHomeFolders(t *testing.T) {
+	links := map[string]string{
+		"/home/ann/.config":       "/home/ann/dotfiles/config", // kept in a dotfiles repository
+		"/home/ann/ssh-link":      "/home/ann/.ssh",
+		"/srv/ann-dotfiles/x":     "/srv/ann-dotfiles/x",
+		"/Users/ann/Library/Keys": "/Users/ann/Library/Keychains",
+	}
+	tests := []struct {
+		goos, home, dir string
+		want            string // canonical path, or a substring of the error
+		ok              bool
+	}{
+		{"linux", "/home/ann", "/home/ann/.ssh", "is inside ~/.ssh, which holds keys", false},
+		{"linux", "/home/ann", "/home/ann/.ssh/", "is inside ~/.ssh", false},
+		{"linux", "/home/ann", "/home/ann/.ssh/keys", "is inside ~/.ssh", false},
+		{"linux", "/home/ann", "/home/ann/ssh-link", "is inside ~/.ssh", false},
+		{"linux", "/home/ann", "/home/ann/.gnupg", "is inside ~/.gnupg", false},
+		{"linux", "/home/ann", "/home/ann/.config/gcloud", "is inside ~/.config", false},
+		{"linux", "/home/ann", "/home/ann/dotfiles/config/gcloud", "is inside ~/.config", false},
+		{"linux", "/home/ann", "/home/ann/dotfiles", "contains ~/.config", false},
+		{"linux", "/home/ann", "/home/ann/.local/bin", "is inside ~/.local", false},
+		{"linux", "/home/ann", "/home/ann/.local", "is inside ~/.local", false},
+		{"linux", "/home/ann", "/home/ann/.aws", "is inside ~/.aws", false},
+		{"linux", "/home/ann", "/home/ann/.azure", "is inside ~/.azure", false},
+		{"linux", "/home/ann", "/home/ann/.kube", "is inside ~/.kube", false},
+		{"linux", "/home/ann", "/home/ann/.docker", "is inside ~/.docker", false},
+		{"linux", "/home/ann", "/home/ann/.aws", "Airlock never shares ~/.ssh, ~/.gnupg, ~/.config", false},
+		{"linux", "/home/ann", "/home/ann", "your home folder", false},
+		{"linux", "/home/ann", "/home/ann/.sshkeys-notes", "/home/ann/.sshkeys-notes", true},
+		{"linux", "/home/ann", "/home/ann/projects/.config", "/home/ann/projects/.config", true},
+		{"linux", "/home/ann", "/home/ann/code/app/.aws", "/home/ann/code/app/.aws", true},
+		{"linux", "/home/ann", "/srv/ann-dotfiles/x", "/srv/ann-dotfiles/x", true},
+		{"darwin", "/Users/ann", "/Users/ann/Library/Keychains", "is inside ~/Library/Keychains", false},
+		{"darwin", "/Users/ann", "/users/ANN/library/keychains/x", "is inside ~/Library/Keychains", false},
+		{"darwin", "/Users/ann", "/Users/ann/Library/Keys", "is inside ~/Library/Keychains", false},
+		{"darwin", "/Users/ann", "/Users/ann/Library", "contains ~/Library/Keychains", false},
+		{"darwin", "/Users/ann", "/Users/ann/.SSH", "is inside ~/.ssh", false},
+		{"darwin", "/Users/ann", "/Users/ann/.config/gcloud", "is inside ~/.config", false},
+		{"darwin", "/Users/ann", "/Users/ann/.aws/sso", "is inside ~/.aws", false},
+		{"darwin", "/Users/ann", "/Users/ann/Library/Mobile Documents/x", "/Users/ann/Library/Mobile Documents/x", true},
+		{"darwin", "/Users/ann", "/Users/ann/Documents/q3", "/Users/ann/Documents/q3", true},
+		{"windows", `C:\Users\ann`, `C:\Users\ann\.ssh`, `is inside ~\.ssh`, false},
+		{"windows", `C:\Users\ann`, `c:\users\ann\.AWS\cli`, `is inside ~\.aws`, false},
+		{"windows", `C:\Users\ann`, `C:\Users\ann\.kube`, `is inside ~\.kube`, false},
+		{"windows", `C:\Users\ann`, `C:\Users\ann\AppData\Roaming\gcloud`, `is inside ~\AppData\Roaming\gcloud`, false},
+		{"windows", `C:\Users\ann`, `C:\Users\ann\AppData\Roaming\Microsoft\Credentials`, `is inside ~\AppData\Roaming\Microsoft\Credentials`, false},
+		{"windows", `C:\Users\ann`, `C:\Users\ann\AppData\Roaming\Microsoft\Protect\S-1-5`, `is inside ~\AppData\Roaming\Microsoft\Protect`, false},
+		{"windows", `C:\Users\ann`, `C:\Users\ann\AppData`, `contains ~\AppData\Roaming\gcloud`, false},
+		{"windows", `C:\Users\ann`, `C:\Users\ann\AppData\Local`, `contains ~\AppData\Local\Microsoft\Credentials`, false},
+		{"windows", `C:\Users\ann`, `C:\Users\ann\AppData\Local\Temp\job`, `C:\Users\ann\AppData\Local\Temp\job`, true},
+		{"windows", `C:\Users\ann`, `D:\work\.ssh`, `D:\work\.ssh`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.goos+" "+tt.dir, func(t *testing.T) {
+			h := fakeHost(tt.goos, tt.home, links)
+			got, err := h.Validate(tt.dir)
+			if tt.ok {
+				if err != nil || got != tt.want {
+					t.Fatalf("Validate(%q) = %q, %v; want %q", tt.dir, got, err, tt.want)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ErrRefused) {
+				t.Fatalf("Validate(%q) = %q, %v; want an ErrRefused saying %q", tt.dir, got, err, tt.want)
+			}
+			if !strings.Contains(err.Error(), "your home folder") && !strings.Contains(err.Error(), "elsewhere") {
+				t.Fatalf("Validate(%q): %v: says no way out", tt.dir, err)
+			}
+		})
+	}
+}
+
 // TestLocal checks the real resolver: a symlink to a folder is followed.
 func TestLocal(t *testing.T) {
 	h, err := Local("linux")

@@ -84,10 +84,11 @@ func TestInfoPlist(t *testing.T) {
 	}
 }
 
-// TestPostBuild runs post-build.sh against a fake app bundle, with stand-ins
-// for macOS's codesign and defaults, and checks that the image lands where
-// vz.BundleImageDir looks and that helpers are signed before the bundle,
-// all with the entitlements.
+// TestPostBuild runs post-build.sh against a fake app bundle, with a
+// stand-in for macOS's codesign, and checks that the helper lands in
+// Contents/Helpers and the image where the helper and vz.BundleImageDir
+// look, and that the helper is signed with the entitlements before the
+// bundle, which is signed without them.
 func TestPostBuild(t *testing.T) {
 	if _, err := exec.LookPath("sh"); err != nil {
 		t.Skip("no sh")
@@ -96,36 +97,51 @@ func TestPostBuild(t *testing.T) {
 	app := filepath.Join(tmp, "Airlock.app")
 	mustWrite(t, filepath.Join(app, "Contents", "Info.plist"), "plist")
 	mustWrite(t, filepath.Join(app, "Contents", "MacOS", "Airlock"), "main")
-	// A helper (the CLI); on the Mac's case-insensitive disk it cannot be
-	// called "airlock" next to "Airlock".
-	mustWrite(t, filepath.Join(app, "Contents", "MacOS", "airlock-cli"), "cli")
-	os.Chmod(filepath.Join(app, "Contents", "MacOS", "airlock-cli"), 0o755)
+	cli := filepath.Join(tmp, "bin", "airlock")
+	mustWrite(t, cli, "cli")
 	images := filepath.Join(tmp, "images")
 	for _, f := range []string{"manifest.json", "Image", "initramfs.cpio"} {
 		mustWrite(t, filepath.Join(images, "arm64", f), f)
 	}
-	bin := filepath.Join(tmp, "bin")
+	tools := filepath.Join(tmp, "tools")
 	log := filepath.Join(tmp, "codesign.log")
-	mustWrite(t, filepath.Join(bin, "defaults"), "#!/bin/sh\necho Airlock\n")
-	mustWrite(t, filepath.Join(bin, "codesign"), `#!/bin/sh
+	signed := filepath.Join(tmp, "signed-with-entitlements")
+	// The stand-in remembers what it signed with entitlements and shows
+	// only those entitlements, as codesign -d does.
+	mustWrite(t, filepath.Join(tools, "codesign"), `#!/bin/sh
 echo "$*" >> `+log+`
-case "$*" in *"-d --entitlements -"*) cat `+filepath.Join(mustAbs(t, "."), "entitlements.plist")+` ;; esac
+case "$*" in
+*"--entitlements "*"--sign"*) for last; do :; done; echo "$last" >> `+signed+` ;;
+*"-d --entitlements -"*) for last; do :; done; grep -qx "$last" `+signed+` && cat `+filepath.Join(mustAbs(t, "."), "entitlements.plist")+` ;;
+esac
+exit 0
 `)
-	for _, f := range []string{"defaults", "codesign"} {
-		os.Chmod(filepath.Join(bin, f), 0o755)
-	}
+	os.Chmod(filepath.Join(tools, "codesign"), 0o755)
+	env := append(os.Environ(), "PATH="+tools+":"+os.Getenv("PATH"), "ARCH=arm64", "AIRLOCK_HELPER_BIN="+cli)
 
 	cmd := exec.Command("sh", "post-build.sh", filepath.Join(app, "Contents", "MacOS", "Airlock"), images)
-	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "ARCH=arm64")
+	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("post-build.sh: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
 
+	helper := filepath.Join(app, "Contents", "Helpers", "airlock")
+	if fi, err := os.Stat(helper); err != nil || fi.Mode()&0o111 == 0 {
+		t.Fatalf("helper in the bundle: %v, %v", fi, err)
+	}
+	if b, _ := os.ReadFile(helper); string(b) != "cli" {
+		t.Fatalf("helper = %q, want the airlock command", b)
+	}
 	dir, ok := vz.BundleImageDir(filepath.Join(app, "Contents", "MacOS", "Airlock"), "arm64")
 	if !ok {
 		t.Fatal("BundleImageDir: not a bundle")
+	}
+	// The helper looks in ../Resources/images from its own folder
+	// (sandbox.ImageSearchPathFor): the same folder.
+	if fromHelper := filepath.Join(filepath.Dir(helper), "..", "Resources", "images", "arm64"); filepath.Clean(fromHelper) != dir {
+		t.Errorf("the helper looks in %s, the image is in %s", fromHelper, dir)
 	}
 	for _, f := range []string{"manifest.json", "Image", "initramfs.cpio"} {
 		if b, err := os.ReadFile(filepath.Join(dir, f)); err != nil || string(b) != f {
@@ -137,20 +153,29 @@ case "$*" in *"-d --entitlements -"*) cat `+filepath.Join(mustAbs(t, "."), "enti
 	if len(lines) != 4 {
 		t.Fatalf("codesign calls:\n%s", b)
 	}
-	for i, want := range []string{"/Contents/MacOS/airlock-cli", "/Airlock.app", "--verify", "-d --entitlements -"} {
+	for i, want := range []string{"/Contents/Helpers/airlock", "/Airlock.app", "--verify", "-d --entitlements - " + helper} {
 		if !strings.Contains(lines[i], want) {
 			t.Errorf("codesign call %d = %q, want it to contain %q", i, lines[i], want)
 		}
 	}
-	for _, l := range lines[:2] {
-		if !strings.Contains(l, "--entitlements "+mustAbs(t, "entitlements.plist")) || !strings.Contains(l, "--sign -") {
-			t.Errorf("signed without the entitlements or ad hoc identity: %q", l)
-		}
+	if l := lines[0]; !strings.Contains(l, "--entitlements "+mustAbs(t, "entitlements.plist")) || !strings.Contains(l, "--sign -") ||
+		!strings.Contains(l, "--options runtime") || !strings.Contains(l, "--identifier com.airlock-sandbox.airlock.helper") {
+		t.Errorf("helper signed without the entitlements, hardened runtime, its identifier or the ad hoc identity: %q", l)
+	}
+	if l := lines[1]; strings.Contains(l, "--entitlements") || !strings.Contains(l, "--options runtime") || strings.Contains(l, "--deep") {
+		t.Errorf("the app is signed with entitlements or --deep, or without the hardened runtime: %q", l)
+	}
+
+	// Without the airlock command: refused, saying how to build it.
+	cmd = exec.Command("sh", "post-build.sh", app, images)
+	cmd.Env = append(env, "AIRLOCK_HELPER_BIN="+filepath.Join(tmp, "none"))
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "make airlock") {
+		t.Errorf("no helper: %v\n%s", err, out)
 	}
 
 	// Not a bundle: refused before anything is touched.
 	cmd = exec.Command("sh", "post-build.sh", filepath.Join(tmp, "airlock"), images)
-	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+	cmd.Env = env
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "not an app bundle") {
 		t.Errorf("non-bundle: %v\n%s", err, out)
 	}

@@ -93,7 +93,7 @@ export interface Task {
   started?: string;
   ended?: string;
   deadline?: string;
-  output: { stdout: number; stderr: number; log_bytes: number; dropped?: number; error?: string };
+  output: { stdout: number; stderr: number; log_bytes: number; dropped?: number; truncated?: boolean; error?: string };
 }
 
 export interface Chunk {
@@ -119,6 +119,8 @@ export interface Decision {
   bytes_up: number;
   bytes_down: number;
   duration_ns: number;
+  /** repeated, on a summary, counts the identical refusals after the one before it. */
+  repeated?: number;
 }
 
 export interface Ask {
@@ -128,6 +130,8 @@ export interface Ask {
   host: string;
   port: number;
   time: string;
+  /** more lists the other host:port the task asked for meanwhile; one answer covers all. */
+  more?: string[];
   verdict?: string;
 }
 

@@ -9,6 +9,15 @@ import { message, toast } from "./ui";
 
 const ASK_SECONDS = 60;
 
+// moreText lists the other destinations one question covers: a task that
+// asks for many hosts at once gets one prompt, answered once for all.
+function moreText(a: Ask): string {
+  const n = a.more?.length ?? 0;
+  if (n === 0) return "";
+  const shown = a.more!.slice(0, 20).join(", ");
+  return `and ${n} more (one answer for all): ${shown}${n > 20 ? ", …" : ""}`;
+}
+
 export function askPanel(): { el: HTMLElement; update(): void } {
   const el = h("div", { class: "asks", "aria-live": "assertive", "data-testid": "asks" });
   const answering = new Set<string>();
@@ -19,7 +28,7 @@ export function askPanel(): { el: HTMLElement; update(): void } {
     row.querySelectorAll("button").forEach((b) => (b.disabled = true));
     try {
       await api.answer(a.id, v);
-      if (v === "allow-always") toast(`${a.host} is now on your allow list`, "ok");
+      if (v === "allow-always") toast(`${a.host}${a.more?.length ? ` and ${a.more.length} more are` : " is"} now on your allow list`, "ok");
     } catch (e) {
       toast(message(e), "warn");
     } finally {
@@ -48,6 +57,7 @@ export function askPanel(): { el: HTMLElement; update(): void } {
         "div",
         { class: "ask-text" },
         h("div", { class: "ask-title" }, "A task wants to connect to ", h("strong", { class: "mono" }, target(a.host, a.port, a.protocol))),
+        h("div", { class: "muted small mono ask-more", "data-testid": "ask-more" }, moreText(a)),
         h("div", { class: "muted small" }, what ? h("span", null, "Task: ", h("code", null, what.length > 80 ? what.slice(0, 80) + "…" : what), " · ") : null, h("span", { class: "ask-left" }, `blocked in ${left(a)} s if you do not answer`)),
       ),
       h(
@@ -69,6 +79,8 @@ export function askPanel(): { el: HTMLElement; update(): void } {
     asks.forEach((a, i) => {
       let r = rows.get(a.id);
       if (!r) rows.set(a.id, (r = row(a)));
+      const more = r.querySelector(".ask-more");
+      if (more) more.textContent = moreText(a);
       if (el.children[i] !== r) el.insertBefore(r, el.children[i] ?? null);
     });
   }

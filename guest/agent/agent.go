@@ -45,6 +45,9 @@ type Config struct {
 	UserHome string // api.UserHome
 	// WorkspaceDir is the shared folder's mount point (api.WorkspaceDir).
 	WorkspaceDir string
+	// GuardToolConfig makes the configuration in the workspace that the
+	// user's tools run on the host read-only to tasks (toolconfig.go).
+	GuardToolConfig bool
 	// CgroupRoot holds one cgroup per task; empty disables per-task cgroups
 	// (tasks are then killed by process group only).
 	CgroupRoot string
@@ -101,6 +104,10 @@ type Server struct {
 	// mounts it before the agent starts, and reading the mount table costs
 	// each task a millisecond under emulation.
 	wsMounted func() bool
+	// rules restrict every task (restrict.go); built at the first.
+	rules   func() (taskRules, error)
+	toolMu  sync.Mutex // guardToolConfig, and:
+	toolErr string     // its last failure logged
 	// devNull is the stdin of tasks without one, opened once and shared.
 	devNull func() (*os.File, error)
 	wg      sync.WaitGroup // shutdown goroutine
@@ -145,6 +152,7 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, log: cfg.Logger, instance: rand.Uint64() | 1, shutdownSent: make(chan struct{})}
 	s.spares.changed.L = &s.spares.mu
 	s.wsMounted = sync.OnceValue(func() bool { return s.workspace().mounted })
+	s.rules = sync.OnceValues(s.buildRules)
 	s.devNull = sync.OnceValues(func() (*os.File, error) {
 		// Blocking and outside the netpoller, as a child's stdin should be.
 		fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)

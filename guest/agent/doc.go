@@ -25,6 +25,19 @@
 // started ahead, so a task does not wait for one to start. Root tasks see
 // the whole guest.
 //
+// # The shared folder
+//
+// What a task leaves in the workspace reaches the user's disk, where the
+// host's own programs open, run and follow it. So with a folder shared
+// every task, root's too, is started from a thread with a seccomp filter
+// and a Landlock domain (restrict.go): no setuid or setgid bit, FIFO,
+// socket or device node lands in the folder, and its symlink calls, and
+// chmods that set those bits, are handed to the agent, which checks and
+// does them for the task (symlink.go). Before each task the agent makes
+// what the user's tools run from the folder (.git/config and hooks,
+// .envrc, .vscode, .idea) read-only to tasks, unless the user allowed it
+// for the workspace (toolconfig.go).
+//
 // # Network
 //
 // The guest has no network card. The agent starts the egress forwarders

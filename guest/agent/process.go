@@ -96,7 +96,7 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 	case isolated:
 		// The task's init, in new PID and mount namespaces, starts it
 		// (see TaskInitArg) and reports on its fd 3.
-		args := taskInitArgs("airlock-task-init", sp.tty, s.cfg.UID, s.cfg.GID, sp.dir, sp.path, sp.argv)
+		args := taskInitArgs("airlock-task-init", sp.tty, s.cfg.UID, s.cfg.GID, s.rulesWorkspace(), sp.dir, sp.path, sp.argv)
 		cmd = &exec.Cmd{Path: s.cfg.TaskInit, Args: args, Env: sp.env, Dir: "/"}
 		attr.Cloneflags = unix.CLONE_NEWPID | unix.CLONE_NEWNS
 		r, w, perr := outputPipe()
@@ -173,6 +173,18 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 	}
 	cmd.SysProcAttr = attr
 
+	s.guardToolConfig()
+	rules, err := s.rules()
+	if err != nil {
+		return nil, err
+	}
+	if isolated {
+		// A task init mounts its /proc, which Landlock forbids to a
+		// restricted thread: it restricts itself (and serves the
+		// filter's calls) after that, the agent's thread only gets
+		// no_new_privs.
+		rules = taskRules{ruleset: -1}
+	}
 	switch {
 	case spare != nil:
 		t := initTask{tty: sp.tty, uid: s.cfg.UID, gid: s.cfg.GID, dir: sp.dir, path: sp.path, argv: sp.argv, env: sp.env,
@@ -184,10 +196,10 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 		}
 		cmd, p.exited = spare.cmd, spare.exited
 	case s.cfg.Reaper == nil:
-		err = startNoNewPrivs(cmd)
+		err = startNoNewPrivs(cmd, rules)
 	default:
 		p.exited, err = s.cfg.Reaper.Spawn(func() (int, error) {
-			if err := startNoNewPrivs(cmd); err != nil {
+			if err := startNoNewPrivs(cmd, rules); err != nil {
 				return 0, err
 			}
 			return cmd.Process.Pid, nil
@@ -266,21 +278,50 @@ func growPipe(f *os.File) {
 	}
 }
 
-// startNoNewPrivs starts cmd from a thread that has no_new_privs set: the
-// child is cloned from the calling thread and inherits the flag, whatever
-// RestrictPrivileges managed.
-func startNoNewPrivs(cmd *exec.Cmd) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
-	}
-	err := cmd.Start()
+// startNoNewPrivs starts cmd from a thread that has no_new_privs set and
+// the tasks' restrictions (restrictTask): the child is cloned from that
+// thread and inherits them. The thread stays locked to a goroutine that
+// then ends, which ends the thread: nothing else ever runs restricted.
+func startNoNewPrivs(cmd *exec.Cmd, rules taskRules) error {
+	errc := make(chan error, 1)
+	go restrictedStart(cmd, rules, errc)
+	err := <-errc
 	var pe *os.PathError
 	if errors.As(err, &pe) {
 		return pe.Err
 	}
 	return err
+}
+
+// restrictedStart is startNoNewPrivs's goroutine.
+func restrictedStart(cmd *exec.Cmd, rules taskRules, errc chan<- error) {
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		// The main thread is wedged, not ended, when a goroutine locked to
+		// it exits: it would keep the filter, and its listener (symlink.go)
+		// would never see the task end. Restrict another thread; this one
+		// stays locked meanwhile, so the new goroutine cannot land on it.
+		done := make(chan struct{})
+		go func() {
+			restrictedStart(cmd, rules, errc)
+			close(done)
+		}()
+		<-done
+		runtime.UnlockOSThread()
+		return
+	}
+	listener, err := restrictTask(rules)
+	if err == nil {
+		err = cmd.Start()
+	}
+	if listener >= 0 {
+		if err == nil {
+			go serveCalls(listener, rules.ws)
+		} else {
+			unix.Close(listener)
+		}
+	}
+	errc <- err
 }
 
 // wait waits for the task's main process to exit. With a task init that

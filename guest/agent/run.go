@@ -100,6 +100,9 @@ func Run(ctx context.Context, log *slog.Logger, opts Options) error {
 		Reaper:    opts.Reaper,
 		TaskInit:  "/proc/self/exe",
 		Tasks:     &egress.Tasks{},
+		// Nothing to guard in a read-only share, nor where the user
+		// allowed tasks to change it.
+		GuardToolConfig: boot.Share != api.ShareNone && !boot.ShareReadOnly && !boot.ToolConfigWritable,
 	}
 	if _, err := os.Stat(cgroupMount + "/cgroup.controllers"); err == nil {
 		cfg.CgroupRoot = CgroupTasks

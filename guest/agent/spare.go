@@ -141,7 +141,7 @@ func (s *Server) startSpare() (_ *spareInit, err error) {
 	}
 	// One P: the init waits and forks, and every thread its runtime
 	// starts costs the guest's CPU while another task runs.
-	cmd := &exec.Cmd{Path: s.cfg.TaskInit, Args: []string{"airlock-task-init", TaskInitArg, spareArg}, Env: []string{"GOMAXPROCS=1"}, Dir: "/",
+	cmd := &exec.Cmd{Path: s.cfg.TaskInit, Args: []string{"airlock-task-init", TaskInitArg, spareArg, s.rulesWorkspace()}, Env: []string{"GOMAXPROCS=1"}, Dir: "/",
 		Stdin: null, Stdout: null, Stderr: null, ExtraFiles: []*os.File{theirs}}
 	attr := &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS, Setsid: true}
 	if s.cgroups != nil {
@@ -153,11 +153,13 @@ func (s *Server) startSpare() (_ *spareInit, err error) {
 		}
 	}
 	cmd.SysProcAttr = attr
+	// It restricts itself once its /proc is mounted (taskInit).
+	bare := taskRules{ruleset: -1}
 	if s.cfg.Reaper == nil {
-		err = startNoNewPrivs(cmd)
+		err = startNoNewPrivs(cmd, bare)
 	} else {
 		si.exited, err = s.cfg.Reaper.Spawn(func() (int, error) {
-			if err := startNoNewPrivs(cmd); err != nil {
+			if err := startNoNewPrivs(cmd, bare); err != nil {
 				return 0, err
 			}
 			return cmd.Process.Pid, nil

@@ -64,15 +64,35 @@ var initSignals = []os.Signal{
 }
 
 // taskInitArgs is the init's command line after TaskInitArg: mode ("t"
-// with a terminal, "p" without), uid, gid, working directory, executable,
-// then the task's argv. Its environment is the task's.
-func taskInitArgs(self string, tty bool, uid, gid uint32, dir, path string, argv []string) []string {
+// with a terminal, "p" without), uid, gid, the workspace whose rules
+// restrict the task (restrict.go; "" for none), working directory,
+// executable, then the task's argv. Its environment is the task's.
+func taskInitArgs(self string, tty bool, uid, gid uint32, ws, dir, path string, argv []string) []string {
 	mode := "p"
 	if tty {
 		mode = "t"
 	}
-	args := []string{self, TaskInitArg, mode, strconv.FormatUint(uint64(uid), 10), strconv.FormatUint(uint64(gid), 10), dir, path}
+	args := []string{self, TaskInitArg, mode, strconv.FormatUint(uint64(uid), 10), strconv.FormatUint(uint64(gid), 10), ws, dir, path}
 	return append(args, argv...)
+}
+
+// rulesWorkspace is the workspace the tasks' rules guard (buildRules): ""
+// when none is mounted.
+func (s *Server) rulesWorkspace() string {
+	if s.workspaceMounted() {
+		return s.cfg.WorkspaceDir
+	}
+	return ""
+}
+
+// initRules builds, in a task init, the rules the agent built for its
+// tasks (buildRules), for the workspace ws.
+func initRules(ws string) (taskRules, error) {
+	r, _, err := newTaskRules(ws)
+	if err != nil && auditArch == 0 {
+		return r, nil // as buildRules: no filter for this architecture
+	}
+	return r, err
 }
 
 // RunTaskInit is a task's init (see TaskInitArg): the guest binary runs it
@@ -121,14 +141,19 @@ func taskInit(args []string) int {
 	}
 
 	var t initTask
-	if len(args) == 1 && args[0] == spareArg {
-		// A spare: the task comes over the socket, stdio with it.
+	var rules taskRules
+	if len(args) == 2 && args[0] == spareArg {
+		// A spare: its rules are made ahead; the task comes over the
+		// socket, stdio with it.
 		var err error
+		if rules, err = initRules(args[1]); err != nil {
+			return failAs(initSetupFail, err)
+		}
 		if t, err = recvTask(report); err != nil {
 			return failAs(initSetupFail, err)
 		}
 	} else {
-		if len(args) < 6 {
+		if len(args) < 7 {
 			return failAs(initSetupFail, unix.EINVAL)
 		}
 		uid, err1 := strconv.ParseUint(args[1], 10, 32)
@@ -136,13 +161,14 @@ func taskInit(args []string) int {
 		if err1 != nil || err2 != nil {
 			return failAs(initSetupFail, unix.EINVAL)
 		}
-		t = initTask{tty: args[0] == "t", uid: uint32(uid), gid: uint32(gid), dir: args[3], path: args[4], argv: args[5:],
+		var err error
+		if rules, err = initRules(args[3]); err != nil {
+			return failAs(initSetupFail, err)
+		}
+		t = initTask{tty: args[0] == "t", uid: uint32(uid), gid: uint32(gid), dir: args[4], path: args[5], argv: args[6:],
 			env: os.Environ(), stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
 	}
 	tty, uid, gid := t.tty, t.uid, t.gid
-	// The mounts are done and the task is not forked yet: restrictions
-	// that also forbid mount(2) (Landlock, a seccomp filter) apply from
-	// here, to the init and, inherited, to everything the task starts.
 
 	cmd := &exec.Cmd{Path: t.path, Args: t.argv, Env: t.env, Dir: t.dir,
 		Stdin: t.stdin, Stdout: t.stdout, Stderr: t.stderr}
@@ -154,7 +180,12 @@ func taskInit(args []string) int {
 		attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
 	}
 	cmd.SysProcAttr = attr
-	if err := cmd.Start(); err != nil {
+	// The mounts are done: the task is forked from a thread with the
+	// tasks' restrictions (restrict.go), which forbid mount(2); the init
+	// serves the filter's calls (symlink.go) while the task runs.
+	errc := make(chan error, 1)
+	restrictedStart(cmd, rules, errc)
+	if err := <-errc; err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {
 			err = pe.Err

@@ -270,3 +270,32 @@ func TestSpareInit(t *testing.T) {
 		t.Errorf("the task does not see a mount made before it started: %q", r.stdout.String())
 	}
 }
+
+// TestTaskInitRestricts: a task under its init gets the tasks' rules
+// (restrict.go) in a workspace that is a mount of its own, which the init
+// applies after mounting its /proc, and the init answers the filter's
+// symlink calls (symlink.go).
+func TestTaskInitRestricts(t *testing.T) {
+	e := newIsolatedEnv(t, func(c *Config) {
+		if err := syscall.Mount("airlock-test-ws", c.WorkspaceDir, "tmpfs", 0, "mode=0755"); err != nil {
+			t.Skip(err)
+		}
+		t.Cleanup(func() { syscall.Unmount(c.WorkspaceDir, syscall.MNT_DETACH) })
+		os.Chown(c.WorkspaceDir, 1000, 1000)
+	})
+	for _, c := range []struct {
+		cmd string
+		ok  bool
+	}{
+		{"touch plain", true},
+		{"ln -s plain rel", true},
+		{"mkfifo fifo", false},
+		{"ln -s /etc/passwd abs", false},
+		{"touch s && chmod u+s s && test -u s", false},
+	} {
+		r := mustRun(t, e, shell(c.cmd))
+		if (r.exit.Code == 0) != c.ok {
+			t.Errorf("%s: exit %v, stderr %q; want success %v", c.cmd, r.exit, r.stderr.String(), c.ok)
+		}
+	}
+}

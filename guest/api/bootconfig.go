@@ -84,6 +84,7 @@ const (
 	keyRoot      = "airlock.root"
 	keyRootKeep  = "airlock.root_keep"
 	keyPark      = "airlock.park"
+	keyToolRW    = "airlock.tool_config_rw"
 )
 
 // BootConfig is what the host tells the guest through the kernel command
@@ -110,6 +111,10 @@ type BootConfig struct {
 	// start later machines from. Serial transport only, without a root
 	// disk.
 	Park bool
+	// ToolConfigWritable lets tasks change the files in the workspace that
+	// the user's tools run on the host (.git/config, .git/hooks, .envrc,
+	// .vscode, .idea), which the guest otherwise makes read-only to them.
+	ToolConfigWritable bool
 }
 
 // Args returns the kernel command line arguments for c, in a stable order.
@@ -126,6 +131,11 @@ func (c BootConfig) Args() []string {
 		if c.SharePort != 0 {
 			a = append(a, keySharePort+"="+strconv.FormatUint(uint64(c.SharePort), 10))
 		}
+	}
+	// Written without a share too: the backend, not the caller, says
+	// how the share is made (vm/qemu's own words for it).
+	if c.ToolConfigWritable {
+		a = append(a, keyToolRW+"=1")
 	}
 	if c.UID != 0 {
 		a = append(a, keyUID+"="+strconv.FormatUint(uint64(c.UID), 10))
@@ -193,6 +203,8 @@ func ParseCmdline(cmdline string) (BootConfig, error) {
 			c.RootKeep, err = strconv.ParseBool(v)
 		case keyPark:
 			c.Park, err = strconv.ParseBool(v)
+		case keyToolRW:
+			c.ToolConfigWritable, err = strconv.ParseBool(v)
 		}
 		if err != nil {
 			return c, fmt.Errorf("kernel command line %s: %w", k, err)

@@ -9,6 +9,7 @@ func TestBootConfigRoundTrip(t *testing.T) {
 	for _, c := range []BootConfig{
 		{Transport: TransportSerial, UID: 1000, GID: 1000},
 		{Transport: TransportVsock, Share: ShareVirtiofs, UID: 501, GID: 20, Root: RootLabel},
+		{Transport: TransportSerial, Share: Share9P, UID: 1000, GID: 1000, ToolConfigWritable: true},
 		{Transport: TransportHVSock, Share: Share9PVsock, SharePort: 564, ShareReadOnly: true, UID: 1000, GID: 1000, Root: RootLabel, RootKeep: true, Debug: true},
 	} {
 		got, err := ParseCmdline("console=ttyS0 quiet " + strings.Join(c.Args(), " "))

@@ -139,7 +139,7 @@ func (h *harness) guestPhases() {
 	payload := make([]byte, streamSize)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(payload) }))
 	defer srv.Close()
-	gate, err := egress.New(egress.Config{MapHosts: []string{"files.test=127.0.0.1"}})
+	gate, err := egress.New(egress.Config{Allow: []string{"files.test"}, MapHosts: []string{"files.test=127.0.0.1"}})
 	if err != nil {
 		h.b.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func (h *harness) hostOnly() {
 
 	o := newOrigin(h.b, size)
 	defer o.close()
-	g, err := egress.New(egress.Config{MapHosts: []string{"origin.test=127.0.0.1"}})
+	g, err := egress.New(egress.Config{Allow: []string{"origin.test"}, MapHosts: []string{"origin.test=127.0.0.1"}})
 	if err != nil {
 		h.b.Fatal(err)
 	}

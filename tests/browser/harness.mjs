@@ -14,6 +14,10 @@ import { chromium } from "playwright-core";
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 export const ARTIFACTS = join(ROOT, "tests/browser/artifacts");
 const CHROMIUM = process.env.AIRLOCK_CHROMIUM ?? "/usr/bin/chromium";
+// The CLI and the guest image under test: this checkout's unless the
+// environment names others (as the Go e2e suites take them).
+const AIRLOCK = process.env.AIRLOCK_E2E_BIN ?? join(ROOT, "bin/airlock");
+const IMAGE_DIR = process.env.AIRLOCK_IMAGE_DIR ?? join(ROOT, "images/out");
 
 /** freePort asks the kernel for a loopback port nobody uses right now. */
 export function freePort() {
@@ -48,8 +52,8 @@ function need(path, how) {
  * token URL is printed.
  */
 export async function startServe(settings) {
-  need(join(ROOT, "bin/airlock"), "run make airlock (after make frontend)");
-  need(join(ROOT, "images/out"), "build the guest image: go run ./images/cmd/airlock-image -arch amd64 -q");
+  need(AIRLOCK, "run make airlock (after make frontend)");
+  need(IMAGE_DIR, "build the guest image: go run ./images/cmd/airlock-image -arch amd64 -q");
   need(join(ROOT, "frontend/dist/index.html"), "run make frontend, then make airlock");
 
   const tmp = mkdtempSync(join(tmpdir(), "airlock-browser-"));
@@ -64,9 +68,9 @@ export async function startServe(settings) {
   writeFileSync(join(dirs.XDG_CONFIG_HOME, "airlock/settings.json"), JSON.stringify(settings, null, 2));
 
   const port = await freePort();
-  const proc = spawn(join(ROOT, "bin/airlock"), ["serve", "--no-boot", "--http", `127.0.0.1:${port}`], {
+  const proc = spawn(AIRLOCK, ["serve", "--no-boot", "--http", `127.0.0.1:${port}`], {
     cwd: ROOT,
-    env: { ...process.env, ...dirs, AIRLOCK_IMAGE_DIR: join(ROOT, "images/out") },
+    env: { ...process.env, ...dirs, AIRLOCK_IMAGE_DIR: IMAGE_DIR },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let stderr = "";

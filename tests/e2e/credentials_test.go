@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"math/big"
@@ -22,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,12 +43,14 @@ import (
 // credWorld is a VM of its own whose gate has a CA and secrets, and local
 // TLS servers standing for the real APIs: secret.test (the secret's host),
 // other.test (allowed, inspected because another secret is for it),
-// bad.test (a certificate nobody trusts) and plain.test (plain HTTP).
+// bad.test (a certificate nobody trusts), plain.test (plain HTTP) and
+// echo.test (a host of two secrets that echoes everything it receives).
 type credWorld struct {
 	sb       *sandbox.Sandbox
 	gate     *egress.Gate
 	value    string // the real secret: never in the guest
 	ph       string // its placeholder
+	echoPH   string // the placeholder of ECHO, a secret with a header template
 	canary   string // a string deliberately put in the guest, to prove the scan finds things
 	ports    map[string]string
 	seen     *seenLog
@@ -76,6 +80,7 @@ func newCredWorld(t *testing.T) *credWorld {
 	w := &credWorld{value: "live-" + randHex(20), canary: "canary-" + randHex(20), ports: map[string]string{},
 		seen: &seenLog{reqs: map[string][]string{}}}
 	w.ph = "airlock_ph_token_" + randHex(12)
+	w.echoPH = "airlock_ph_echo_" + randHex(12)
 
 	upCA, upKey := testCA(t)
 	roots := x509.NewCertPool()
@@ -102,6 +107,25 @@ func newCredWorld(t *testing.T) *credWorld {
 	serve("other.test", upCA, upKey)
 	serve("bad.test", badCA, badKey)
 	serve("plain.test", nil, nil)
+	// echo.test is an error page that shows its input: what arrived, in a
+	// Location header, another header and the body (written in small
+	// pieces, so values straddle chunks).
+	echo := httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		w.seen.add("echo.test", r.Header.Get("Authorization")+"|"+r.Header.Get("X-Api-Key")+"|"+r.URL.RawQuery)
+		var all strings.Builder
+		r.Header.Write(&all)
+		rw.Header().Set("Location", "https://elsewhere.test/login?auth="+url.QueryEscape(r.Header.Get("Authorization"))+"&key="+url.QueryEscape(r.Header.Get("X-Api-Key")))
+		rw.Header().Set("X-Echo", r.Header.Get("Authorization")+" "+r.Header.Get("X-Api-Key"))
+		rw.WriteHeader(http.StatusFound)
+		for b := all.String(); b != ""; b = b[min(5, len(b)):] {
+			io.WriteString(rw, b[:min(5, len(b))])
+			rw.(http.Flusher).Flush()
+		}
+	}))
+	echo.TLS = &tls.Config{Certificates: []tls.Certificate{leafFor(t, "echo.test", upCA, upKey)}}
+	echo.StartTLS()
+	t.Cleanup(echo.Close)
+	_, w.ports["echo.test"], _ = net.SplitHostPort(echo.Listener.Addr().String())
 
 	state := t.TempDir()
 	ca, err := egress.LoadCA(filepath.Join(state, "ca"))
@@ -110,10 +134,14 @@ func newCredWorld(t *testing.T) *credWorld {
 	}
 	logFile := filepath.Join(state, "egress.jsonl")
 	w.gate, err = egress.New(egress.Config{
-		MapHosts: []string{"secret.test=127.0.0.1", "other.test=127.0.0.1", "bad.test=127.0.0.1", "plain.test=127.0.0.1"},
-		LogFile:  logFile, CA: ca, UpstreamRoots: roots,
+		Allow: []string{"secret.test", "other.test", "bad.test", "plain.test", "echo.test"},
+		MapHosts: []string{"secret.test=127.0.0.1", "other.test=127.0.0.1", "bad.test=127.0.0.1", "plain.test=127.0.0.1",
+			"echo.test=127.0.0.1"},
+		LogFile: logFile, CA: ca, UpstreamRoots: roots,
 		Secrets: []egress.Secret{
-			{Name: "TOKEN", Hosts: []string{"secret.test"}, Placeholder: w.ph, Value: []byte(w.value)},
+			{Name: "TOKEN", Hosts: []string{"secret.test", "echo.test"}, Placeholder: w.ph, Value: []byte(w.value)},
+			// Its value holds TOKEN's, so the guest scan for TOKEN's covers it.
+			{Name: "ECHO", Hosts: []string{"echo.test"}, Header: "X-Api-Key: key={}", Placeholder: w.echoPH, Value: []byte(w.value + "-echo")},
 			{Name: "OTHER", Hosts: []string{"other.test"}, Placeholder: "airlock_ph_other_" + randHex(12), Value: []byte("other-" + randHex(8))},
 			{Name: "BAD", Hosts: []string{"bad.test"}, Header: "Authorization: Bearer {}", Placeholder: "airlock_ph_bad_" + randHex(12), Value: []byte(w.value)},
 		},
@@ -244,6 +272,29 @@ func TestCredentialsStayOnTheHost(t *testing.T) {
 			t.Fatalf("decision %+v", d)
 		}
 		w.decision(t, "plain.test", egress.ReasonPlaceholder)
+	})
+
+	t.Run("a secret's host that echoes its input hands back only placeholders", func(t *testing.T) {
+		// The output is kept in a file too: the guest scan below must not
+		// find the value there either.
+		for _, mode := range []string{"echo", "socksecho"} {
+			out, _ := w.task(t, p+" "+mode+` "`+w.url("echo.test", "/v1?q=$TOKEN")+`" Authorization "Bearer $TOKEN" | tee -a /tmp/echo.txt`, false)
+			if strings.Contains(out, w.value) || strings.Contains(out, url.QueryEscape(w.value)) {
+				t.Fatalf("%s: the guest got the value:\n%s", mode, out)
+			}
+			if !strings.Contains(out, "status=302") || !strings.Contains(out, "Location: https://elsewhere.test/login?auth=Bearer+"+w.ph) ||
+				!strings.Contains(out, "key=key%3D"+w.echoPH) || !strings.Contains(out, "Authorization: Bearer "+w.ph) {
+				t.Fatalf("%s: the echo did not come through as placeholders:\n%s", mode, out)
+			}
+		}
+		got := w.seen.get("echo.test")
+		if len(got) != 2 || got[0] != "Bearer "+w.value+"|key="+w.value+"-echo|q="+w.value || got[1] != got[0] {
+			t.Fatalf("echo.test received %q", got)
+		}
+		d := w.decision(t, "echo.test", egress.ReasonAllowedByRule)
+		if !strings.Contains(d.Detail, "value of secret") || strings.Contains(fmt.Sprint(d), w.value) {
+			t.Fatalf("decision %+v", d)
+		}
 	})
 
 	t.Run("server with a bad certificate is refused", func(t *testing.T) {
@@ -403,7 +454,7 @@ func TestRunSecretThroughTheCLI(t *testing.T) {
 		}
 		return code, string(out)
 	}
-	code, out := run("run", "--workspace", ws, "--map-host", "cli.test=127.0.0.1", "--upstream-ca", caFile, "--secret", "CLI_TOKEN", "--",
+	code, out := run("run", "--workspace", ws, "--allow", "cli.test:"+port, "--map-host", "cli.test=127.0.0.1", "--upstream-ca", caFile, "--secret", "CLI_TOKEN", "--",
 		"sh", "-c", `echo "env=$CLI_TOKEN"; /workspace/credprobe get https://cli.test:`+port+`/ Authorization "Bearer $CLI_TOKEN"`)
 	if code != 0 || !strings.Contains(out, "env="+ph) || !strings.Contains(out, "status=200") || strings.Contains(out, value) {
 		t.Fatalf("exit %d:\n%s", code, out)

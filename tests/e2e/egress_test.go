@@ -184,7 +184,7 @@ func TestRunEgressFlags(t *testing.T) {
 	srv := serveBlob(false)
 	defer srv.Close()
 	logFile := filepath.Join(t.TempDir(), "egress.jsonl")
-	code, out, errOut := airlock(t, "", "run", "--map-host", "files.test=127.0.0.1", "--deny", "*.ads.test",
+	code, out, errOut := airlock(t, "", "run", "--allow", "files.test:"+port(srv), "--map-host", "files.test=127.0.0.1", "--deny", "*.ads.test",
 		"--egress-log", logFile, "--", "sh", "-c",
 		"wget -q -O- http://files.test:"+port(srv)+"/blob | sha256sum | cut -c1-64; wget -q -O- http://x.ads.test/; wget -q -O- http://elsewhere.test/; true")
 	if code != 0 || out != blobSum()+"\n" {

@@ -32,7 +32,7 @@ var (
 
 // sharedPolicy is the shared VM's egress policy; egress_test.go attacks it.
 var sharedPolicy = egress.Config{
-	Allow:    []string{"localhost", "*.corp.test", "ports.test:1"},
+	Allow:    []string{"localhost", "*.corp.test", "ports.test:1", "files.test", "example.com"},
 	Deny:     []string{"secret.corp.test", "files.test:9"},
 	MapHosts: []string{"files.test=127.0.0.1", "example.com=127.0.0.1"},
 }

@@ -45,10 +45,10 @@ var std struct {
 // pythonPreset is the UI's "Python packages" preset (frontend/src/views/network.ts).
 var pythonPreset = []string{"pypi.org", "files.pythonhosted.org"}
 
-// standardPolicy allows the Python preset and pins two names to the host,
+// standardPolicy allows the Python preset and two names pinned to the host,
 // where the tests serve a package index and a git repository.
 var standardPolicy = egress.Config{
-	Allow:    pythonPreset,
+	Allow:    append([]string{"pypi.test", "git.test"}, pythonPreset...),
 	MapHosts: []string{"pypi.test=127.0.0.1", "git.test=127.0.0.1"},
 }
 

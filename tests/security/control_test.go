@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/api"
 	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 )
 
 const ctlFamily = "host control"
@@ -131,6 +132,9 @@ func TestHostControl(t *testing.T) {
 	if code, body := curl(0, "-H", "Authorization: Bearer "+s.token, status); code != "200" {
 		t.Fatalf("the owner with the token: %s %s", code, body)
 	}
+	if code, body := curl(0, "-b", "airlock_token="+s.token, "-H", "Sec-Fetch-Site: same-origin", status); code != "200" {
+		t.Fatalf("the owner's UI with the cookie: %s %s", code, body)
+	}
 	before := settings()
 
 	refused := func(name string, want string, args ...string) {
@@ -143,7 +147,7 @@ func TestHostControl(t *testing.T) {
 				uid = 1000
 			}
 			code, body := curl(uid, args...)
-			if code == "200" {
+			if strings.HasPrefix(code, "2") {
 				a.breach("%s: HTTP %s %.200s", strings.Join(args, " "), code, body)
 			}
 			if code != want {
@@ -168,9 +172,36 @@ func TestHostControl(t *testing.T) {
 	refused("share / without the token", "401", "-X", "PUT", "-d", `{"dir":"/"}`, s.url+"/v1/workspace")
 	refused("run a task without the token", "401", "-X", "POST", "-d", `{"shell":"id"}`, s.url+"/v1/tasks")
 	refused("uid 1000 changes the egress rules without the token", "401", "-X", "POST", "-d", `{"action":"allow","pattern":"*.evil.test"}`, s.url+"/v1/egress/rules")
+	// A page on another loopback port (a dev server showing a page the
+	// agent wrote) is same-site for the UI's cookie: the browser sends it
+	// with that page's form posts and no-cors fetches, which carry these
+	// headers and cannot carry an Authorization header or a JSON type.
+	cookie := "airlock_token=" + s.token
+	otherPort := []string{"-b", cookie, "-H", "Sec-Fetch-Site: same-site", "-H", "Origin: http://127.0.0.1:8000"}
+	post := func(path, ctype, body string, hdrs ...string) []string {
+		return append(append([]string{"-X", "POST", "-H", "Content-Type: " + ctype, "--data-binary", body}, hdrs...), s.url+path)
+	}
+	refused("a page on another loopback port: a text/plain form post with the cookie adds an allow rule", "403",
+		post("/v1/egress/rules", "text/plain", `{"action":"allow","pattern":"*.evil.test"}=`, otherPort...)...)
+	refused("a page on another loopback port: a no-cors fetch with the cookie starts a root task", "403",
+		post("/v1/tasks", "text/plain;charset=UTF-8", `{"shell":"id","root":true}`, otherPort...)...)
+	refused("a page on another loopback port: a urlencoded form post with the cookie", "403",
+		post("/v1/egress/rules", "application/x-www-form-urlencoded", `action=allow&pattern=*.evil.test`, otherPort...)...)
+	refused("a page on another loopback port: the cookie on a POST without a body", "403",
+		append([]string{"-X", "POST"}, append(otherPort, s.url+"/v1/disk/reset")...)...)
+	refused("a cross-site page: the cookie with a JSON body", "403",
+		post("/v1/tasks", "application/json", `{"shell":"id","root":true}`, "-b", cookie, "-H", "Sec-Fetch-Site: cross-site", "-H", "Origin: https://evil.example")...)
+	refused("an older browser: the cookie with another port's Origin and no Sec-Fetch-Site", "403",
+		post("/v1/egress/rules", "text/plain", `{"action":"allow","pattern":"*.evil.test"}`, "-b", cookie, "-H", "Origin: http://localhost:8000")...)
+	refused("the cookie with a text/plain body even from the UI's origin", "403",
+		post("/v1/egress/rules", "text/plain", `{"action":"allow","pattern":"*.evil.test"}`, "-b", cookie, "-H", "Sec-Fetch-Site: same-origin", "-H", "Origin: "+s.url)...)
+	refused("the cookie with a Host of another loopback port", "403", "-b", cookie, "-H", "Host: 127.0.0.1:8000", status)
 	attack(t, ctlFamily, "refused requests changed nothing", func(a *Attack) {
 		if after := settings(); after != before {
 			a.breach("settings changed by refused requests:\n%s\n%s", before, after)
+		}
+		if code, body := curl(0, "-H", "Authorization: Bearer "+s.token, s.url+"/v1/tasks"); code != "200" || strings.TrimSpace(body) != "[]" {
+			a.breach("tasks after refused requests: HTTP %s %.300s", code, body)
 		}
 	})
 
@@ -261,4 +292,87 @@ func flip(tok string) string {
 		b[0] = 'a'
 	}
 	return string(b)
+}
+
+// escName is a host name a guest asks the gate for over SOCKS, which
+// carries any bytes as a name: an OSC 52 clipboard write, a cursor move
+// that erases the line above, and a forged Airlock line.
+const escName = "x\x1b]52;c;cm0gLXJmIH4=\x07\x1b[1A\x1b[2K\u009b2J.test\r\nairlock: egress: allowed evil.test"
+
+// rawTerminalControl returns the first character in out a terminal would
+// act on, other than the line ends the CLI writes.
+func rawTerminalControl(out string) (rune, bool) {
+	for _, r := range out {
+		if r != '\n' && (r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0) {
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// TestGuestNamesOnTheTerminal: what the guest asked the gate for reaches
+// the user's terminal only escaped, in `airlock run`'s refusal lines and
+// in `airlock egress log`.
+func TestGuestNamesOnTheTerminal(t *testing.T) {
+	t.Parallel()
+	ws := vmharness.NewWorkspace(t)
+	if err := vmharness.BuildProbe(filepath.Join(ws, "probe")); err != nil {
+		t.Fatal(err)
+	}
+	probeArgs := []string{"/workspace/probe", "socks5", "connect", "name", escName, "443"}
+	// The escaped name, as the CLI shows it: proof the request reached the gate.
+	const shown = `x\x1b]52;c;cm0gLXJmIH4=\a\x1b[1A\x1b[2K\u009b2J.test\r\nairlock: egress: allowed evil.test`
+
+	attack(t, ctlFamily, "the guest asks for a host name with terminal escapes: airlock run's refusal line", func(a *Attack) {
+		// Its own XDG folders: no service there, so run boots a VM of its own.
+		root := a.TempDir()
+		env := append(os.Environ(), "AIRLOCK_IMAGE_DIR="+imageRoot,
+			"XDG_RUNTIME_DIR="+filepath.Join(root, "run"), "XDG_CONFIG_HOME="+filepath.Join(root, "config"),
+			"XDG_STATE_HOME="+filepath.Join(root, "state"), "XDG_CACHE_HOME="+filepath.Join(root, "cache"))
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, airlockBin, append([]string{"run", "--workspace", ws, "--"}, probeArgs...)...)
+		cmd.Env, cmd.Dir = env, "/"
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, _ := cmd.Output()
+		if c, ok := rawTerminalControl(stderr.String()); ok {
+			a.breach("raw %U on airlock run's stderr: %q", c, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "airlock: egress: refused ") || !strings.Contains(stderr.String(), shown) {
+			a.Fatalf("no refusal line for the name (stdout %q): %q", out, stderr.String())
+		}
+	})
+
+	attack(t, ctlFamily, "the guest asks for a host name with terminal escapes: airlock egress log", func(a *Attack) {
+		s := startServe(t)
+		cli := func(args ...string) (string, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, airlockBin, args...)
+			cmd.Env, cmd.Dir = s.env, "/"
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		if out, err := cli("workspace", "set", ws); err != nil {
+			a.Fatalf("workspace set: %v: %s", err, out)
+		}
+		// On the service's VM (booted for this task), through its gate.
+		out, _ := cli(append([]string{"run", "--"}, probeArgs...)...)
+		if c, ok := rawTerminalControl(out); ok {
+			a.breach("raw %U in airlock run's output: %q", c, out)
+		}
+		for _, args := range [][]string{{"egress", "log"}, {"egress", "log", "--denied"}, {"egress", "log", "--json"}} {
+			out, err := cli(args...)
+			if err != nil {
+				a.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+			}
+			if c, ok := rawTerminalControl(out); ok {
+				a.breach("raw %U in airlock %s: %q", c, strings.Join(args, " "), out)
+			}
+			if args[len(args)-1] != "--json" && !strings.Contains(out, shown) {
+				a.Fatalf("airlock %s does not show the name: %q", strings.Join(args, " "), out)
+			}
+		}
+	})
 }

@@ -4,7 +4,9 @@ package security
 
 import (
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +18,7 @@ const netFamily = "network escape"
 
 // gateCase is one attempt through the gate: it must fail in the guest and
 // be logged as refused with one of the wanted reasons. When allowedOK is
-// set, decisions allowing allowed.test (the one permitted upstream) are
+// set, decisions allowing the one permitted upstream (allowedAddr) are
 // expected too, as in a pipelined pair.
 type gateCase struct {
 	name, cmd, stdin string
@@ -308,7 +310,8 @@ func runGateCase(a *Attack, c gateCase) {
 	refusedOne := false
 	for _, d := range ds {
 		if d.Action == egress.ActionAllow {
-			if c.allowedOK && d.Host == "allowed.test" {
+			// The allowed upstream, under allowed.test or pinned.test.
+			if c.allowedOK && net.JoinHostPort(d.Addr, strconv.Itoa(int(d.Port))) == allowedAddr {
 				continue
 			}
 			a.breach("the gate allowed %s:%d (%s, %s): %s", d.Host, d.Port, d.Reason, d.Rule, r)

@@ -30,9 +30,22 @@ func TestDiagnose(t *testing.T) {
 		{OpStart, 0x80070005, ErrBootFilesAccess},
 		{OpCreate, 0x80070002, ErrBootFilesAccess},
 		{OpCreate, 0x80070003, ErrBootFilesAccess},
+		{OpCreate, 0xC03A001A, ErrDiskRefused}, // a sparse, compressed or encrypted VHD
+		{OpStart, 0xC03A001A, ErrDiskRefused},
 		{OpModify, 0x80070005, nil},
 		{OpTerminate, 0x80370110, nil},
-		{OpCreate, 0x8037010D, nil},
+		{OpTerminate, 0xC0370110, nil},
+		// hcsshim internal/hcs/errors.go's codes, in both forms HCS uses.
+		{OpStart, 0x80370106, ErrUnexpectedExit},
+		{OpModify, 0xC0370106, ErrUnexpectedExit},
+		{OpCreate, 0x8037010D, ErrUnsupported},
+		{OpCreate, 0xC037010D, ErrUnsupported},
+		{OpModify, 0x8007000D, ErrUnsupported},
+		// Out of memory or host resources (winerror.h).
+		{OpStart, 0x8007000E, ErrOutOfResources},
+		{OpStart, 0x80070008, ErrOutOfResources},
+		{OpStart, 0x800705AA, ErrOutOfResources},
+		{OpCreate, 0x800705AF, ErrOutOfResources},
 	} {
 		t.Run(fmt.Sprintf("%s/%s", tc.op, tc.hr), func(t *testing.T) {
 			err := Diagnose(tc.op, tc.hr, "detail")
@@ -59,7 +72,8 @@ func TestDiagnose(t *testing.T) {
 // TestSentinels: every diagnosis is distinct, says what to do, and the
 // platform ones count as "no hypervisor" for callers that only know vm.
 func TestSentinels(t *testing.T) {
-	all := []error{ErrPlatformMissing, ErrWindowsTooOld, ErrServiceNotInstalled, ErrServiceNotRunning, ErrServiceDenied, ErrBootFilesAccess, ErrPlan9Mount}
+	all := []error{ErrPlatformMissing, ErrWindowsTooOld, ErrServiceNotInstalled, ErrServiceNotRunning, ErrServiceDenied, ErrBootFilesAccess, ErrPlan9Mount, ErrDiskRefused,
+		ErrUnexpectedExit, ErrUnsupported, ErrOutOfResources}
 	for i, a := range all {
 		for j, b := range all {
 			if i != j && errors.Is(a, b) {
@@ -74,6 +88,53 @@ func TestSentinels(t *testing.T) {
 	for _, e := range all[:4] {
 		if !errors.Is(e, vm.ErrNoHypervisor) {
 			t.Errorf("%v is not vm.ErrNoHypervisor", e)
+		}
+	}
+}
+
+// TestStoppedCodes: HCS says "not found", "already stopped" and "pending"
+// in the codes hcsshim's internal/hcs/errors.go lists, and a terminate is
+// settled by any of them.
+func TestStoppedCodes(t *testing.T) {
+	for _, tc := range []struct {
+		hr                                     HRESULT
+		notFound, alreadyStopped, pending, set bool
+	}{
+		{0x8037010E, true, false, false, true},   // HCS_E_SYSTEM_NOT_FOUND
+		{0xC037010E, true, false, false, true},   // hcsshim ErrComputeSystemDoesNotExist
+		{0x80070490, true, true, false, true},    // ERROR_ELEMENT_NOT_FOUND
+		{0x80370110, false, true, false, true},   // HCS_E_SYSTEM_ALREADY_STOPPED
+		{0xC0370110, false, true, false, true},   // hcsshim ErrVmcomputeAlreadyStopped
+		{0xC0370103, false, false, true, true},   // hcsshim ErrVmcomputeOperationPending
+		{0x80370117, false, false, true, true},   // HCS_E_OPERATION_PENDING
+		{0x80370106, false, false, false, false}, // unexpected exit: not settled
+		{0x80070005, false, false, false, false},
+	} {
+		err := fmt.Errorf("vmservice: %w", Diagnose(OpTerminate, tc.hr, ""))
+		if IsNotFound(err) != tc.notFound || IsAlreadyStopped(err) != tc.alreadyStopped || IsPending(err) != tc.pending || TerminateSettled(err) != tc.set {
+			t.Errorf("%s: not found %v, already stopped %v, pending %v, settled %v; want %+v",
+				tc.hr, IsNotFound(err), IsAlreadyStopped(err), IsPending(err), TerminateSettled(err), tc)
+		}
+	}
+	if IsNotFound(errors.New("not found")) || TerminateSettled(nil) {
+		t.Error("a plain error or nil counts as an HCS code")
+	}
+}
+
+// TestDescribeExit: how the VM ended, as the app reports it.
+func TestDescribeExit(t *testing.T) {
+	for _, tc := range []struct {
+		e    Exit
+		want error
+	}{
+		{Exit{Type: "UnexpectedExit"}, ErrUnexpectedExit},
+		{Exit{Type: "UnexpectedExit", Status: -2143878906}, ErrUnexpectedExit},    // 0x80370106
+		{Exit{Type: "ForcedExit", Status: int32(-2147024882)}, ErrOutOfResources}, // 0x8007000E
+		{Exit{Type: "ForcedExit"}, nil},
+	} {
+		err := describeExit(tc.e)
+		if err == nil || (tc.want == nil) != (errors.Unwrap(err) == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Errorf("%+v: %v, want %v", tc.e, err, tc.want)
 		}
 	}
 }

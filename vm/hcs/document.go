@@ -25,15 +25,22 @@ const (
 	// ServiceName is the Windows service's name.
 	ServiceName = "AirlockVMService"
 	// ConsolePipePrefix starts the name of a VM's console pipe; the app
-	// creates it, the VM's COM1 connects to it.
+	// creates it, the VM's COM1 connects to it (ConsolePipeName).
 	ConsolePipePrefix = `\\.\pipe\airlock-console-`
 )
 
-// Plan9 share flags (private in the HCS schema; the values hcsshim and
-// Multipass use).
+// Plan9 share flags (private in the HCS schema; the values of WSL's
+// Plan9ShareFlags, microsoft/WSL src/windows/common/hcs_schema.h, which
+// hcsshim and Multipass use too).
 const (
 	plan9ReadOnly      int32 = 0x00000001
 	plan9LinuxMetadata int32 = 0x00000004
+	// plan9UseShareRootIdentity goes with a share added under a user's
+	// token (HcsModifyComputeSystem's identity argument): WSL's
+	// AddPlan9Share sets it exactly when it passes a token (microsoft/WSL
+	// src/windows/common/hcs.cpp, WI_SetFlagIf(..., UseShareRootIdentity,
+	// ARGUMENT_PRESENT(UserToken))).
+	plan9UseShareRootIdentity int32 = 0x00000010
 )
 
 // schemaVersion is 2.1, the first version with LinuxKernelDirect, Plan9
@@ -98,8 +105,71 @@ func (s Spec) KernelCmdline() string {
 	return strings.Join(append(w, s.Cmdline...), " ")
 }
 
-// Document is the compute system document for s: kernel-direct boot,
-// memory and processors, the console on COM1, Hyper-V sockets for the
+// CheckBoot reports whether s's boot files can be booted on s.Arch. On
+// arm64 the firmware sees one host folder (VmbFs), so the kernel and the
+// initrd must be in the same one, and the initrd's name goes on the
+// command line, so it must be a plain word.
+func (s Spec) CheckBoot() error {
+	if s.Arch != "arm64" {
+		return nil
+	}
+	kdir, kname := splitWindowsPath(s.Kernel)
+	idir, iname := splitWindowsPath(s.Initrd)
+	switch {
+	case kname == "" || iname == "":
+		return fmt.Errorf("hcs: kernel %q or initrd %q is not a file path", s.Kernel, s.Initrd)
+	case !strings.EqualFold(kdir, idir):
+		return fmt.Errorf("hcs: on arm64 the kernel (%s) and the initrd (%s) must be in the same folder: the firmware boots them from it", s.Kernel, s.Initrd)
+	case strings.ContainsAny(iname, " \t\"'=") || strings.ContainsAny(kname, " \t\"'"):
+		return fmt.Errorf("hcs: boot file names %q and %q must not contain spaces, quotes or '='", kname, iname)
+	}
+	return nil
+}
+
+// splitWindowsPath splits a Windows path at its last backslash into the
+// folder and the file name (vm/hcs is built on every OS, so path/filepath
+// would split at '/' on Linux).
+func splitWindowsPath(p string) (dir, name string) {
+	i := strings.LastIndexByte(p, '\\')
+	if i < 0 {
+		return "", p
+	}
+	return p[:i], p[i+1:]
+}
+
+// chipset boots s: kernel-direct on amd64; on arm64, which has no Linux
+// kernel direct boot in HCS, through the UEFI firmware. WSL does the same
+// (microsoft/WSL src/windows/service/exe/WslCoreVm.cpp: "Linux kernel
+// direct boot is not yet supported on ARM64", then Chipset.Uefi.BootThis
+// with DeviceType VmbFs, VmbFsRootPath the folder holding the kernel and
+// the initrd, DevicePath `\kernel` and OptionalData the command line
+// starting `initrd=\initrd.img`); hcsshim's LCOW does it when KernelDirect
+// is off (internal/uvm/create_lcow.go). The firmware runs the kernel's
+// EFI stub (Debian's arm64 Image has one), which loads the initrd named by
+// initrd= from the same VmbFs folder. Callers check CheckBoot first.
+func (s Spec) chipset() *Chipset {
+	c := &Chipset{UseUtc: true}
+	if s.Arch != "arm64" {
+		c.LinuxKernelDirect = &LinuxKernelDirect{
+			KernelFilePath: s.Kernel,
+			InitRdPath:     s.Initrd,
+			KernelCmdLine:  s.KernelCmdline(),
+		}
+		return c
+	}
+	dir, kernel := splitWindowsPath(s.Kernel)
+	_, initrd := splitWindowsPath(s.Initrd)
+	c.Uefi = &Uefi{BootThis: &UefiBootEntry{
+		DeviceType:    "VmbFs",
+		VmbFsRootPath: dir,
+		DevicePath:    `\` + kernel,
+		OptionalData:  `initrd=\` + initrd + " " + s.KernelCmdline(),
+	}}
+	return c
+}
+
+// Document is the compute system document for s: kernel-direct boot
+// (UEFI on arm64, see chipset), memory and processors, the console on COM1, Hyper-V sockets for the
 // user and SYSTEM only, an empty Plan9 server, the disks on one SCSI
 // controller, and no network adapter.
 func Document(s Spec) ComputeSystem {
@@ -117,7 +187,12 @@ func Document(s Spec) ComputeSystem {
 	if len(s.Disks) > 0 {
 		att := map[string]Attachment{}
 		for i, disk := range s.Disks {
-			att[strconv.Itoa(i)] = Attachment{Type: "VirtualDisk", Path: disk.Path, ReadOnly: disk.ReadOnly}
+			// The persistent disk is a sparse file; the flags are WSL's
+			// (see Attachment).
+			att[strconv.Itoa(i)] = Attachment{
+				Type: "VirtualDisk", Path: disk.Path, ReadOnly: disk.ReadOnly,
+				SupportCompressedVolumes: true, AlwaysAllowSparseFiles: true, SupportEncryptedFiles: true,
+			}
 		}
 		d.Scsi = map[string]Scsi{"0": {Attachments: att}}
 	}
@@ -127,13 +202,17 @@ func Document(s Spec) ComputeSystem {
 		ShouldTerminateOnLastHandleClosed: true,
 		VirtualMachine: &VirtualMachine{
 			StopOnReset: true,
-			Chipset: &Chipset{LinuxKernelDirect: &LinuxKernelDirect{
-				KernelFilePath: s.Kernel,
-				InitRdPath:     s.Initrd,
-				KernelCmdLine:  s.KernelCmdline(),
-			}},
+			Chipset:     s.chipset(),
 			ComputeTopology: &Topology{
-				Memory:    &Memory{SizeInMB: MemorySizeMB(s.MemoryMiB)},
+				// Memory is not pinned: pagefile-backed and committed on
+				// first touch, as WSL's VMs (microsoft/WSL
+				// src/windows/service/exe/WslCoreVm.cpp sets
+				// AllowOvercommit and EnableDeferredCommit).
+				Memory: &Memory{
+					SizeInMB:             MemorySizeMB(s.MemoryMiB),
+					AllowOvercommit:      true,
+					EnableDeferredCommit: true,
+				},
 				Processor: &Processor{Count: uint32(s.CPUs)},
 			},
 			Devices: d,
@@ -156,21 +235,26 @@ func SocketSDDL(userSID string) string {
 	return "D:P(A;;FA;;;SY)(A;;FA;;;" + userSID + ")"
 }
 
-// ConsoleSDDL is the security descriptor of a VM's console pipe: SYSTEM,
-// the "Virtual Machines" group the VM worker process runs in
-// (NT VIRTUAL MACHINE\Virtual Machines, S-1-5-83-0) and the user whose app
-// serves the pipe.
+// ConsoleSDDL is the security descriptor of a VM's console pipe, owned
+// by the user whose app serves it: SYSTEM, the "Virtual Machines" group
+// the VM worker process runs in (NT VIRTUAL MACHINE\Virtual Machines,
+// S-1-5-83-0) and that user. No other user may connect or add an instance.
 func ConsoleSDDL(userSID string) string {
-	return "D:P(A;;GA;;;SY)(A;;GA;;;S-1-5-83-0)(A;;GA;;;" + userSID + ")"
+	return "O:" + userSID + "D:P(A;;GA;;;SY)(A;;GA;;;S-1-5-83-0)(A;;GA;;;" + userSID + ")"
 }
 
 // AddPlan9Share is the HcsModifyComputeSystem request that shares path
 // with the guest as api.WorkspaceTag on Plan9Port. Read-only is enforced
-// by the host's Plan9 server, not only by the guest's mount.
-func AddPlan9Share(path string, readOnly bool) ModifySettingRequest {
+// by the host's Plan9 server, not only by the guest's mount. asUser says
+// the request goes with the user's token, which then needs the
+// UseShareRootIdentity flag, as in WSL.
+func AddPlan9Share(path string, readOnly, asUser bool) ModifySettingRequest {
 	flags := plan9LinuxMetadata
 	if readOnly {
 		flags |= plan9ReadOnly
+	}
+	if asUser {
+		flags |= plan9UseShareRootIdentity
 	}
 	return ModifySettingRequest{
 		ResourcePath: "VirtualMachine/Devices/Plan9/Shares",
@@ -215,8 +299,3 @@ var guidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[
 
 // ValidGUID reports whether s is a GUID string (a compute system or runtime id).
 func ValidGUID(s string) bool { return guidRE.MatchString(s) }
-
-var consolePipeRE = regexp.MustCompile(`^` + regexp.QuoteMeta(ConsolePipePrefix) + `[0-9a-f]{32}$`)
-
-// ValidConsolePipe reports whether p is a console pipe name Airlock makes.
-func ValidConsolePipe(p string) bool { return consolePipeRE.MatchString(p) }

@@ -25,7 +25,7 @@ func baseSpec() Spec {
 		Cmdline:     []string{"airlock.uid=1000", "airlock.gid=1000"},
 		CPUs:        2,
 		MemoryMiB:   1024,
-		ConsolePipe: ConsolePipePrefix + "00112233445566778899aabbccddeeff",
+		ConsolePipe: ConsolePipePrefix + testSID + "-00112233445566778899aabbccddeeff",
 		UserSID:     testSID,
 	}
 }
@@ -48,8 +48,9 @@ func TestDocumentGolden(t *testing.T) {
 		}},
 		{"arm64-share-odd-memory-no-console", func(s *Spec) {
 			s.Arch, s.Share, s.MemoryMiB, s.CPUs, s.ConsolePipe = "arm64", true, 1023, 4, ""
-			s.Kernel = strings.ReplaceAll(s.Kernel, "amd64", "arm64")
-			s.Initrd = strings.ReplaceAll(s.Initrd, "amd64", "arm64")
+			// The arm64 image's files (images/README.md).
+			s.Kernel = `C:\Program Files\Airlock\images\arm64\Image`
+			s.Initrd = `C:\Program Files\Airlock\images\arm64\initramfs.cpio`
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -92,12 +93,50 @@ func checkDocument(t *testing.T, s Spec, d ComputeSystem) {
 		if a.Type != "VirtualDisk" || a.Path != disk.Path || a.ReadOnly != disk.ReadOnly {
 			t.Errorf("LUN %d: %+v, want %+v", i, a, disk)
 		}
+		// Hyper-V refuses a sparse (or compressed, or encrypted) VHD
+		// without these: 0xC03A001A.
+		if !a.AlwaysAllowSparseFiles || !a.SupportCompressedVolumes || !a.SupportEncryptedFiles {
+			t.Errorf("LUN %d refuses sparse, compressed or encrypted files: %+v", i, a)
+		}
 	}
-	if d.VirtualMachine.ComputeTopology.Memory.SizeInMB%2 != 0 {
+	mem := d.VirtualMachine.ComputeTopology.Memory
+	if mem.SizeInMB%2 != 0 {
 		t.Error("memory is not a multiple of 2 MB")
 	}
+	if !mem.AllowOvercommit || !mem.EnableDeferredCommit {
+		t.Errorf("memory is pinned: %+v", mem)
+	}
+	if !d.VirtualMachine.Chipset.UseUtc {
+		t.Error("the RTC keeps local time; the guest reads it as UTC")
+	}
+	// HCS has no kernel-direct boot on arm64: the firmware boots the
+	// kernel's EFI stub from the boot files' folder (VmbFs), and the stub
+	// loads the initrd that the command line's first word names.
+	var cl string
+	switch c := d.VirtualMachine.Chipset; {
+	case s.Arch == "arm64":
+		if c.LinuxKernelDirect != nil || c.Uefi == nil || c.Uefi.BootThis == nil {
+			t.Fatalf("arm64 chipset %+v: want UEFI boot only", c)
+		}
+		b := c.Uefi.BootThis
+		dir, kernel := splitWindowsPath(s.Kernel)
+		_, initrd := splitWindowsPath(s.Initrd)
+		if b.DeviceType != "VmbFs" || b.VmbFsRootPath != dir || b.DevicePath != `\`+kernel {
+			t.Errorf("boot entry %+v, want VmbFs %s, \\%s", b, dir, kernel)
+		}
+		first, rest, _ := strings.Cut(b.OptionalData, " ")
+		if first != `initrd=\`+initrd {
+			t.Errorf("command line starts %q, want initrd=\\%s", first, initrd)
+		}
+		cl = rest
+	default:
+		if c.Uefi != nil || c.LinuxKernelDirect == nil ||
+			c.LinuxKernelDirect.KernelFilePath != s.Kernel || c.LinuxKernelDirect.InitRdPath != s.Initrd {
+			t.Fatalf("amd64 chipset %+v: want kernel-direct boot of %s", c, s.Kernel)
+		}
+		cl = c.LinuxKernelDirect.KernelCmdLine
+	}
 	// The guest must read back exactly what the host meant.
-	cl := d.VirtualMachine.Chipset.LinuxKernelDirect.KernelCmdLine
 	got, err := api.ParseCmdline(cl)
 	if err != nil {
 		t.Fatalf("guest cannot parse %q: %v", cl, err)
@@ -132,17 +171,24 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 }
 
+// TestAddPlan9ShareGolden: the service adds the share with the user's
+// token, so the flags are LinuxMetadata|UseShareRootIdentity (0x14), plus
+// ReadOnly (0x15).
 func TestAddPlan9ShareGolden(t *testing.T) {
 	for _, ro := range []bool{false, true} {
 		name := "plan9-add.json"
 		if ro {
 			name = "plan9-add-ro.json"
 		}
-		got, err := json.MarshalIndent(AddPlan9Share(`D:\work\project`, ro), "", "  ")
+		got, err := json.MarshalIndent(AddPlan9Share(`D:\work\project`, ro, true), "", "  ")
 		if err != nil {
 			t.Fatal(err)
 		}
 		golden(t, name, append(got, '\n'))
+	}
+	// Without a token there is no identity to use.
+	if f := AddPlan9Share(`D:\work\project`, false, false).Settings.(Plan9Share).Flags; f != plan9LinuxMetadata {
+		t.Errorf("flags without a token: %#x", f)
 	}
 }
 
@@ -170,10 +216,6 @@ func TestValidators(t *testing.T) {
 		{ValidSID, "", false},
 		{ValidGUID, "0e8bd9a0-1b7c-4d6f-9a3b-2c1d0e9f8a7b", true},
 		{ValidGUID, "0e8bd9a0-1b7c-4d6f-9a3b-2c1d0e9f8a7", false},
-		{ValidConsolePipe, ConsolePipePrefix + "00112233445566778899aabbccddeeff", true},
-		{ValidConsolePipe, ConsolePipePrefix + "00112233445566778899AABBCCDDEEFF", false},
-		{ValidConsolePipe, `\\.\pipe\airlock-vmservice`, false},
-		{ValidConsolePipe, `\\otherhost\pipe\airlock-console-00112233445566778899aabbccddeeff`, false},
 	} {
 		if got := tc.f(tc.in); got != tc.want {
 			t.Errorf("%q: got %v, want %v", tc.in, got, tc.want)
@@ -185,6 +227,30 @@ func TestMemorySizeMB(t *testing.T) {
 	for in, want := range map[int]uint64{1024: 1024, 1023: 1024, 129: 130, 0: 0, -5: 0} {
 		if got := MemorySizeMB(in); got != want {
 			t.Errorf("MemorySizeMB(%d) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+func TestCheckBoot(t *testing.T) {
+	const dir = `C:\Program Files\Airlock\images\arm64\`
+	for _, tc := range []struct {
+		arch, kernel, initrd string
+		ok                   bool
+	}{
+		{"arm64", dir + "Image", dir + "initramfs.cpio", true},
+		{"arm64", dir + "Image", `C:\Program Files\Airlock\images\standard\arm64\initramfs.cpio`, false},
+		{"arm64", dir + "Image", `C:\PROGRAM FILES\Airlock\images\ARM64\initramfs.cpio`, true},
+		{"arm64", dir + "Image", dir + "init ramfs", false},
+		{"arm64", dir + "Image", dir + "a=b", false},
+		{"arm64", dir + "Ima\"ge", dir + "initramfs.cpio", false},
+		{"arm64", "Image", "initramfs.cpio", true},
+		{"arm64", dir, dir + "initramfs.cpio", false},
+		// amd64 boots each file by its full path.
+		{"amd64", dir + "vmlinux", `D:\other\initramfs.cpio`, true},
+	} {
+		s := Spec{Arch: tc.arch, Kernel: tc.kernel, Initrd: tc.initrd}
+		if err := s.CheckBoot(); (err == nil) != tc.ok {
+			t.Errorf("%s %q %q: %v, want ok=%v", tc.arch, tc.kernel, tc.initrd, err, tc.ok)
 		}
 	}
 }

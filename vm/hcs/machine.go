@@ -3,7 +3,6 @@ package hcs
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +27,9 @@ type Sockets interface {
 	Dial(ctx context.Context, vmID string, port uint32) (net.Conn, error)
 	// ListenConsole creates the named pipe server the VM's COM1 connects to.
 	ListenConsole(pipe string) (net.Listener, error)
+	// UserSID is the account the app runs as; its console pipes carry it
+	// in their names (ConsolePipeName).
+	UserSID() string
 }
 
 // Options configure the backend beyond vm.Config.
@@ -172,7 +174,7 @@ func (m *Machine) listenConsole() (string, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("hcs: console pipe name: %w", err)
 	}
-	name := ConsolePipePrefix + hex.EncodeToString(b[:])
+	name := ConsolePipeName(m.opt.Sockets.UserSID(), b)
 	l, err := m.opt.Sockets.ListenConsole(name)
 	if err != nil {
 		return "", fmt.Errorf("hcs: console pipe: %w", err)
@@ -272,14 +274,31 @@ func (m *Machine) exitError(e Exit, stopping bool) error {
 	if e.Graceful() || (stopping && e.Message == "") {
 		return nil
 	}
+	return describeExit(e)
+}
+
+// describeExit describes an exit that was not an orderly power-off, with
+// the diagnosis of its status (or ErrUnexpectedExit for HCS's
+// "UnexpectedExit") when there is one.
+func describeExit(e Exit) error {
 	msg := e.Type
 	if e.Message != "" {
 		msg = e.Message
 	}
+	text := "hcs: the VM exited: " + msg
+	var diag error
 	if e.Status != 0 {
-		return fmt.Errorf("hcs: the VM exited: %s (%s)", msg, HRESULT(uint32(e.Status)))
+		hr := HRESULT(uint32(e.Status))
+		text += " (" + hr.String() + ")"
+		diag = diagnosis("", hr)
 	}
-	return fmt.Errorf("hcs: the VM exited: %s", msg)
+	if diag == nil && e.Type == "UnexpectedExit" {
+		diag = ErrUnexpectedExit
+	}
+	if diag != nil {
+		return fmt.Errorf("%s: %w", text, diag)
+	}
+	return errors.New(text)
 }
 
 // fail cleans up after a failed Start.

@@ -131,6 +131,10 @@ const (
 	CodePlatform     Code = "platform"        // ErrPlatformMissing
 	CodeTooOld       Code = "windows_too_old" // ErrWindowsTooOld
 	CodeBootFiles    Code = "boot_files"      // ErrBootFilesAccess
+	CodeDisk         Code = "disk_refused"    // ErrDiskRefused
+	CodeExit         Code = "unexpected_exit" // ErrUnexpectedExit
+	CodeUnsupported  Code = "unsupported"     // ErrUnsupported
+	CodeResources    Code = "resources"       // ErrOutOfResources
 	CodeNotRunning   Code = "not_running"     // vm.ErrNotRunning
 	CodeAlreadyStart Code = "already_started"
 	CodeInternal     Code = "internal"
@@ -153,6 +157,10 @@ var codeErrors = []struct {
 	{CodePlatform, ErrPlatformMissing},
 	{CodeTooOld, ErrWindowsTooOld},
 	{CodeBootFiles, ErrBootFilesAccess},
+	{CodeDisk, ErrDiskRefused},
+	{CodeExit, ErrUnexpectedExit},
+	{CodeUnsupported, ErrUnsupported},
+	{CodeResources, ErrOutOfResources},
 	{CodeNotRunning, vm.ErrNotRunning},
 	{CodeAlreadyStart, vm.ErrAlreadyStarted},
 	{CodeInvalid, vm.ErrInvalidConfig},

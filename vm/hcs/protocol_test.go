@@ -54,6 +54,10 @@ func TestWireErrors(t *testing.T) {
 		{CodePlatform, ErrPlatformMissing},
 		{CodeTooOld, ErrWindowsTooOld},
 		{CodeBootFiles, ErrBootFilesAccess},
+		{CodeDisk, ErrDiskRefused},
+		{CodeExit, ErrUnexpectedExit},
+		{CodeUnsupported, ErrUnsupported},
+		{CodeResources, ErrOutOfResources},
 		{CodeNotRunning, vm.ErrNotRunning},
 		{CodeAlreadyStart, vm.ErrAlreadyStarted},
 		{CodeInvalid, vm.ErrInvalidConfig},
@@ -68,7 +72,8 @@ func TestWireErrors(t *testing.T) {
 		}
 	}
 	// And back: the service sends the code the client maps to the same error.
-	for _, err := range []error{ErrPlatformMissing, ErrWindowsTooOld, ErrBootFilesAccess, vm.ErrNotRunning} {
+	for _, err := range []error{ErrPlatformMissing, ErrWindowsTooOld, ErrBootFilesAccess, ErrDiskRefused,
+		ErrUnexpectedExit, ErrUnsupported, ErrOutOfResources, vm.ErrNotRunning} {
 		back := (&WireError{Code: CodeOf(err), Message: err.Error()}).Err()
 		if !errors.Is(back, err) {
 			t.Errorf("%v does not survive the wire: %v", err, back)

@@ -30,9 +30,42 @@ type VirtualMachine struct {
 	Devices         *Devices  `json:"Devices,omitempty"`
 }
 
-// Chipset selects the boot path; Airlock boots the kernel directly.
+// Chipset selects the boot path: the kernel directly on amd64, through
+// the UEFI firmware on arm64 (exactly one of the two is set).
 type Chipset struct {
+	// UseUtc makes the virtual RTC keep UTC, which is what a Linux guest
+	// reads it as (the default is local time). WSL sets it on every VM
+	// (microsoft/WSL src/windows/service/exe/WslCoreVm.cpp,
+	// vmSettings.Chipset.UseUtc); the key is hcsshim's
+	// internal/hcs/schema2/chipset.go.
+	UseUtc            bool               `json:"UseUtc,omitempty"`
 	LinuxKernelDirect *LinuxKernelDirect `json:"LinuxKernelDirect,omitempty"`
+	Uefi              *Uefi              `json:"Uefi,omitempty"`
+}
+
+// Uefi boots the VM through its UEFI firmware (microsoft/WSL
+// src/windows/common/hcs_schema.h struct Uefi; hcsshim's
+// internal/hcs/schema2/uefi.go has the same keys).
+type Uefi struct {
+	// BootThis is the one entry the firmware boots.
+	BootThis *UefiBootEntry `json:"BootThis,omitempty"`
+}
+
+// UefiBootEntry is an EFI application the firmware loads and starts: here
+// the Linux kernel's EFI stub (microsoft/WSL hcs_schema.h struct
+// UefiBootEntry).
+type UefiBootEntry struct {
+	// DeviceType "VmbFs" serves the host folder VmbFsRootPath to the
+	// firmware as a file system (the only UefiBootDevice WSL defines).
+	DeviceType    string `json:"DeviceType,omitempty"`
+	VmbFsRootPath string `json:"VmbFsRootPath,omitempty"`
+	// DevicePath is the EFI application's path on that file system,
+	// rooted, with backslashes: `\Image`.
+	DevicePath string `json:"DevicePath,omitempty"`
+	// OptionalData is the load options the firmware passes to the
+	// application: for the EFI stub, the kernel command line, whose
+	// initrd= word the stub itself loads from the same file system.
+	OptionalData string `json:"OptionalData,omitempty"`
 }
 
 // LinuxKernelDirect boots a Linux kernel without firmware.
@@ -48,9 +81,18 @@ type Topology struct {
 	Processor *Processor `json:"Processor,omitempty"`
 }
 
-// Memory is the VM's memory.
+// Memory is the VM's memory (hcsshim's VirtualMachineMemory,
+// internal/hcs/schema2/virtual_machine_memory.go).
 type Memory struct {
 	SizeInMB uint64 `json:"SizeInMB,omitempty"`
+	// AllowOvercommit backs guest memory with the host's pagefile instead
+	// of pinned physical pages, so a VM starts when free RAM is short and
+	// its memory can be trimmed and paged like a process's.
+	AllowOvercommit bool `json:"AllowOvercommit,omitempty"`
+	// EnableDeferredCommit charges commit for a page only when the guest
+	// first touches it (needs AllowOvercommit: hcsshim
+	// internal/uvm/create.go refuses it on physically backed VMs).
+	EnableDeferredCommit bool `json:"EnableDeferredCommit,omitempty"`
 }
 
 // Processor is the VM's virtual processors.
@@ -83,6 +125,16 @@ type Attachment struct {
 	Type     string `json:"Type,omitempty"`
 	Path     string `json:"Path,omitempty"`
 	ReadOnly bool   `json:"ReadOnly,omitempty"`
+	// Without these three, Hyper-V refuses a VHD file that is sparse,
+	// NTFS-compressed or EFS-encrypted with 0xC03A001A
+	// (ERROR_VIRTUAL_DISK_LIMITATION, microsoft/WSL#4103). WSL sets all
+	// three on every disk it attaches (microsoft/WSL
+	// src/windows/common/hcs.cpp AddVhd, src/windows/common/hcs_schema.h
+	// Attachment); hcsshim's internal/hcs/schema2/attachment.go has the
+	// first two under the same keys.
+	SupportCompressedVolumes bool `json:"SupportCompressedVolumes,omitempty"`
+	AlwaysAllowSparseFiles   bool `json:"AlwaysAllowSparseFiles,omitempty"`
+	SupportEncryptedFiles    bool `json:"SupportEncryptedFiles,omitempty"`
 }
 
 // ComPort connects a serial port to a named pipe.

@@ -62,6 +62,8 @@ func (s *hvSockets) Dial(ctx context.Context, vmID string, port uint32) (net.Con
 	return c, nil
 }
 
+func (s *hvSockets) UserSID() string { return s.userSID }
+
 func (s *hvSockets) ListenConsole(pipe string) (net.Listener, error) {
 	return winio.ListenPipe(pipe, &winio.PipeConfig{SecurityDescriptor: ConsoleSDDL(s.userSID)})
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"github.com/Code-Hex/vz/v3"
-
-	"github.com/airlock-sandbox/airlock/vm"
 )
 
 // hostLimits are the framework's size limits on this Mac.
@@ -65,7 +63,12 @@ func configure(d Description) (*vz.VirtualMachineConfiguration, error) {
 	if len(d.Disks) > 0 {
 		var disks []vz.StorageDeviceConfiguration
 		for _, disk := range d.Disks {
-			att, err := vz.NewDiskImageStorageDeviceAttachment(disk.Path, disk.ReadOnly)
+			caching, sync, err := diskModes(disk)
+			if err != nil {
+				return nil, fmt.Errorf("disk %s: %w", disk.Path, err)
+			}
+			// macOS 12 and later: older ones get vz.ErrUnsupportedOSVersion.
+			att, err := vz.NewDiskImageStorageDeviceAttachmentWithCacheAndSync(disk.Path, disk.ReadOnly, caching, sync)
 			if err != nil {
 				return nil, fmt.Errorf("disk %s: %w", disk.Path, err)
 			}
@@ -110,10 +113,46 @@ func configure(d Description) (*vz.VirtualMachineConfiguration, error) {
 			err = errors.New("rejected without a reason")
 		}
 		// An unsigned binary, or one signed without the entitlement, fails
-		// here and nowhere earlier.
-		return nil, fmt.Errorf("%w: the framework refused the configuration: %w (the executable must be signed with the com.apple.security.virtualization entitlement: see build/darwin)", vm.ErrInvalidConfig, err)
+		// here and nowhere earlier; so does a Mac without virtualization.
+		// explain tells them apart by the framework's reason.
+		return nil, validationError{err}
 	}
 	return conf, nil
+}
+
+// validationError is the framework's refusal of a whole configuration
+// (VZVirtualMachineConfiguration validateWithError:).
+type validationError struct{ err error }
+
+func (e validationError) Error() string { return e.err.Error() }
+func (e validationError) Unwrap() error { return e.err }
+
+// explainConfigure is the error New reports for configure's err.
+func explainConfigure(err error, lim Limits) error {
+	var v validationError
+	if errors.As(err, &v) {
+		return explain("configure", v.err, false, true, lim)
+	}
+	return explain("configure", err, errors.Is(err, vz.ErrUnsupportedOSVersion), false, lim)
+}
+
+// diskModes are d's modes in vz's terms (see DiskCached).
+func diskModes(d DiskDevice) (vz.DiskImageCachingMode, vz.DiskImageSynchronizationMode, error) {
+	var c vz.DiskImageCachingMode
+	var s vz.DiskImageSynchronizationMode
+	switch d.Caching {
+	case DiskCached:
+		c = vz.DiskImageCachingModeCached
+	default:
+		return 0, 0, fmt.Errorf("unknown caching mode %q", d.Caching)
+	}
+	switch d.Sync {
+	case DiskFsync:
+		s = vz.DiskImageSynchronizationModeFsync
+	default:
+		return 0, 0, fmt.Errorf("unknown synchronization mode %q", d.Sync)
+	}
+	return c, s, nil
 }
 
 // toEvent maps the framework's state to an event.

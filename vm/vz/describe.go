@@ -63,7 +63,31 @@ type DiskDevice struct {
 	Path string `json:"path"`
 	// ReadOnly is enforced by the framework: the guest's writes fail.
 	ReadOnly bool `json:"read_only"`
+	// Caching and Sync are the attachment's VZDiskImageCachingMode and
+	// VZDiskImageSynchronizationMode: always DiskCached and DiskFsync.
+	Caching DiskCaching `json:"caching"`
+	Sync    DiskSync    `json:"sync"`
 }
+
+// DiskCaching is a VZDiskImageCachingMode.
+type DiskCaching string
+
+// DiskSync is a VZDiskImageSynchronizationMode.
+type DiskSync string
+
+// The modes every disk is attached with. The framework's default
+// (initWithURL:readOnly:error:, caching "automatic") corrupted ext4 on
+// Linux guests: checksum errors and read-only remounts (lima-vm/lima#1957,
+// utmapp/UTM#4840, apple/containerization#576). Lima (lima-vm/lima#2026),
+// UTM (utmapp/UTM#5919) and vfkit (crc-org/vfkit#76) attach disks cached
+// with fsync, which made it go away and cost no measurable speed there.
+// Fsync makes a guest's flush an fsync(2) on the image; "full"
+// (F_FULLFSYNC on every flush) is slower, and "none" loses data on a host
+// crash.
+const (
+	DiskCached DiskCaching = "cached"
+	DiskFsync  DiskSync    = "fsync"
+)
 
 // Console is a virtio-console serial port (hvc0 in the guest) written to
 // a file on the host.
@@ -100,7 +124,7 @@ func Describe(cfg vm.Config, arch string, lim Limits) (Description, error) {
 		Network: []string{},
 	}
 	for _, disk := range cfg.Disks {
-		d.Disks = append(d.Disks, DiskDevice{Path: disk.Path, ReadOnly: disk.ReadOnly})
+		d.Disks = append(d.Disks, DiskDevice{Path: disk.Path, ReadOnly: disk.ReadOnly, Caching: DiskCached, Sync: DiskFsync})
 	}
 	if s := cfg.Share; s != nil {
 		if !filepath.IsAbs(s.HostPath) {

@@ -78,6 +78,10 @@ func checkDescription(t *testing.T, cfg vm.Config, d Description) {
 		if d.Disks[i].Path != cfg.Disks[i].Path || d.Disks[i].ReadOnly != cfg.Disks[i].ReadOnly {
 			t.Errorf("disk %d: described %+v, configured %+v", i, d.Disks[i], cfg.Disks[i])
 		}
+		// The framework's default caching corrupts ext4 on writable disks.
+		if d.Disks[i].Caching != DiskCached || d.Disks[i].Sync != DiskFsync {
+			t.Errorf("disk %d: caching %q sync %q, want cached and fsync", i, d.Disks[i].Caching, d.Disks[i].Sync)
+		}
 	}
 	words := strings.Fields(d.Boot.Cmdline)
 	if words[0] != "console=hvc0" {

@@ -60,7 +60,7 @@ func (l Limits) Fit(cpus, memoryMiB int) (uint, uint64, error) {
 // down, so the range the message names is one the user can actually ask for.
 func inRange(what string, requested, min, max, unit uint64, suffix string) error {
 	if min > max {
-		return fmt.Errorf("vz: %w: the framework reports no usable %s range (%d to %d)", vm.ErrNoHypervisor, what, min, max)
+		return fmt.Errorf("vz: %w: the framework reports no usable %s range (%d to %d): virtualization is probably not available here (a macOS virtual machine or CI runner): run Airlock on the Mac itself", vm.ErrNoHypervisor, what, min, max)
 	}
 	if requested >= min && requested <= max {
 		return nil

@@ -2,6 +2,7 @@ package vz
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -35,25 +36,28 @@ const forceStopWait = 5 * time.Second
 type Machine struct {
 	vm.StateHub
 	desc Description
+	lim  Limits
 	opts Options
 	log  *slog.Logger
 	vm   *vz.VirtualMachine
 	sock *vz.VirtioSocketDevice
 
-	mu        sync.Mutex
-	started   bool
-	ended     bool // set by finish: no new listeners
-	listeners map[uint32]*listener
-	exitErr   error
-	exited    chan struct{} // closed once the machine reached a final state
-	cleanOnce sync.Once
+	mu          sync.Mutex
+	started     bool
+	consoleFrom int64 // the console log's size when Start began
+	ended       bool  // set by finish: no new listeners
+	listeners   map[uint32]*listener
+	exitErr     error
+	exited      chan struct{} // closed once the machine reached a final state
+	cleanOnce   sync.Once
 }
 
 // New checks cfg and the kernel, and creates the framework VM; nothing runs
 // until Start. A kernel the framework cannot boot, a size outside this
 // Mac's limits, or a missing entitlement is reported here.
 func New(cfg vm.Config, opts Options) (*Machine, error) {
-	d, err := Describe(cfg, runtime.GOARCH, hostLimits())
+	lim := hostLimits()
+	d, err := Describe(cfg, runtime.GOARCH, lim)
 	if err != nil {
 		return nil, err
 	}
@@ -74,18 +78,18 @@ func New(cfg vm.Config, opts Options) (*Machine, error) {
 	f.Close()
 	conf, err := configure(d)
 	if err != nil {
-		return nil, fmt.Errorf("vz: %w", err)
+		return nil, explainConfigure(err, lim)
 	}
 	v, err := vz.NewVirtualMachine(conf)
 	if err != nil {
-		return nil, fmt.Errorf("vz: create the virtual machine: %w", err)
+		return nil, explain("create the virtual machine", err, errors.Is(err, vz.ErrUnsupportedOSVersion), false, lim)
 	}
 	socks := v.SocketDevices()
 	if len(socks) != 1 {
 		return nil, fmt.Errorf("vz: the virtual machine has %d virtio-socket devices, want 1", len(socks))
 	}
 	m := &Machine{
-		desc: d, opts: opts, log: cfg.Log().With("backend", "vz"),
+		desc: d, lim: lim, opts: opts, log: cfg.Log().With("backend", "vz"),
 		vm: v, sock: socks[0],
 		listeners: map[uint32]*listener{},
 		exited:    make(chan struct{}),
@@ -104,19 +108,33 @@ func (m *Machine) watch() {
 			return
 		case s := <-changes:
 			m.mu.Lock()
-			started := m.started
-			m.mu.Unlock()
-			state, why, ok := onEvent(toEvent(s), started)
-			m.log.Debug("state", "vz", s.String(), "state", state)
-			switch {
-			case !ok:
-			case state.Final():
-				m.finish(why)
-				return
-			default:
+			state, why, ok := transition(m.State(), toEvent(s), m.started)
+			if ok && !state.Final() {
 				m.Set(state)
 			}
+			from := m.consoleFrom
+			m.mu.Unlock()
+			m.log.Debug("state", "vz", s.String(), "state", state, "published", ok)
+			if ok && state.Final() {
+				if why == nil {
+					// A panic resets the guest (panic=-1), which the
+					// framework reports as a plain stop.
+					why = panicked(consoleTail(m.desc.Console.Path, from))
+				}
+				m.finish(why)
+				return
+			}
 		}
+	}
+}
+
+// advance publishes s unless the machine is already past it (see
+// transition): Start, Stop and the watcher race to publish.
+func (m *Machine) advance(s vm.State) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cur := m.State(); !cur.Final() && rank[s] > rank[cur] {
+		m.Set(s)
 	}
 }
 
@@ -128,8 +146,9 @@ func (m *Machine) Start(ctx context.Context) error {
 		return fmt.Errorf("vz: %w", vm.ErrAlreadyStarted)
 	}
 	m.started = true
+	m.consoleFrom = consoleSize(m.desc.Console.Path)
 	m.mu.Unlock()
-	m.Set(vm.StateStarting)
+	m.advance(vm.StateStarting)
 	m.log.Info("starting", "cpus", m.desc.CPUs, "memory", m.desc.MemoryBytes, "cmdline", m.desc.Boot.Cmdline)
 
 	// The framework's start cannot be cancelled; it completes quickly.
@@ -138,7 +157,7 @@ func (m *Machine) Start(ctx context.Context) error {
 	select {
 	case err := <-errc:
 		if err != nil {
-			err = fmt.Errorf("vz: start: %w", err)
+			err = explain("start", err, errors.Is(err, vz.ErrUnsupportedOSVersion), false, m.lim)
 			m.finish(err)
 			return err
 		}
@@ -150,12 +169,14 @@ func (m *Machine) Start(ctx context.Context) error {
 		m.finish(err)
 		return err
 	}
-	m.Set(vm.StateRunning)
+	m.advance(vm.StateRunning)
 	return nil
 }
 
 // Wait blocks until the machine has stopped: nil after a guest power-off or
-// a Stop, errVMError when the framework reported an error.
+// a Stop; errVMError when the framework reported an error, errGuestPanic
+// when the guest's kernel panicked, and Stop's error when the framework
+// never confirmed a forced stop.
 func (m *Machine) Wait(ctx context.Context) error {
 	select {
 	case <-m.exited:
@@ -168,7 +189,10 @@ func (m *Machine) Wait(ctx context.Context) error {
 // Stop asks the guest to power off (RequestStop, the framework's power
 // button), waits for it up to Options.StopGrace or until ctx is done, then
 // forces the machine off. The orderly way, the agent's Shutdown, is the
-// caller's first step (app/sandbox); Stop is what follows it.
+// caller's first step (app/sandbox); Stop is what follows it. When the
+// framework does not confirm the forced stop within forceStopWait, the
+// machine may still run: it ends failed, not stopped, and Stop returns
+// why.
 func (m *Machine) Stop(ctx context.Context) error {
 	m.mu.Lock()
 	started := m.started
@@ -182,7 +206,7 @@ func (m *Machine) Stop(ctx context.Context) error {
 		return nil
 	default:
 	}
-	m.Set(vm.StateStopping)
+	m.advance(vm.StateStopping)
 	if m.vm.CanRequestStop() {
 		if _, err := m.vm.RequestStop(); err != nil {
 			m.log.Debug("request stop", "err", err)
@@ -200,11 +224,13 @@ func (m *Machine) Stop(ctx context.Context) error {
 	m.forceStop()
 	select {
 	case <-m.exited:
+		return nil
 	case <-time.After(forceStopWait):
-		m.log.Warn("the framework did not report the machine stopped", "state", m.vm.State().String())
-		m.finish(nil)
 	}
-	return nil
+	err := fmt.Errorf("vz: stop: %w within %s of a forced stop (its state: %s); it may still be running: quit Airlock to end it",
+		errStopUnconfirmed, forceStopWait, m.vm.State())
+	m.finish(err)
+	return err
 }
 
 // forceStop stops the machine without asking the guest.

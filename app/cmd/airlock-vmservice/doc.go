@@ -3,7 +3,9 @@
 // app/vmservice). The NSIS installer registers it; by hand, as
 // administrator:
 //
-//	airlock-vmservice install [-image-dir DIR]   register (LocalSystem, automatic start) and start it
+//	airlock-vmservice install [-image-dir DIR]   register (LocalSystem, automatic start), or update
+//	                                             the registration in place, and start it
+//	airlock-vmservice stop                       stop it and wait for its process to exit (upgrades)
 //	airlock-vmservice remove                     stop and unregister it
 //	airlock-vmservice debug   [-image-dir DIR]   serve in this console (Ctrl+C stops)
 //

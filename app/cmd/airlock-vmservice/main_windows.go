@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -10,14 +9,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"time"
 
-	"golang.org/x/sys/windows"
 	"golang.org/x/sys/windows/svc"
-	"golang.org/x/sys/windows/svc/mgr"
 
 	"github.com/airlock-sandbox/airlock/app/vmservice"
-	"github.com/airlock-sandbox/airlock/vm/hcs"
 )
 
 func main() {
@@ -47,17 +42,15 @@ func run() error {
 		log, closeLog := serviceLog()
 		defer closeLog()
 		return vmservice.RunService(vmservice.Config{ImageDir: *imageDir, Log: log})
-	case cmd == "install":
-		return install(*imageDir)
-	case cmd == "remove":
-		return remove()
+	case cmd == "install", cmd == "stop", cmd == "remove":
+		return manage(cmd, *imageDir)
 	case cmd == "debug":
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		return vmservice.Serve(ctx, vmservice.Config{ImageDir: *imageDir, Log: log})
 	}
-	return fmt.Errorf("unknown command %q (install, remove, debug)", cmd)
+	return fmt.Errorf("unknown command %q (install, stop, remove, debug)", cmd)
 }
 
 // defaultImageDir is images\<arch> next to the executable, where the
@@ -82,55 +75,23 @@ func serviceLog() (*slog.Logger, func()) {
 	return slog.New(slog.DiscardHandler), func() {}
 }
 
-func install(imageDir string) error {
-	exe, err := os.Executable()
+// manage runs install (register or update in place, then start), stop
+// (and wait for the process to exit: the installer's upgrade) or remove.
+func manage(cmd, imageDir string) error {
+	m, err := vmservice.WindowsSCM()
 	if err != nil {
 		return err
 	}
-	m, err := mgr.Connect()
-	if err != nil {
-		return fmt.Errorf("connect to the service manager (run as administrator): %w", err)
-	}
-	defer m.Disconnect()
-	s, err := m.CreateService(hcs.ServiceName, exe, mgr.Config{
-		DisplayName: "Airlock VM service",
-		Description: "Creates the Linux VMs of Airlock sandboxes for signed-in users.",
-		StartType:   mgr.StartAutomatic,
-	}, "-image-dir", imageDir)
-	if err != nil {
-		return fmt.Errorf("create service: %w", err)
-	}
-	defer s.Close()
-	// Restart after a crash: the app then sees "not running" only briefly.
-	_ = s.SetRecoveryActions([]mgr.RecoveryAction{
-		{Type: mgr.ServiceRestart, Delay: time.Second},
-		{Type: mgr.ServiceRestart, Delay: 5 * time.Second},
-		{Type: mgr.ServiceRestart, Delay: 30 * time.Second},
-	}, 24*60*60)
-	return s.Start()
-}
-
-func remove() error {
-	m, err := mgr.Connect()
-	if err != nil {
-		return fmt.Errorf("connect to the service manager (run as administrator): %w", err)
-	}
-	defer m.Disconnect()
-	s, err := m.OpenService(hcs.ServiceName)
-	if err != nil {
-		if errors.Is(err, windows.ERROR_SERVICE_DOES_NOT_EXIST) {
-			return nil
+	defer m.Close()
+	switch cmd {
+	case "install":
+		exe, err := os.Executable()
+		if err != nil {
+			return err
 		}
-		return err
+		return vmservice.Install(m, vmservice.ServiceConfig{Exe: exe, ImageDir: imageDir})
+	case "stop":
+		return vmservice.StopService(m)
 	}
-	defer s.Close()
-	if st, err := s.Control(svc.Stop); err == nil {
-		for i := 0; i < 50 && st.State != svc.Stopped; i++ {
-			time.Sleep(200 * time.Millisecond)
-			if st, err = s.Query(); err != nil {
-				break
-			}
-		}
-	}
-	return s.Delete()
+	return vmservice.Remove(m)
 }

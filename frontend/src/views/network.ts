@@ -89,7 +89,7 @@ export function networkView(): View {
     fill(
       pinned,
       st.map_hosts.length
-        ? h("p", { class: "hint" }, "Pinned in the settings file (always reachable): ", st.map_hosts.map((m) => h("code", { class: "chip" }, m)))
+        ? h("p", { class: "hint" }, "Pinned in the settings file (where these names go; the allow rules say which ports are open): ", st.map_hosts.map((m) => h("code", { class: "chip" }, m)))
         : null,
     );
     fill(
@@ -160,6 +160,7 @@ export function networkView(): View {
             reason(d),
             d.rule && ok ? h("span", { class: "muted small" }, ` · ${d.rule}`) : null,
             d.secrets?.length ? h("span", { class: "muted small", "data-testid": "log-secrets" }, ` · added ${d.secrets.join(", ")}`) : null,
+            d.repeated ? h("span", { class: "muted small", "data-testid": "log-repeated" }, ` · ×${d.repeated} more`) : null,
           ),
           h("td", { class: "mono muted small" }, d.task ?? ""),
           h("td", { class: "muted small nowrap" }, ok ? `↓ ${bytes(d.bytes_down)} ↑ ${bytes(d.bytes_up)}` : quick),

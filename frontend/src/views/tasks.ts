@@ -230,6 +230,7 @@ export function tasksView(): View {
       t.started ? `Started ${clock(t.started)}` : "Waiting to start",
       t.started ? taskDuration(t) : null,
       `${bytes(t.output.stdout + t.output.stderr)} of output`,
+      t.output.truncated ? `output cut at its limit, ${bytes(t.output.dropped ?? 0)} discarded` : null,
       t.command.root ? "as administrator (root)" : null,
       t.reason && t.reason !== "cancelled" ? t.reason : null,
     ];

@@ -18,6 +18,7 @@ var (
 
 	procCreateOperation            = dll.NewProc("HcsCreateOperation")
 	procCloseOperation             = dll.NewProc("HcsCloseOperation")
+	procCancelOperation            = dll.NewProc("HcsCancelOperation")
 	procWaitForOperationResult     = dll.NewProc("HcsWaitForOperationResult")
 	procCreateComputeSystem        = dll.NewProc("HcsCreateComputeSystem")
 	procOpenComputeSystem          = dll.NewProc("HcsOpenComputeSystem")
@@ -32,7 +33,7 @@ var (
 	procRevokeVMAccess             = dll.NewProc("HcsRevokeVmAccess")
 
 	allProcs = []*windows.LazyProc{
-		procCreateOperation, procCloseOperation, procWaitForOperationResult,
+		procCreateOperation, procCloseOperation, procCancelOperation, procWaitForOperationResult,
 		procCreateComputeSystem, procOpenComputeSystem, procCloseComputeSystem,
 		procStartComputeSystem, procTerminateComputeSystem, procGetComputeSystemProperties,
 		procModifyComputeSystem, procSetComputeSystemCallback, procEnumerateComputeSystems,
@@ -154,14 +155,18 @@ func (s *System) ExitStatus() hcs.Exit {
 	return s.exit
 }
 
+// utf16 converts an argument for a DLL call. Every pointer it returns is
+// passed as uintptr(unsafe.Pointer(p)) directly in the LazyProc.Call
+// expression: Call is //go:uintptrescapes, which keeps the memory alive
+// until the call returns; converting it anywhere else (a helper, a
+// variable) leaves it to the collector during the call
+// (TestPointersReachTheCall checks this file for it).
 func utf16(s string) (*uint16, error) {
 	if s == "" {
 		return nil, nil
 	}
 	return windows.UTF16PtrFromString(s)
 }
-
-func ptr(p *uint16) uintptr { return uintptr(unsafe.Pointer(p)) }
 
 // takeString converts and frees a string HCS allocated.
 func takeString(p *uint16) string {
@@ -186,8 +191,12 @@ func resultMessage(doc string) string {
 }
 
 // withOperation creates an operation, lets call use it, and waits for the
-// result document.
-func withOperation(op string, call func(operation uintptr) uintptr) (string, error) {
+// result document until ctx ends (awaitOperation), cancelling the
+// operation then. The operation is closed on return even if it goes on:
+// HCS keeps running a closed operation and drops its result (hcsshim
+// internal/hcs/v2/operation.go submitOperation); the arguments of call
+// were copied by HCS when call returned.
+func withOperation(ctx context.Context, op string, call func(operation uintptr) uintptr) (string, error) {
 	operation, _, _ := procCreateOperation.Call(0, 0)
 	if operation == 0 {
 		return "", hcs.Diagnose(op, 0x8007000E, "HcsCreateOperation failed") // E_OUTOFMEMORY
@@ -196,10 +205,17 @@ func withOperation(op string, call func(operation uintptr) uintptr) (string, err
 	if hr := hcs.HRESULT(call(operation)); hr.Failed() {
 		return "", hcs.Diagnose(op, hr, "")
 	}
-	var doc *uint16
-	r, _, _ := procWaitForOperationResult.Call(operation, uintptr(windows.INFINITE), uintptr(unsafe.Pointer(&doc)))
-	res := takeString(doc)
-	if hr := hcs.HRESULT(r); hr.Failed() {
+	hr, res, err := awaitOperation(ctx, func(timeoutMs uint32) (hcs.HRESULT, string) {
+		var doc *uint16
+		r, _, _ := procWaitForOperationResult.Call(operation, uintptr(timeoutMs), uintptr(unsafe.Pointer(&doc)))
+		return hcs.HRESULT(r), takeString(doc)
+	}, func() {
+		procCancelOperation.Call(operation)
+	})
+	if err != nil {
+		return res, fmt.Errorf("hcs: %s: %w", op, err)
+	}
+	if hr.Failed() {
 		return res, hcs.Diagnose(op, hr, resultMessage(res))
 	}
 	return res, nil
@@ -223,8 +239,8 @@ func Create(ctx context.Context, id string, document []byte) (*System, error) {
 		return nil, err
 	}
 	var handle uintptr
-	_, err = withOperation(hcs.OpCreate, func(op uintptr) uintptr {
-		r, _, _ := procCreateComputeSystem.Call(ptr(pid), ptr(pdoc), op, 0, uintptr(unsafe.Pointer(&handle)))
+	_, err = withOperation(ctx, hcs.OpCreate, func(op uintptr) uintptr {
+		r, _, _ := procCreateComputeSystem.Call(uintptr(unsafe.Pointer(pid)), uintptr(unsafe.Pointer(pdoc)), op, 0, uintptr(unsafe.Pointer(&handle)))
 		return r
 	})
 	if err != nil {
@@ -246,7 +262,7 @@ func Open(id string) (*System, error) {
 		return nil, err
 	}
 	var handle uintptr
-	r, _, _ := procOpenComputeSystem.Call(ptr(pid), uintptr(windows.GENERIC_ALL), uintptr(unsafe.Pointer(&handle)))
+	r, _, _ := procOpenComputeSystem.Call(uintptr(unsafe.Pointer(pid)), uintptr(windows.GENERIC_ALL), uintptr(unsafe.Pointer(&handle)))
 	if hr := hcs.HRESULT(r); hr.Failed() {
 		return nil, hcs.Diagnose("open", hr, id)
 	}
@@ -274,7 +290,7 @@ func (s *System) Properties(ctx context.Context) (hcs.Properties, error) {
 	if err := ctx.Err(); err != nil {
 		return p, err
 	}
-	doc, err := withOperation(hcs.OpProps, func(op uintptr) uintptr {
+	doc, err := withOperation(ctx, hcs.OpProps, func(op uintptr) uintptr {
 		r, _, _ := procGetComputeSystemProperties.Call(s.handle, op, 0)
 		return r
 	})
@@ -292,7 +308,7 @@ func (s *System) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	_, err := withOperation(hcs.OpStart, func(op uintptr) uintptr {
+	_, err := withOperation(ctx, hcs.OpStart, func(op uintptr) uintptr {
 		r, _, _ := procStartComputeSystem.Call(s.handle, op, 0)
 		return r
 	})
@@ -309,21 +325,25 @@ func (s *System) Modify(ctx context.Context, request []byte, identity windows.To
 	if err != nil {
 		return err
 	}
-	_, err = withOperation(hcs.OpModify, func(op uintptr) uintptr {
-		r, _, _ := procModifyComputeSystem.Call(s.handle, op, ptr(p), uintptr(identity))
+	_, err = withOperation(ctx, hcs.OpModify, func(op uintptr) uintptr {
+		r, _, _ := procModifyComputeSystem.Call(s.handle, op, uintptr(unsafe.Pointer(p)), uintptr(identity))
 		return r
 	})
 	return err
 }
 
-// Terminate ends the system at once. A system that had stopped already is
-// not an error.
+// Terminate ends the system at once. A system that is gone, had stopped
+// already, or is being terminated already is not an error
+// (hcs.TerminateSettled).
 func (s *System) Terminate(ctx context.Context) error {
-	_, err := withOperation(hcs.OpTerminate, func(op uintptr) uintptr {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	_, err := withOperation(ctx, hcs.OpTerminate, func(op uintptr) uintptr {
 		r, _, _ := procTerminateComputeSystem.Call(s.handle, op, 0)
 		return r
 	})
-	if err != nil && (hcs.IsAlreadyStopped(err) || hcs.IsNotFound(err)) {
+	if hcs.TerminateSettled(err) {
 		return nil
 	}
 	return err
@@ -363,8 +383,8 @@ func Enumerate(ctx context.Context, owner string) ([]hcs.Properties, error) {
 	if err != nil {
 		return nil, err
 	}
-	doc, err := withOperation(hcs.OpEnumerate, func(op uintptr) uintptr {
-		r, _, _ := procEnumerateComputeSystems.Call(ptr(pq), op)
+	doc, err := withOperation(ctx, hcs.OpEnumerate, func(op uintptr) uintptr {
+		r, _, _ := procEnumerateComputeSystems.Call(uintptr(unsafe.Pointer(pq)), op)
 		return r
 	})
 	if err != nil {
@@ -397,7 +417,7 @@ func GrantVMAccess(id, path string) error {
 	if err != nil {
 		return err
 	}
-	r, _, _ := procGrantVMAccess.Call(ptr(pid), ptr(pp))
+	r, _, _ := procGrantVMAccess.Call(uintptr(unsafe.Pointer(pid)), uintptr(unsafe.Pointer(pp)))
 	if hr := hcs.HRESULT(r); hr.Failed() {
 		return hcs.Diagnose(hcs.OpGrant, hr, path)
 	}
@@ -418,7 +438,7 @@ func RevokeVMAccess(id, path string) error {
 	if err != nil {
 		return err
 	}
-	r, _, _ := procRevokeVMAccess.Call(ptr(pid), ptr(pp))
+	r, _, _ := procRevokeVMAccess.Call(uintptr(unsafe.Pointer(pid)), uintptr(unsafe.Pointer(pp)))
 	if hr := hcs.HRESULT(r); hr.Failed() {
 		return hcs.Diagnose("revoke VM access", hr, path)
 	}

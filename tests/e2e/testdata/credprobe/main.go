@@ -4,6 +4,10 @@
 //	credprobe get URL [HEADER VALUE]    GET through HTTP_PROXY, trusting the system bundle
 //	credprobe socks URL [HEADER VALUE]  the same through ALL_PROXY (SOCKS5)
 //	credprobe post URL BODY             POST BODY through HTTP_PROXY
+//	credprobe echo URL [HEADER VALUE]   GET through HTTP_PROXY without following
+//	                                    redirects; print the status line, every
+//	                                    header and the whole body
+//	credprobe socksecho URL [HEADER VALUE]  the same through ALL_PROXY (SOCKS5)
 //	credprobe scan LEN HASH SHA256      look for a string known only by its
 //	                                    length, Rabin-Karp hash and SHA-256 in every
 //	                                    process's environment and memory and every
@@ -37,9 +41,9 @@ func main() {
 		fail("usage: credprobe get|socks|post|scan ...")
 	}
 	switch os.Args[1] {
-	case "get", "socks":
+	case "get", "socks", "echo", "socksecho":
 		tr := &http.Transport{Proxy: http.ProxyFromEnvironment}
-		if os.Args[1] == "socks" {
+		if strings.HasPrefix(os.Args[1], "socks") {
 			u, err := url.Parse(os.Getenv("ALL_PROXY"))
 			if err != nil {
 				fail("ALL_PROXY: %v", err)
@@ -58,7 +62,21 @@ func main() {
 		if len(os.Args) > 4 {
 			req.Header.Set(os.Args[3], os.Args[4])
 		}
-		do(&http.Client{Transport: tr, Timeout: 60 * time.Second}, req)
+		if !strings.HasSuffix(os.Args[1], "echo") {
+			do(&http.Client{Transport: tr, Timeout: 60 * time.Second}, req)
+			return
+		}
+		c := &http.Client{Transport: tr, Timeout: 60 * time.Second,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := c.Do(req)
+		if err != nil {
+			fail("request: %v", err)
+		}
+		defer resp.Body.Close()
+		fmt.Printf("status=%s\n", resp.Status)
+		resp.Header.Write(os.Stdout)
+		io.Copy(os.Stdout, io.LimitReader(resp.Body, 1<<20))
+		fmt.Println()
 	case "post":
 		req, err := http.NewRequest("POST", os.Args[2], strings.NewReader(os.Args[3]))
 		if err != nil {

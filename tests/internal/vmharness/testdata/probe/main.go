@@ -27,6 +27,11 @@
 //	probe euid                         print the effective uid (run setuid on the host)
 //	probe rename OLD NEW | rmdir DIR    the syscalls alone (busybox mv falls back to copy and delete)
 //	probe rawread FILE                 read 512 bytes of FILE (a device node)
+//	probe creat FILE MODE              open(2) FILE with O_CREAT and octal MODE (0o4755: setuid)
+//	probe chmod FILE MODE              chmod(2) with octal MODE
+//	probe mknod FILE fifo|sock|reg MODE  mknod(2) of that type with octal MODE
+//	probe bindunix PATH                bind(2) a unix socket at PATH
+//	probe iouring | openat2            io_uring_setup(2), openat2(2) (calls a filter cannot read)
 //	probe hold N silent|URL            open N connections to the HTTP proxy and hold them: sending
 //	                                   nothing, or a keep-alive GET of URL with the task's credential;
 //	                                   prints how many opened, then holds them until killed
@@ -227,6 +232,41 @@ func main() {
 	case "setxattr":
 		check("setxattr", unix.Setxattr(arg(2), "user.airlock", []byte("x"), 0))
 		fmt.Println("ok: xattr set")
+	case "creat":
+		mode := octal(arg(3))
+		fd, err := unix.Open(arg(2), unix.O_CREAT|unix.O_WRONLY|unix.O_TRUNC, mode)
+		check("open O_CREAT", err)
+		var st unix.Stat_t
+		unix.Fstat(fd, &st)
+		fmt.Printf("ok: created with mode %o\n", st.Mode&0o7777)
+	case "chmod":
+		check("chmod", unix.Chmod(arg(2), octal(arg(3))))
+		fmt.Println("ok: mode changed")
+	case "mknod":
+		types := map[string]uint32{"fifo": unix.S_IFIFO, "sock": unix.S_IFSOCK, "reg": unix.S_IFREG}
+		typ, found := types[arg(3)]
+		if !found {
+			fail("unknown file type %q", arg(3))
+		}
+		check("mknod", unix.Mknod(arg(2), typ|octal(arg(4)), 0))
+		fmt.Println("ok: made")
+	case "bindunix":
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+		check("socket", err)
+		check("bind", unix.Bind(fd, &unix.SockaddrUnix{Name: arg(2)}))
+		fmt.Println("ok: bound")
+	case "iouring":
+		var params [30]uint32 // struct io_uring_params
+		_, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params)), 0)
+		if e != 0 {
+			check("io_uring_setup", e)
+		}
+		fmt.Println("ok: io_uring set up")
+	case "openat2":
+		fd, err := unix.Openat2(unix.AT_FDCWD, arg(2), &unix.OpenHow{Flags: unix.O_CREAT | unix.O_WRONLY, Mode: 0o4755})
+		check("openat2", err)
+		unix.Close(fd)
+		fmt.Println("ok: opened")
 	default:
 		fail("unknown mode %q", os.Args[1])
 	}
@@ -492,4 +532,13 @@ func check(what string, err error) {
 func fail(format string, a ...any) {
 	fmt.Printf("error: "+format+"\n", a...)
 	os.Exit(1)
+}
+
+// octal parses an octal mode.
+func octal(s string) uint32 {
+	n, err := strconv.ParseUint(s, 8, 32)
+	if err != nil {
+		fail("mode %q: %v", s, err)
+	}
+	return uint32(n)
 }

@@ -1,0 +1,16 @@
+//go:build linux
+
+package agent
+
+import "golang.org/x/sys/unix"
+
+const (
+	auditArch = unix.AUDIT_ARCH_AARCH64
+	x32Bit    = 0 // no second ABI on the same numbers
+	// sysSymlink: arm64 has only symlinkat.
+	sysChmod   = -1
+	sysSymlink = -1
+)
+
+// legacyModeChecks: arm64 has only the *at calls.
+var legacyModeChecks []modeCheck

@@ -1,0 +1,14 @@
+//go:build linux && !amd64 && !arm64
+
+package agent
+
+// No filter is written for other architectures: tasks there run without
+// one (newTaskRules says so).
+const (
+	auditArch  = 0
+	x32Bit     = 0
+	sysChmod   = -1
+	sysSymlink = -1
+)
+
+var legacyModeChecks []modeCheck

@@ -27,6 +27,7 @@ import (
 	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
+	"github.com/airlock-sandbox/airlock/guest/egress"
 )
 
 // Version is the agent version reported in Ready and Info.
@@ -61,6 +62,14 @@ type Config struct {
 	// the system bundle it appends it to (api.CAFile, api.CABundle).
 	CAFile, CABundle string
 	Logger           *slog.Logger
+	// Tasks, when set, is told each task's proxy credential while the
+	// task runs: the egress forwarder's per-task shares (egress.Tasks).
+	Tasks *egress.Tasks
+	// TaskInit, when set, is the guest binary (/proc/self/exe) started with
+	// TaskInitArg as the init of each task not run as root, in PID and
+	// mount namespaces of its own; empty runs tasks directly in the
+	// agent's namespaces (tests, and agents not run by the guest's init).
+	TaskInit string
 	// Reaper, when set, collects the exit of every task's main process:
 	// the agent runs in PID 1 (guest/boot), which must also reap what
 	// tasks orphan, and one wait4(-1) loop does both. Nil: each task is
@@ -84,6 +93,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	cgroups *cgroups // nil without cgroup support
+	spares  spares   // the spare task init (Config.TaskInit)
 	tasks   atomic.Int64
 	bootMS  atomic.Int64
 	// instance tells this agent from the ones init ran before it on the
@@ -140,6 +150,7 @@ func New(cfg Config) *Server {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, instance: rand.Uint64() | 1, shutdownSent: make(chan struct{})}
+	s.spares.changed.L = &s.spares.mu
 	s.wsMounted = sync.OnceValue(func() bool { return s.workspace().mounted })
 	s.rules = sync.OnceValues(s.buildRules)
 	s.devNull = sync.OnceValues(func() (*os.File, error) {
@@ -179,6 +190,7 @@ func (s *Server) MarkReady(uptime time.Duration) { s.bootMS.Store(uptime.Millise
 // reuse. Call it once no more tasks start.
 func (s *Server) Wait() {
 	s.wg.Wait()
+	s.stopSpares()
 	if s.cgroups != nil {
 		s.cgroups.drain()
 	}

@@ -17,6 +17,14 @@
 // later task (creating and removing one costs about a millisecond under
 // emulation); any other is removed.
 //
+// Tasks not run as root are kept apart from each other, though they share
+// one uid: each runs under its own init (the guest binary again, see
+// TaskInitArg) in PID and mount namespaces of its own, with a /proc that
+// shows only its own processes, so no task reads another's environment
+// (its proxy credential) or open files, or signals it. A spare init is
+// started ahead, so a task does not wait for one to start. Root tasks see
+// the whole guest.
+//
 // # The shared folder
 //
 // What a task leaves in the workspace reaches the user's disk, where the
@@ -34,7 +42,9 @@
 //
 // The guest has no network card. The agent starts the egress forwarders
 // (guest/egress): 127.0.0.1:3128 for the HTTP proxy and 127.0.0.1:1080 for
-// SOCKS5, each connection carried unparsed to the host gate. A task's
+// SOCKS5, each connection carried to the host gate, read only for the
+// task's credential, which gives each task its share of the connections
+// (egress.Tasks). A task's
 // default environment has no proxy variables: the host decides them, with
 // the per-task credential the gate uses to tell tasks apart, and sends them
 // in ExecStart.env (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY and their

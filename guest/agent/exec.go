@@ -51,6 +51,7 @@ type ExecStream interface {
 // is closed. A task that cannot start is answered with an Error event; a
 // panic in one ends that task with an Internal error, not the agent.
 func (s *Server) ServeExec(l net.Listener) error {
+	go s.refillSpare() // the first task need not wait for its init
 	return execwire.Serve(l, func(st *execwire.Stream) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -83,6 +84,9 @@ func (s *Server) Exec(stream ExecStream) error {
 	if err != nil {
 		return err
 	}
+	if s.cfg.Tasks != nil {
+		defer s.cfg.Tasks.Add(sp.env)()
+	}
 	p, err := s.start(sp)
 	if err != nil {
 		if derr := s.checkDir(sp); derr != nil {
@@ -97,6 +101,9 @@ func (s *Server) Exec(stream ExecStream) error {
 	debug := s.log.Enabled(stream.Context(), slog.LevelDebug)
 	if debug {
 		s.log.Debug("task started", "task", sp.id, "pid", p.pgid, "path", sp.path, "root", sp.root, "tty", sp.tty)
+	}
+	if !sp.root {
+		defer func() { go s.refillSpare() }()
 	}
 	t := &task{Server: s, sp: sp, p: p, stream: stream, started: time.Now()}
 	exit, err := t.run()
@@ -239,7 +246,9 @@ func (t *task) run() (*agentv1.Exit, error) {
 	case <-readersDone:
 	case <-time.After(drainGrace):
 	}
+	t.p.awaitInit(initExitGrace)
 	t.p.killTree()
+	t.p.collectInit()
 	closeOutput := func() {
 		t.p.stdout.Close() // unblocks a reader still going
 		if t.p.stderr != nil {

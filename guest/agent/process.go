@@ -9,9 +9,12 @@ import (
 	"os/exec"
 	"runtime"
 	"syscall"
+	"time"
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 )
 
 // RestrictPrivileges sets no_new_privs on every thread of the agent, so no
@@ -50,6 +53,12 @@ type process struct {
 	stdout *os.File // read end; the PTY master with a terminal
 	stderr *os.File // read end; nil with a terminal
 	pty    *os.File // the PTY master, for resizes; nil without a terminal
+	// report is the read end of the task init's report pipe (see
+	// TaskInitArg); nil when the task runs without one (root tasks, or
+	// Config.TaskInit unset). cmd is then the init, and initLeft says
+	// that its own exit is still to be collected.
+	report   *os.File
+	initGone chan struct{} // closed once the init has been collected
 }
 
 // start starts sp in its own process group (or session), in its own cgroup.
@@ -73,11 +82,35 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 
 	cmd := &exec.Cmd{Path: sp.path, Args: sp.argv, Env: sp.env, Dir: sp.dir}
 	attr := &syscall.SysProcAttr{}
-	if !sp.root {
+	isolated := s.cfg.TaskInit != "" && !sp.root
+	var spare *spareInit
+	if isolated {
+		spare = s.takeSpare()
+	}
+	switch {
+	case spare != nil:
+		// A spare task init, started ahead, gets the task over its
+		// socket (see spareInit), which it then reports on.
+		p.cg, p.report = spare.cg, spare.ctl
+		closeOnErr = append(closeOnErr, spare.ctl)
+	case isolated:
+		// The task's init, in new PID and mount namespaces, starts it
+		// (see TaskInitArg) and reports on its fd 3.
+		args := taskInitArgs("airlock-task-init", sp.tty, s.cfg.UID, s.cfg.GID, s.rulesWorkspace(), sp.dir, sp.path, sp.argv)
+		cmd = &exec.Cmd{Path: s.cfg.TaskInit, Args: args, Env: sp.env, Dir: "/"}
+		attr.Cloneflags = unix.CLONE_NEWPID | unix.CLONE_NEWNS
+		r, w, perr := outputPipe()
+		if perr != nil {
+			return nil, perr
+		}
+		childEnds = append(childEnds, w)
+		closeOnErr = append(closeOnErr, r)
+		cmd.ExtraFiles, p.report = []*os.File{w}, r
+	case !sp.root:
 		// Groups empty (not nil) clears the supplementary groups.
 		attr.Credential = &syscall.Credential{Uid: s.cfg.UID, Gid: s.cfg.GID, Groups: []uint32{}}
 	}
-	if s.cgroups != nil {
+	if s.cgroups != nil && spare == nil {
 		cg, cerr := s.cgroups.create()
 		if cerr != nil {
 			s.log.Warn("task without cgroup", "err", cerr)
@@ -102,7 +135,9 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 			_ = os.Chown(tty.Name(), int(s.cfg.UID), int(s.cfg.GID))
 		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-		attr.Setsid, attr.Setctty, attr.Ctty = true, true, 0
+		// A task init leads a session without a terminal: the task
+		// takes the terminal in a session of its own.
+		attr.Setsid, attr.Setctty, attr.Ctty = true, !isolated, 0
 		p.pty, p.stdout = ptmx, ptmx
 		if sp.stdin {
 			p.stdin = ptmx
@@ -143,9 +178,26 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.cfg.Reaper == nil {
+	if isolated {
+		// A task init mounts its /proc, which Landlock forbids to a
+		// restricted thread: it restricts itself (and serves the
+		// filter's calls) after that, the agent's thread only gets
+		// no_new_privs.
+		rules = taskRules{ruleset: -1}
+	}
+	switch {
+	case spare != nil:
+		t := initTask{tty: sp.tty, uid: s.cfg.UID, gid: s.cfg.GID, dir: sp.dir, path: sp.path, argv: sp.argv, env: sp.env,
+			stdin: cmd.Stdin.(*os.File), stdout: cmd.Stdout.(*os.File), stderr: cmd.Stderr.(*os.File)}
+		if err = sendTask(spare.ctl, t); err != nil {
+			p.cg = nil
+			s.discardSpare(spare)
+			return nil, fmt.Errorf("send the task to its init: %w", err)
+		}
+		cmd, p.exited = spare.cmd, spare.exited
+	case s.cfg.Reaper == nil:
 		err = startNoNewPrivs(cmd, rules)
-	} else {
+	default:
 		p.exited, err = s.cfg.Reaper.Spawn(func() (int, error) {
 			if err := startNoNewPrivs(cmd, rules); err != nil {
 				return 0, err
@@ -158,7 +210,44 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 	}
 	p.cmd = cmd
 	p.pgid = cmd.Process.Pid // leader of its new group or session
+	if p.report != nil {
+		// The init and the task hold the only write ends now.
+		for _, f := range childEnds {
+			f.Close()
+		}
+		childEnds = nil
+		if err := p.started(); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
+}
+
+// started waits for the task init to say whether the task started. On
+// failure the init has been collected when it returns, so its cgroup can go.
+func (p *process) started() error {
+	_ = p.report.SetReadDeadline(time.Now().Add(initStartTimeout))
+	kind, value, err := initReport(p.report)
+	_ = p.report.SetReadDeadline(time.Time{})
+	if err == nil && kind == initStarted {
+		return nil
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// Wedged, and still holding its end of the pipe, so not yet
+		// reaped: its pid is still its own.
+		_ = unix.Kill(p.pgid, unix.SIGKILL)
+	}
+	ws, _ := p.waitProcess()
+	switch {
+	case err == nil && kind == initStartFail:
+		return syscall.Errno(value)
+	case err == nil && kind == initSetupFail:
+		return execwire.Errorf(execwire.Internal, "exec: the task's init cannot set up its namespaces: %v", syscall.Errno(value))
+	case err == nil:
+		return execwire.Errorf(execwire.Internal, "exec: the task's init sent report %d before the task started", kind)
+	default:
+		return execwire.Errorf(execwire.Internal, "exec: the task's init ended without starting the task (wait status %#x): %v", uint32(ws), err)
+	}
 }
 
 // outputPipe makes a pipe for a task's output: the read end non-blocking in
@@ -235,8 +324,56 @@ func restrictedStart(cmd *exec.Cmd, rules taskRules, errc chan<- error) {
 	errc <- err
 }
 
-// wait waits for the task's main process to exit.
+// wait waits for the task's main process to exit. With a task init that
+// is what the init reports; the init itself stays until what the task left
+// behind is gone, and collectInit collects it.
 func (p *process) wait() (syscall.WaitStatus, error) {
+	if p.report != nil {
+		if kind, value, err := initReport(p.report); err == nil && kind == initExited {
+			p.initGone = make(chan struct{})
+			go func() {
+				_, _ = p.waitProcess()
+				close(p.initGone)
+			}()
+			return syscall.WaitStatus(value), nil
+		}
+		// No report: the init was killed, and the task with it.
+	}
+	return p.waitProcess()
+}
+
+// initExitGrace bounds the wait for a task init to end on its own once its
+// task's output is drained: it ends as soon as nothing is left in its
+// namespace, and then its cgroup is empty and serves the next task, where
+// killing it would cost a new cgroup. Beyond it, what is left is killed.
+const initExitGrace = 50 * time.Millisecond
+
+// awaitInit waits, up to d, for a task init whose task has ended to end.
+func (p *process) awaitInit(d time.Duration) {
+	if p.initGone == nil {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.initGone:
+	case <-t.C:
+	}
+}
+
+// collectInit waits for a task init whose task has ended: killTree has
+// killed it if nothing else ended it.
+func (p *process) collectInit() {
+	if p.initGone != nil {
+		<-p.initGone
+	}
+	if p.report != nil {
+		p.report.Close()
+	}
+}
+
+// waitProcess waits for cmd's process to exit.
+func (p *process) waitProcess() (syscall.WaitStatus, error) {
 	if p.exited == nil {
 		st, err := p.cmd.Process.Wait()
 		if err != nil {

@@ -98,6 +98,8 @@ func Run(ctx context.Context, log *slog.Logger, opts Options) error {
 		PowerOff:  signalInit,
 		Logger:    log,
 		Reaper:    opts.Reaper,
+		TaskInit:  "/proc/self/exe",
+		Tasks:     &egress.Tasks{},
 		// Nothing to guard in a read-only share, nor where the user
 		// allowed tasks to change it.
 		GuardToolConfig: boot.Share != api.ShareNone && !boot.ShareReadOnly && !boot.ToolConfigWritable,
@@ -116,7 +118,7 @@ func Run(ctx context.Context, log *slog.Logger, opts Options) error {
 	}
 	// Egress before readiness, so the first task finds its proxies.
 	ectx, ecancel := context.WithCancel(ctx)
-	wait := px.serve(ectx, tr.DialHost, log)
+	wait := px.serve(ectx, tr.DialHost, cfg.Tasks, log)
 	defer wait()
 	defer ecancel()
 
@@ -187,17 +189,17 @@ func bindProxies() *proxies {
 }
 
 // serve waits for the sockets and forwards what they accept to the host
-// with dial until ctx is done; wait is as egress.Forwarder.Start's. Without
+// with dial, each task's connections in its share (tasks), until ctx is done; wait is as egress.Forwarder.Start's. Without
 // proxies the guest is merely offline, so a failure to bind them is
 // logged, not fatal.
-func (p *proxies) serve(ctx context.Context, dial egress.DialFunc, log *slog.Logger) (wait func()) {
+func (p *proxies) serve(ctx context.Context, dial egress.DialFunc, tasks *egress.Tasks, log *slog.Logger) (wait func()) {
 	<-p.bound
 	if p.err != nil {
 		log.Error("egress proxies not started; tasks have no network", "err", p.err)
 		return func() {}
 	}
 	p.served = true
-	fwd := egress.New(egress.Config{Dial: dial, Logger: log.With("part", "egress")})
+	fwd := egress.New(egress.Config{Dial: dial, Tasks: tasks, Logger: log.With("part", "egress")})
 	return fwd.ServeAll(ctx, p.ls, p.routes)
 }
 

@@ -13,6 +13,11 @@
 // ones beyond it are reset at once), dialling the host is bounded by a
 // timeout, and a connection the host refuses (no listener on the port) is
 // reset at once, so a client sees an error, never a hang.
+//
+// With Config.Tasks, the forwarder also reads (and passes on unchanged)
+// the first bytes of each connection for the task's proxy credential, so
+// that one task cannot take every connection (see Tasks). A connection
+// that carries no byte either way for Config.IdleTimeout is closed.
 package egress
 
 import (
@@ -47,6 +52,30 @@ const (
 	// stream is local to the VM boundary, so it normally takes
 	// microseconds; the timeout only matters when the host is wedged.
 	DefaultDialTimeout = 10 * time.Second
+	// DefaultTaskConns is one task's share of DefaultMaxConns (with
+	// Config.Tasks): a quarter, so a task that takes all of its own, and
+	// the share of connections without a known credential, and every
+	// pending one, still leaves more than a third to the others, and
+	// more connections than a build's parallel downloads use.
+	DefaultTaskConns = DefaultMaxConns / 4
+	// DefaultPendingConns bounds the connections whose credential has
+	// not arrived yet; beyond it the oldest is closed.
+	DefaultPendingConns = 64
+	// DefaultHeadTimeout bounds how long a connection may take to show
+	// its credential. Clients send it at once. It is above the host's
+	// own deadline for a request head (app/egress.DefaultHeaderTimeout,
+	// 10 s from its first byte), so a slow head is cut off, and logged,
+	// by the host; a connection that sends nothing is closed here.
+	DefaultHeadTimeout = 15 * time.Second
+	// DefaultIdleTimeout closes a connection that carried no byte either
+	// way for that long, so connections a task forgot do not hold its
+	// share (and a transport stream, two goroutines and their buffers)
+	// for ever. It is far above the idle time of any client's pooled
+	// connection (Go's and curl's drop theirs after 90 s and 118 s, as
+	// the host's gate does after 90 s between requests) and the quiet of
+	// a long poll, which servers answer within a few minutes; a quiet SSH
+	// session through the SOCKS proxy needs ServerAliveInterval.
+	DefaultIdleTimeout = 10 * time.Minute
 )
 
 // DialFunc opens a stream to port on the host (transport.DialHost).
@@ -74,6 +103,19 @@ type Config struct {
 	MaxConns int
 	// DialTimeout bounds Dial (DefaultDialTimeout if zero).
 	DialTimeout time.Duration
+	// Tasks, when set, are the credentials of the running tasks: each
+	// task, and the connections without a known credential together,
+	// get at most TaskConns connections (DefaultTaskConns, at most
+	// MaxConns, if zero). A connection's credential must arrive within
+	// HeadTimeout (DefaultHeadTimeout if zero), and at most PendingConns
+	// (DefaultPendingConns if zero) wait for theirs.
+	Tasks        *Tasks
+	TaskConns    int
+	PendingConns int
+	HeadTimeout  time.Duration
+	// IdleTimeout closes a connection that carried nothing either way
+	// for that long (DefaultIdleTimeout if zero).
+	IdleTimeout time.Duration
 	// Logger receives debug records, one per connection at most; nil
 	// discards them.
 	Logger *slog.Logger
@@ -86,6 +128,7 @@ type Forwarder struct {
 	log    *slog.Logger
 	slots  chan struct{}
 	active atomic.Int64
+	shares *shares // nil without Config.Tasks
 }
 
 // New returns a Forwarder for cfg.
@@ -99,7 +142,24 @@ func New(cfg Config) *Forwarder {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Forwarder{cfg: cfg, log: cfg.Logger, slots: make(chan struct{}, cfg.MaxConns)}
+	if cfg.TaskConns <= 0 {
+		cfg.TaskConns = DefaultTaskConns
+	}
+	cfg.TaskConns = min(cfg.TaskConns, cfg.MaxConns)
+	if cfg.PendingConns <= 0 {
+		cfg.PendingConns = DefaultPendingConns
+	}
+	if cfg.HeadTimeout <= 0 {
+		cfg.HeadTimeout = DefaultHeadTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	f := &Forwarder{cfg: cfg, log: cfg.Logger, slots: make(chan struct{}, cfg.MaxConns)}
+	if cfg.Tasks != nil {
+		f.shares = &shares{max: cfg.TaskConns, maxPending: cfg.PendingConns, perTask: map[string]int{}}
+	}
+	return f
 }
 
 // Active is the number of connections in flight (accepted and not yet
@@ -215,33 +275,105 @@ func (f *Forwarder) Serve(ctx context.Context, l net.Listener, port uint32) erro
 // forward carries c to port on the host and returns when both are closed.
 func (f *Forwarder) forward(ctx context.Context, c net.Conn, port uint32) {
 	start := time.Now()
+	var pend *pendingConn
+	if f.shares != nil {
+		pend = f.shares.wait(closer(c))
+	}
 	dctx, cancel := context.WithTimeout(ctx, f.cfg.DialTimeout)
 	h, err := f.cfg.Dial(dctx, port)
 	cancel()
 	if err != nil {
+		if pend != nil {
+			f.shares.leave(pend)
+		}
 		f.log.Debug("egress: host refused; reset", "port", port, "err", err)
 		reset(c)
 		return
 	}
-	stop := context.AfterFunc(ctx, func() {
+	closeBoth := func() {
 		c.Close()
 		h.Close()
-	})
+	}
+	stop := context.AfterFunc(ctx, closeBoth)
 	defer stop()
+
+	var moved atomic.Int64 // reads either way, for the idle check
+	idle := f.idleCheck(&moved, closeBoth)
+	defer idle.Stop()
 
 	var up int64
 	var upErr error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		up, upErr = pipe(h, c)
+		if pend != nil {
+			// The credential comes first (the host's answers flow
+			// meanwhile); the read that settled it follows once
+			// admitted.
+			head := time.AfterFunc(f.cfg.HeadTimeout, closeBoth)
+			user, pass, found, rest := identify(c, h, port)
+			head.Stop()
+			key := f.cfg.Tasks.share(user, pass, found)
+			if !f.shares.admit(pend, key) {
+				f.log.Debug("egress: no room in the task's share; reset", "max", f.cfg.TaskConns, "port", port, "task", key)
+				reset(c)
+				h.Close()
+				upErr = errShareFull
+				return
+			}
+			defer f.shares.release(key)
+			if len(rest) > 0 {
+				if _, upErr = h.Write(rest); upErr != nil {
+					closeBoth()
+					return
+				}
+			}
+		}
+		up, upErr = pipe(h, activity{c, &moved})
 	}()
-	down, downErr := pipe(c, h)
+	down, downErr := pipe(c, activity{h, &moved})
 	<-done
 	c.Close()
 	h.Close()
 	f.log.Debug("egress connection", "port", port, "up", up, "down", down,
 		"took", time.Since(start).Round(time.Millisecond), "up_err", upErr, "down_err", downErr)
+}
+
+var errShareFull = errors.New("egress: the task's share of connections is full")
+
+// idleCheck closes a connection (closeBoth) once moved has not changed for
+// a whole IdleTimeout, looking once per IdleTimeout: a connection is
+// closed after between one and two of them without a byte.
+func (f *Forwarder) idleCheck(moved *atomic.Int64, closeBoth func()) *time.Timer {
+	var t *time.Timer
+	var mu sync.Mutex
+	last := int64(-1)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(f.cfg.IdleTimeout, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if n := moved.Load(); n != last {
+			last = n
+			t.Reset(f.cfg.IdleTimeout)
+			return
+		}
+		f.log.Debug("egress: connection idle; closed", "idle", f.cfg.IdleTimeout)
+		closeBoth()
+	})
+	return t
+}
+
+// activity is a connection whose reads count in n.
+type activity struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+// Read counts each call: a connection where bytes move keeps calling it.
+func (a activity) Read(b []byte) (int, error) {
+	a.n.Add(1)
+	return a.Conn.Read(b)
 }
 
 type closeWriter interface{ CloseWrite() error }

@@ -53,6 +53,12 @@ func TestGuestPrivilege(t *testing.T) {
 	if _, err := strconv.Atoi(victimPID); err != nil {
 		t.Fatalf("victim task's pid: %q", victimPID)
 	}
+	// $$ is the victim's pid in its own PID namespace; the attacks name
+	// it by its pid in the guest's, where a task that could see it would.
+	victimPID = strings.TrimSpace(root(t, "for p in $(cat "+victimCg+"/cgroup.procs); do grep -q '^sleep' /proc/$p/cmdline && echo $p; done").Stdout)
+	if _, err := strconv.Atoi(victimPID); err != nil {
+		t.Fatalf("victim task's pid in the guest: %q", victimPID)
+	}
 
 	// perm: the refusal must be EPERM or EACCES (for the others any
 	// failure will do: the thing is not there, or not reachable).
@@ -73,8 +79,10 @@ func TestGuestPrivilege(t *testing.T) {
 		{"enter the agent's root and cwd", "ls /proc/" + agent + "/root/ && ls /proc/1/cwd/", true},
 		{"ptrace the agent", p + " ptrace " + agent, true},
 		{"ptrace PID 1", p + " ptrace 1", true},
-		{"ptrace another task's process (same uid)", p + " ptrace " + victimPID, true},
-		{"read another task's memory via /proc/PID/mem", p + " readmem " + victimPID, true},
+		// Another task's processes are outside a task's PID namespace:
+		// these fail with ESRCH or ENOENT rather than EPERM.
+		{"ptrace another task's process (same uid)", p + " ptrace " + victimPID, false},
+		{"read another task's memory via /proc/PID/mem", p + " readmem " + victimPID, false},
 		{"kill the agent (SIGKILL)", p + " kill " + agent + " 9", true},
 		{"stop the agent (SIGSTOP)", p + " kill " + agent + " 19", true},
 		{"kill PID 1", p + " kill 1 9", true},

@@ -32,6 +32,9 @@
 //	probe mknod FILE fifo|sock|reg MODE  mknod(2) of that type with octal MODE
 //	probe bindunix PATH                bind(2) a unix socket at PATH
 //	probe iouring | openat2            io_uring_setup(2), openat2(2) (calls a filter cannot read)
+//	probe hold N silent|URL            open N connections to the HTTP proxy and hold them: sending
+//	                                   nothing, or a keep-alive GET of URL with the task's credential;
+//	                                   prints how many opened, then holds them until killed
 package main
 
 import (
@@ -88,6 +91,8 @@ func main() {
 		get(&http.Client{Transport: tr, Timeout: 60 * time.Second}, arg(2))
 	case "raw":
 		raw(arg(2))
+	case "hold":
+		hold(atoi(arg(2)), arg(3))
 	case "socks5":
 		socks5(arg(2), arg(3), arg(4), arg(5))
 	case "slow":
@@ -310,6 +315,31 @@ func pool(file string) *x509.CertPool {
 
 // raw sends a hand-written request to the HTTP proxy with the task's
 // credential and prints the status of every response it gets back.
+// hold opens n connections to the HTTP proxy and keeps them open: silent
+// ones, or ones that sent a keep-alive GET of target with the credential.
+func hold(n int, target string) {
+	u, err := url.Parse(os.Getenv("HTTP_PROXY"))
+	if err != nil || u.Host == "" {
+		fail("HTTP_PROXY: %q %v", os.Getenv("HTTP_PROXY"), err)
+	}
+	pass, _ := u.User.Password()
+	auth := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pass))
+	var held []net.Conn
+	for range n {
+		c, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+		if err != nil {
+			continue
+		}
+		held = append(held, c)
+		if target != "silent" {
+			t, _ := url.Parse(target)
+			fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\n\r\n", target, t.Host, auth)
+		}
+	}
+	fmt.Printf("opened %d\n", len(held))
+	time.Sleep(time.Hour)
+}
+
 func raw(req string) {
 	if req == "-" {
 		b, err := io.ReadAll(os.Stdin)

@@ -178,6 +178,9 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if sp.root {
+		rules = rules.forRoot()
+	}
 	if isolated {
 		// A task init mounts its /proc, which Landlock forbids to a
 		// restricted thread: it restricts itself (and serves the

@@ -34,8 +34,9 @@ import (
 //     the workspace only (EACCES), so that nothing a host program would
 //     hang on or talk to appears in the user's folder, while unix sockets
 //     and FIFOs in /tmp keep working. Without Landlock (a kernel built
-//     without it) the filter refuses every mknod but a regular file's,
-//     everywhere, instead; bind(2) of a unix socket is then not refused.
+//     without it), and for guest root's tasks (taskRules.forRoot), the
+//     filter refuses every mknod but a regular file's, everywhere,
+//     instead; bind(2) of a unix socket is then not refused.
 //
 // The filter also hands symlink calls to the agent, which checks their
 // targets in the workspace (symlink.go). Without a shared folder tasks run
@@ -76,6 +77,25 @@ type taskRules struct {
 	// the workspace ws.
 	links bool
 	ws    wsIdentity
+	// rootFilter is the filter for root's tasks when ruleset is set: it
+	// refuses special files everywhere instead, so that root's tasks need
+	// no Landlock domain (see forRoot).
+	rootFilter []unix.SockFilter
+}
+
+// forRoot is r for a task that runs as guest root. A Landlock domain also
+// keeps its tasks from reading the memory of processes outside it
+// (ptrace's read checks), the agent's among them; root asks for the whole
+// guest, debugging and the e2e scan that proves no secret's value is in
+// the guest's memory included. So root's tasks get no domain, and the
+// filter refuses every mknod but a regular file's in its place, as on a
+// kernel without Landlock: nothing special reaches the folder either way.
+func (r taskRules) forRoot() taskRules {
+	if r.ruleset < 0 {
+		return r
+	}
+	r.ruleset, r.filter = -1, r.rootFilter
+	return r
 }
 
 // landlockSpecial are the Landlock rights the workspace lacks: making
@@ -100,6 +120,9 @@ func newTaskRules(workspace string) (r taskRules, noLandlock error, err error) {
 	r.links, r.ws = true, wsIdentity{dev: st.Dev, ino: st.Ino}
 	r.ruleset, noLandlock = landlockRuleset(workspace)
 	r.filter, err = taskFilter(r.ruleset < 0)
+	if err == nil && r.ruleset >= 0 {
+		r.rootFilter, err = taskFilter(true)
+	}
 	if err != nil && r.ruleset >= 0 {
 		unix.Close(r.ruleset)
 		r.ruleset = -1

@@ -116,17 +116,21 @@ func errnoOrNil(e unix.Errno) error {
 // everywhere without it, but then sockets are not refused), ordinary
 // files, modes and renames untouched.
 func TestRestrictTask(t *testing.T) {
-	t.Run("as root", func(t *testing.T) { testRestrictTask(t, 0) })
+	t.Run("as root", func(t *testing.T) { testRestrictTask(t, 0, false) })
 	t.Run("as a user", func(t *testing.T) {
 		if os.Getuid() != 0 {
 			t.Skip("needs root to run the task as another user")
 		}
-		testRestrictTask(t, 1000)
+		testRestrictTask(t, 1000, false)
 	})
+	// Guest root's tasks have no Landlock domain (forRoot): the filter
+	// refuses special files everywhere in its place.
+	t.Run("root's rules", func(t *testing.T) { testRestrictTask(t, 0, true) })
 }
 
-// testRestrictTask runs the helper as uid (with gid uid).
-func testRestrictTask(t *testing.T, uid uint32) {
+// testRestrictTask runs the helper as uid (with gid uid), under the rules
+// for root's tasks when forRoot.
+func testRestrictTask(t *testing.T, uid uint32, forRoot bool) {
 	// The guest's workspace is a file system of its own; so is the test's
 	// (links are guarded on the workspace's device).
 	ws := t.TempDir()
@@ -150,6 +154,13 @@ func testRestrictTask(t *testing.T, uid uint32) {
 	}
 	if noLandlock != nil {
 		t.Logf("without Landlock: %v", noLandlock)
+	}
+	if forRoot {
+		rules = rules.forRoot()
+		if rules.ruleset >= 0 {
+			t.Fatal("root's rules keep a Landlock domain")
+		}
+		noLandlock = errors.New("root's tasks have no Landlock domain")
 	}
 	cmd := exec.Command(os.Args[0], ws, other)
 	cmd.Env = append(os.Environ(), restrictHelperEnv+"=1")

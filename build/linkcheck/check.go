@@ -1,18 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/build/internal/golist"
 )
 
 // Options say which binaries to check, for which target.
@@ -180,31 +177,5 @@ func packageDefs(p *listed) (map[Symbol]string, error) {
 // goList runs go list -deps for the target; it downloads modules it needs
 // (their C sources are read from the module cache).
 func goList(ctx context.Context, o Options) ([]*listed, error) {
-	args := []string{"list", "-e", "-deps", "-json"}
-	if o.Tags != "" {
-		args = append(args, "-tags", o.Tags)
-	}
-	args = append(args, "--")
-	args = append(args, o.Patterns...)
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = o.Dir
-	cmd.Env = append(os.Environ(), "GOOS="+o.GOOS, "GOARCH="+o.GOARCH, "CGO_ENABLED=1", "GOFLAGS=-mod=readonly")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("go list: %w: %s", err, strings.TrimSpace(stderr.String()))
-	}
-	var pkgs []*listed
-	dec := json.NewDecoder(bytes.NewReader(out))
-	for {
-		p := new(listed)
-		if err := dec.Decode(p); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("go list: decode: %w", err)
-		}
-		pkgs = append(pkgs, p)
-	}
-	return pkgs, nil
+	return golist.Deps[listed](ctx, golist.Target{GOOS: o.GOOS, GOARCH: o.GOARCH, Tags: o.Tags, Dir: o.Dir}, o.Patterns)
 }

@@ -1,21 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"go/types"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/build/internal/golist"
 )
 
 // Options say what to check.
@@ -138,33 +135,7 @@ func Check(ctx context.Context, o Options) (*Result, error) {
 // goList runs go list -deps for the target; packages come dependencies
 // first.
 func goList(ctx context.Context, o Options, patterns []string) ([]*listed, error) {
-	args := []string{"list", "-e", "-deps", "-json"}
-	if o.Tags != "" {
-		args = append(args, "-tags", o.Tags)
-	}
-	args = append(args, "--")
-	args = append(args, patterns...)
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = o.Dir
-	cmd.Env = append(os.Environ(), "GOOS="+o.GOOS, "GOARCH="+o.GOARCH, "CGO_ENABLED=1", "GOFLAGS=-mod=readonly")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("go list: %w: %s", err, strings.TrimSpace(stderr.String()))
-	}
-	var pkgs []*listed
-	dec := json.NewDecoder(bytes.NewReader(out))
-	for {
-		p := new(listed)
-		if err := dec.Decode(p); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("go list: decode: %w", err)
-		}
-		pkgs = append(pkgs, p)
-	}
-	return pkgs, nil
+	return golist.Deps[listed](ctx, golist.Target{GOOS: o.GOOS, GOARCH: o.GOARCH, Tags: o.Tags, Dir: o.Dir}, patterns)
 }
 
 type checker struct {

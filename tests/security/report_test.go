@@ -51,7 +51,26 @@ Every attack below was run by ` + "`make test-security`" + ` (tests/security) fr
 guest VM booted from the real image, the way a prompt-injected agent would: as the task user, and as
 guest root where root is one flag away (` + "`--root`" + `, the MCP tool's root flag). An attack is
 *blocked* when its test found no effect on the host, the gate or the guest's agent; anything that
-*got through* is a bug to fix, not a line to keep here.
+*got through* is a bug to fix, not a line to keep here, and a *known hole* is one that is listed
+with the issue that keeps it open.
+
+A white-box review (issue 29) added these attacks, each of which got through before its fix: a
+` + "`" + `--map-host` + "`" + ` pin reaching every port of the host's loopback under its name (HTTP, CONNECT, SOCKS);
+SIIT, Teredo and ` + "`" + `3fff::/20` + "`" + ` addresses; setuid/setgid files of the folder's owner, escaping links
+and the folder's tool configuration (` + "`" + `.git/config` + "`" + `, hooks, ` + "`" + `.envrc` + "`" + `, ` + "`" + `.vscode` + "`" + `,
+` + "`" + `.idea` + "`" + `) planted through the share; io_uring; one connection writing the decision log without
+bound; a page on another loopback port driving the UI with its cookie; terminal escapes in names
+the guest chose; a task reading another's environment and open files, killing it, or holding every
+proxy connection. A secret's host echoing the value back is an e2e test (TestCredentialsStayOnTheHost).
+FIFOs and sockets in the folder were refused by QEMU 7.2's 9p server already; the guest now
+refuses them too, for the file servers of the other platforms.
+
+What the suite covers and what is out of scope is in the README's Security section. In short, out
+of scope: what a host program does with a file the agent wrote, once the user runs it on that file
+(the folder's tool configuration, setuid bits, FIFOs, devices and escaping links are refused at the
+source; an ordinary script or document is the user's to open); guest root unmounting the
+read-only binds over the folder's tool configuration (root is asked for per task); side channels
+between sandboxes on one CPU.
 `
 
 func (r report) count(family string) (attempts, blocked, through, holes, errs int) {

@@ -45,9 +45,11 @@ const (
 // Defaults for Config's zero fields.
 const (
 	// DefaultMaxConns caps the forwarded connections in flight, both
-	// proxies together. Each costs two goroutines, two 32 KiB copy buffers
-	// and one transport stream.
-	DefaultMaxConns = 512
+	// proxies together: as many as the host's gate serves for one guest
+	// (app/egress.DefaultMaxConns). Each costs two goroutines, two 32 KiB
+	// copy buffers and one transport stream, ~70 MiB for all of them,
+	// paid only while a task holds them.
+	DefaultMaxConns = 1024
 	// DefaultDialTimeout bounds opening the stream to the host. Opening a
 	// stream is local to the VM boundary, so it normally takes
 	// microseconds; the timeout only matters when the host is wedged.
@@ -59,8 +61,11 @@ const (
 	// more connections than a build's parallel downloads use.
 	DefaultTaskConns = DefaultMaxConns / 4
 	// DefaultPendingConns bounds the connections whose credential has
-	// not arrived yet; beyond it the oldest is closed.
-	DefaultPendingConns = 64
+	// not arrived yet; beyond it the oldest is closed. Honest clients
+	// send theirs with their first write, but a task that starts two
+	// hundred downloads at once has many connected and not yet written
+	// on a busy guest (tests/robust TestLoad).
+	DefaultPendingConns = 128
 	// DefaultHeadTimeout bounds how long a connection may take to show
 	// its credential. Clients send it at once. It is above the host's
 	// own deadline for a request head (app/egress.DefaultHeaderTimeout,

@@ -110,7 +110,7 @@ func TestTunnelShare29(t *testing.T) {
 		attack(t, privFamily, mode.name, func(a *Attack) {
 			id := fmt.Sprintf("hog-%d", taskN.Add(1))
 			hu, hp := gate.Credentials(id)
-			first, _ := background(a.T, client.Spec{ID: id, Argv: []string{p, "hold", "600", mode.hold}, Env: egress.ProxyEnv(hu, hp)})
+			first, _ := background(a.T, client.Spec{ID: id, Argv: []string{p, "hold", "1100", mode.hold}, Env: egress.ProxyEnv(hu, hp)})
 			if !strings.HasPrefix(first, "opened ") {
 				a.Fatalf("the hog: %q", first)
 			}

@@ -57,21 +57,25 @@ const (
 	// DefaultTaskConns is one task's share of DefaultMaxConns (with
 	// Config.Tasks): a quarter, so a task that takes all of its own, and
 	// the share of connections without a known credential, and every
-	// pending one, still leaves more than a third to the others, and
-	// more connections than a build's parallel downloads use.
+	// pending one, still leaves a quarter to the others, and more
+	// connections than a build's parallel downloads use.
 	DefaultTaskConns = DefaultMaxConns / 4
 	// DefaultPendingConns bounds the connections whose credential has
 	// not arrived yet; beyond it the oldest is closed. Honest clients
 	// send theirs with their first write, but a task that starts two
-	// hundred downloads at once has many connected and not yet written
-	// on a busy guest (tests/robust TestLoad).
-	DefaultPendingConns = 128
+	// hundred downloads at once can have all of them connected and not
+	// yet written on a busy guest. A quarter, like a task's share.
+	DefaultPendingConns = DefaultMaxConns / 4
 	// DefaultHeadTimeout bounds how long a connection may take to show
-	// its credential. Clients send it at once. It is above the host's
-	// own deadline for a request head (app/egress.DefaultHeaderTimeout,
-	// 10 s from its first byte), so a slow head is cut off, and logged,
-	// by the host; a connection that sends nothing is closed here.
-	DefaultHeadTimeout = 15 * time.Second
+	// its credential. Clients send it with their first write, but on a
+	// guest busy with hundreds of processes under emulation a client can
+	// wait many seconds between its connect and that write (tests/robust
+	// TestLoad lost early downloads of 200 at 15 s). Silent connections
+	// cost no one else meanwhile: PendingConns closes the oldest when
+	// more wait. It is above the host's own deadline for a request head
+	// (app/egress.DefaultHeaderTimeout, 10 s from its first byte), so a
+	// slow head is cut off, and logged, by the host.
+	DefaultHeadTimeout = 2 * time.Minute
 	// DefaultIdleTimeout closes a connection that carried no byte either
 	// way for that long, so connections a task forgot do not hold its
 	// share (and a transport stream, two goroutines and their buffers)

@@ -27,12 +27,6 @@ func (s *Store) Checkpoints() ([]Checkpoint, Usage, error) { return nil, Usage{}
 // ("" is the newest not undone): bytes, modes and modification times.
 func (s *Store) Undo(workspace, id string) (Checkpoint, error) { return Checkpoint{}, errUnbuilt }
 
-// Forgotten returns the paths applied or discarded since the guest's
-// layer last forgot them; ClearForgotten empties the list once the layer
-// has (or once the layer was wiped).
-func (s *Store) Forgotten() ([]string, error) { return nil, errUnbuilt }
-func (s *Store) ClearForgotten() error        { return errUnbuilt }
-
 // recover finishes or rolls back an apply or undo that journal.json says
 // was under way.
 func (s *Store) recover() error { return nil }

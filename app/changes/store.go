@@ -153,3 +153,63 @@ func (s *Store) savePending(m pendingManifest) error {
 func (s *Store) blobPath(hash string) string {
 	return filepath.Join(s.dir, pendingDir, blobsDir, hash)
 }
+
+// Forgotten returns the paths applied or discarded since the guest's
+// layer last forgot them.
+func (s *Store) Forgotten() ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.loadForgotten()
+}
+
+// ClearForgotten empties the forget list, once the guest's layer has
+// forgotten those paths (or was wiped).
+func (s *Store) ClearForgotten() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := os.Remove(filepath.Join(s.dir, forgetFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("changes: forget list: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) loadForgotten() ([]string, error) {
+	var paths []string
+	b, err := os.ReadFile(filepath.Join(s.dir, forgetFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &paths)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("changes: forget list: %w", err)
+	}
+	return paths, nil
+}
+
+// addForgotten adds paths to the forget list; the caller holds s.mu.
+func (s *Store) addForgotten(paths []string) error {
+	have, err := s.loadForgotten()
+	if err != nil {
+		return err
+	}
+	seen := make(map[string]bool, len(have))
+	for _, p := range have {
+		seen[p] = true
+	}
+	for _, p := range paths {
+		if !seen[p] {
+			seen[p] = true
+			have = append(have, p)
+		}
+	}
+	b, err := json.Marshal(have)
+	if err == nil {
+		err = atomicfile.Write(filepath.Join(s.dir, forgetFile), b, 0o600, atomicfile.Synced)
+	}
+	if err != nil {
+		return fmt.Errorf("changes: forget list: %w", err)
+	}
+	return nil
+}

@@ -73,6 +73,10 @@ func ImageSearchPathFor(name, arch string) []string {
 			// Inside a macOS app bundle: Contents/MacOS/<exe> → Contents/Resources.
 			under(filepath.Join(base, "..", "Resources", "images"))
 			under(filepath.Join(base, "images"))
+			// The Windows installer's layout: the CLI in <dir>\bin (apart
+			// from the desktop app's Airlock.exe, the same name to Windows),
+			// the image in <dir>\images.
+			under(filepath.Join(base, "..", "images"))
 		}
 	}
 	under(filepath.Join("images", "out"))

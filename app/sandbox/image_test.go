@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -26,6 +27,13 @@ func TestImageSearchPathOrder(t *testing.T) {
 	}
 	if arm := ImageSearchPathFor(manifest.ImageMinimal, "arm64"); slices.Contains(arm, filepath.Join(root, manifest.KernelSourceDir, "arm64")) {
 		t.Errorf("arm64 search path %v has a kernel-source folder", arm)
+	}
+	// The Windows installer puts the CLI in bin\ and the image beside it.
+	if exe, err := os.Executable(); err == nil {
+		exe, _ = filepath.EvalSymlinks(exe)
+		if want := filepath.Join(filepath.Dir(exe), "..", "images", "amd64"); !slices.Contains(minimal, want) {
+			t.Errorf("search path %v lacks %s", minimal, want)
+		}
 	}
 	std := ImageSearchPathFor(manifest.ImageStandard, "amd64")
 	i, j = slices.Index(std, filepath.Join(root, manifest.KernelSourceDir, "standard", "amd64")), slices.Index(std, filepath.Join(root, "standard", "amd64"))

@@ -5,6 +5,7 @@ package installer
 
 import (
 	"bytes"
+	"debug/pe"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -221,7 +222,44 @@ func TestCompiles(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("makensis: %v\n%s", err, out)
 	}
-	if _, err := os.Stat(filepath.Join(root, "build", "bin", "Airlock-amd64-installer.exe")); err != nil {
-		t.Error(err)
+	f, err := pe.Open(filepath.Join(root, "build", "bin", "Airlock-amd64-installer.exe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.Machine != pe.IMAGE_FILE_MACHINE_AMD64 {
+		t.Errorf("the amd64 installer's machine is %#x, want AMD64", f.Machine)
+	}
+}
+
+// TestCLIApartFromApp: the CLI is not written into the folder of the
+// desktop app's Airlock.exe: Windows file names ignore case, so
+// airlock.exe there replaced the app (seen under Wine: the installed
+// Airlock.exe was the CLI).
+func TestCLIApartFromApp(t *testing.T) {
+	lines := script(t)
+	sec := block(t, lines, `Section "Airlock"`, "SectionEnd")
+	cli := index(sec, `^File "\$\{AIRLOCK_STAGE\}\\airlock\.exe"$`)
+	if cli < 0 {
+		t.Fatal("the install section does not install airlock.exe")
+	}
+	out := ""
+	for _, l := range sec[:cli] {
+		if p, ok := strings.CutPrefix(l, "SetOutPath "); ok {
+			out = strings.Trim(p, `"`)
+		}
+	}
+	if out != `$INSTDIR\bin` {
+		t.Errorf("airlock.exe is installed into %q, want $INSTDIR\\bin", out)
+	}
+}
+
+// TestAmd64Target: the amd64 installer is a 64-bit program (no WOW64
+// redirection; Debian's wine64 runs it).
+func TestAmd64Target(t *testing.T) {
+	lines := script(t)
+	i := index(lines, `^!if "\$\{ARCH\}" == "amd64"$`)
+	if i < 0 || i+1 >= len(lines) || lines[i+1] != "Target amd64-unicode" || i < index(lines, `^!include "wails_tools\.nsh"$`) {
+		t.Error(`want "Target amd64-unicode" for ARCH amd64, after wails_tools.nsh defines ARCH`)
 	}
 }

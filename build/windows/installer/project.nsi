@@ -4,8 +4,9 @@
 ; version, ARCH, the !insertmacro wails.* helpers) and passes the app
 ; binary; the make target stages the rest in bin/windows_<arch>/. What this
 ; script adds to Wails' default installer:
-;   - the airlock CLI (airlock.exe) next to Airlock.exe, for scripts and
-;     `airlock mcp` against the app's running service;
+;   - the airlock CLI (bin\airlock.exe: beside Airlock.exe it would be
+;     the same file), for scripts and `airlock mcp` against the app's
+;     running service;
 ;   - airlock-vmservice.exe next to Airlock.exe, registered as the
 ;     LocalSystem service AirlockVMService (automatic start), removed on
 ;     uninstall after its VMs are gone;
@@ -35,6 +36,14 @@ Unicode true
 RequestExecutionLevel admin
 
 !include "wails_tools.nsh"
+; An amd64 installer is itself a 64-bit program: no WOW64 redirection of
+; System32, Program Files or the registry to undo, and it runs where only
+; 64-bit Windows programs run (Debian's wine64, which CI installs:
+; `make test-windows-wine`). NSIS has no arm64 stub; the arm64 installer
+; stays x86, which arm64 Windows runs emulated.
+!if "${ARCH}" == "amd64"
+  Target amd64-unicode
+!endif
 !include "x64.nsh"
 !include "LogicLib.nsh"
 !include "StrFunc.nsh"
@@ -210,6 +219,10 @@ Section "Airlock" SecMain
   SetOutPath $INSTDIR
   !insertmacro wails.files
   File "${AIRLOCK_STAGE}\${SERVICE_EXE}"
+  ; The CLI has a folder of its own: "airlock.exe" is the desktop app's
+  ; "Airlock.exe" to Windows, whose file names ignore case; beside it one
+  ; would overwrite the other. From bin\ it finds the image in ..\images.
+  SetOutPath "$INSTDIR\bin"
   File "${AIRLOCK_STAGE}\airlock.exe"
 
   SetOutPath "$INSTDIR\images\${ARCH}"
@@ -239,7 +252,8 @@ Section "uninstall"
   nsExec::ExecToLog '"$INSTDIR\${SERVICE_EXE}" remove'
   RMDir /r "$INSTDIR\images"
   Delete "$INSTDIR\${SERVICE_EXE}"
-  Delete "$INSTDIR\airlock.exe"
+  Delete "$INSTDIR\bin\airlock.exe"
+  RMDir "$INSTDIR\bin"
   Call un.RemoveWebView2Data
   RMDir /r $INSTDIR
   Delete "$SMPROGRAMS\${INFO_PRODUCTNAME}.lnk"

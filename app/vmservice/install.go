@@ -25,6 +25,17 @@ type ServiceConfig struct {
 	Exe, ImageDir string
 }
 
+// ServiceCommand is the command the service manager runs the service
+// with. It is named on the command line rather than guessed from the
+// parent process (svc.IsWindowsService looks for services.exe in session
+// 0, which Wine's service manager is not).
+const ServiceCommand = "service"
+
+// Args are the service's arguments after its executable.
+func (c ServiceConfig) Args() []string {
+	return []string{ServiceCommand, "-image-dir", c.ImageDir}
+}
+
 // ErrMarkedForDelete is the service manager's ERROR_SERVICE_MARKED_FOR_DELETE
 // (1072): an earlier removal waits for handles to the service to close.
 var ErrMarkedForDelete = errors.New("the Airlock VM service is marked for deletion by an earlier uninstall; close the Services console (services.msc) and Task Manager, or restart Windows, then run the installer again")

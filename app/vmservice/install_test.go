@@ -2,6 +2,7 @@ package vmservice
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +115,16 @@ func TestStopAndRemove(t *testing.T) {
 		if err := Remove(f); err != nil || strings.Join(f.calls, " ") != tc.rm {
 			t.Errorf("remove from %v: %v, calls %v", tc.state, err, f.calls)
 		}
+	}
+}
+
+// TestServiceArgs: the service manager runs the service with the command
+// named, so the executable does not rely on guessing that its parent is
+// the service manager (Wine's is not in session 0).
+func TestServiceArgs(t *testing.T) {
+	c := ServiceConfig{Exe: `C:\A\airlock-vmservice.exe`, ImageDir: `C:\A\images\amd64`}
+	got := c.Args()
+	if want := []string{"service", "-image-dir", `C:\A\images\amd64`}; !slices.Equal(got, want) {
+		t.Errorf("Args() = %q, want %q", got, want)
 	}
 }

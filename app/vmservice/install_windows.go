@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/windows"
 	"golang.org/x/sys/windows/svc"
@@ -68,7 +69,7 @@ func config() mgr.Config {
 }
 
 func (w *WinSCM) Create(c ServiceConfig) error {
-	s, err := w.m.CreateService(hcs.ServiceName, c.Exe, config(), "-image-dir", c.ImageDir)
+	s, err := w.m.CreateService(hcs.ServiceName, c.Exe, config(), c.Args()...)
 	if errors.Is(err, windows.ERROR_SERVICE_MARKED_FOR_DELETE) {
 		return fmt.Errorf("%w (%v)", ErrMarkedForDelete, err)
 	}
@@ -80,24 +81,42 @@ func (w *WinSCM) Create(c ServiceConfig) error {
 	return nil
 }
 
+// Update changes what Create set: the command line, start type and
+// display name with one ChangeServiceConfig (SERVICE_NO_CHANGE for the
+// rest), then the description. mgr.Service.UpdateConfig would also
+// rewrite the SID type and the delayed start, neither of which Airlock
+// sets; Wine's service manager refuses the delayed-start level
+// (ERROR_INVALID_LEVEL), which `make test-windows-wine` showed.
 func (w *WinSCM) Update(c ServiceConfig) error {
 	s, err := w.open()
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	cur, err := s.Config()
+	want := config()
+	// The command line as CreateService composes it.
+	bin, err := windows.UTF16PtrFromString(windows.ComposeCommandLine(append([]string{c.Exe}, c.Args()...)))
 	if err != nil {
 		return err
 	}
-	want := config()
-	cur.DisplayName, cur.Description, cur.StartType = want.DisplayName, want.Description, want.StartType
-	// The command line as CreateService composes it.
-	cur.BinaryPathName = windows.ComposeCommandLine([]string{c.Exe, "-image-dir", c.ImageDir})
-	if err := s.UpdateConfig(cur); err != nil {
-		if errors.Is(err, windows.ERROR_SERVICE_MARKED_FOR_DELETE) {
-			return fmt.Errorf("%w (%v)", ErrMarkedForDelete, err)
-		}
+	display, err := windows.UTF16PtrFromString(want.DisplayName)
+	if err != nil {
+		return err
+	}
+	err = windows.ChangeServiceConfig(s.Handle, windows.SERVICE_NO_CHANGE, want.StartType, windows.SERVICE_NO_CHANGE,
+		bin, nil, nil, nil, nil, nil, display)
+	if errors.Is(err, windows.ERROR_SERVICE_MARKED_FOR_DELETE) {
+		return fmt.Errorf("%w (%v)", ErrMarkedForDelete, err)
+	}
+	if err != nil {
+		return err
+	}
+	desc, err := windows.UTF16PtrFromString(want.Description)
+	if err != nil {
+		return err
+	}
+	d := windows.SERVICE_DESCRIPTION{Description: desc}
+	if err := windows.ChangeServiceConfig2(s.Handle, windows.SERVICE_CONFIG_DESCRIPTION, (*byte)(unsafe.Pointer(&d))); err != nil {
 		return err
 	}
 	setRecovery(s)

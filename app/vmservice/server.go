@@ -260,12 +260,14 @@ var (
 )
 
 func (s *Server) create(ctx context.Context, c Caller, req hcs.CreateRequest) (_ *machine, err error) {
-	if s.Unavailable != nil {
-		return nil, s.Unavailable
-	}
+	// Validation first: a request the service would never carry out is
+	// refused as such whether or not this machine can run VMs.
 	plan, err := s.Policy.Validate(req, c, s.Files)
 	if err != nil {
 		return nil, err
+	}
+	if s.Unavailable != nil {
+		return nil, s.Unavailable
 	}
 	max := s.MaxPerUser
 	if max == 0 {

@@ -160,6 +160,13 @@ func TestServerRefusals(t *testing.T) {
 		if _, _, err := hs.client(aliceCaller()).Create(ctx, goodRequest()); !errors.Is(err, hcs.ErrPlatformMissing) {
 			t.Fatalf("create = %v", err)
 		}
+		// A request the service would never carry out is refused as such
+		// on a machine without Hyper-V too (what the Wine test shows).
+		bad := goodRequest()
+		bad.Kernel = `C:\Users\alice\vmlinux`
+		if _, _, err := hs.client(aliceCaller()).Create(ctx, bad); !errors.Is(err, hcs.ErrRefused) || errors.Is(err, hcs.ErrPlatformMissing) {
+			t.Fatalf("invalid create on a machine without Hyper-V = %v, want a refusal", err)
+		}
 	})
 	t.Run("grant fails", func(t *testing.T) {
 		hs := newHarness(t)

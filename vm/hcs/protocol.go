@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/airlock-sandbox/airlock/vm"
 )
@@ -191,6 +192,9 @@ func (e *WireError) Err() error {
 			if c.code == CodeInvalid {
 				return fmt.Errorf("hcs: %w: %w: %s", ErrRefused, c.err, msg)
 			}
+			// The service's message ends with the diagnosis's own text
+			// (it sends err.Error()); %w adds it back once.
+			msg = strings.TrimSuffix(strings.TrimSuffix(msg, c.err.Error()), ": ")
 			return fmt.Errorf("hcs: service: %s: %w", msg, c.err)
 		}
 	}

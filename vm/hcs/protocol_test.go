@@ -208,3 +208,17 @@ func TestClientWait(t *testing.T) {
 		t.Errorf("wait request %+v", r)
 	}
 }
+
+// TestWireDiagnosisOnce: a diagnosis carried over the wire reads as the
+// service's message with the diagnosis once (the service sends
+// err.Error(), which already ends with it).
+func TestWireDiagnosisOnce(t *testing.T) {
+	sent := Diagnose(OpLoad, 0x8007007E, "computecore.dll")
+	got := (&WireError{Code: CodeOf(sent), Message: sent.Error()}).Err()
+	if !errors.Is(got, ErrPlatformMissing) {
+		t.Fatalf("%v is not ErrPlatformMissing", got)
+	}
+	if n := strings.Count(got.Error(), ErrPlatformMissing.Error()); n != 1 {
+		t.Errorf("the diagnosis appears %d times in %q", n, got)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 
+	"golang.org/x/sys/windows"
 	"golang.org/x/sys/windows/svc"
 
 	"github.com/airlock-sandbox/airlock/app/vmservice"
@@ -27,7 +28,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	cmd := "service"
+	cmd := ""
 	args := os.Args[1:]
 	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
@@ -38,7 +39,7 @@ func run() error {
 		return err
 	}
 	switch {
-	case isService:
+	case isService, cmd == vmservice.ServiceCommand:
 		log, closeLog := serviceLog()
 		defer closeLog()
 		return vmservice.RunService(vmservice.Config{ImageDir: *imageDir, Log: log})
@@ -50,7 +51,7 @@ func run() error {
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		return vmservice.Serve(ctx, vmservice.Config{ImageDir: *imageDir, Log: log})
 	}
-	return fmt.Errorf("unknown command %q (install, stop, remove, debug)", cmd)
+	return fmt.Errorf("unknown command %q: install, stop or remove (as administrator), debug (serve in this console), or service (what the service manager runs)", cmd)
 }
 
 // defaultImageDir is images\<arch> next to the executable, where the
@@ -63,9 +64,15 @@ func defaultImageDir() string {
 	return filepath.Join(filepath.Dir(exe), "images", runtime.GOARCH)
 }
 
-// serviceLog writes to %ProgramData%\Airlock\vmservice.log.
+// serviceLog writes to %ProgramData%\Airlock\vmservice.log. The folder
+// is asked of the shell, not of the environment, which the service
+// manager may not fill (Wine's gives a service no ProgramData variable).
 func serviceLog() (*slog.Logger, func()) {
-	dir := filepath.Join(os.Getenv("ProgramData"), "Airlock")
+	pd, err := windows.KnownFolderPath(windows.FOLDERID_ProgramData, 0)
+	if err != nil {
+		return slog.New(slog.DiscardHandler), func() {}
+	}
+	dir := filepath.Join(pd, "Airlock")
 	if err := os.MkdirAll(dir, 0o755); err == nil {
 		f, err := os.OpenFile(filepath.Join(dir, "vmservice.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err == nil {

@@ -76,7 +76,7 @@ run: deps airlock image
 
 ## test: everything: vet, darwin type-check, windows cross-build, unit tests, generated-code drift,
 ## e2e in real VMs, the web UI in Chromium, the Linux desktop app under Xvfb
-test: vet check-darwin check-windows test-unit check-proto check-wailsjs test-e2e test-security test-user test-robust test-browser test-desktop desktop-windows
+test: vet check-darwin check-windows test-unit check-proto check-wailsjs test-e2e test-security test-user test-robust test-browser test-desktop desktop-windows test-windows-wine
 
 vet:
 	$(GO) vet ./...
@@ -191,6 +191,14 @@ desktop-windows: frontend
 		echo "windows/$$arch: Airlock-$$arch.exe $${nsis:+and its installer}"; \
 		$(WAILS_BUILD) -platform windows/$$arch -tags desktop,production -ldflags '$(LDFLAGS)' -o Airlock-$$arch.exe $$nsis; \
 	done
+
+## test-windows-wine: the Windows programs under Wine (apt: wine64, nsis, xvfb, imagemagick) in a
+## fresh prefix (build/windows/wine): the amd64 installer silently over an older version and its
+## uninstaller, airlock-vmservice under Wine's service manager and its protocol, the CLI against it
+## and against `airlock serve`, the desktop app without WebView2 (build/bin/wine-desktop.png)
+.PHONY: test-windows-wine
+test-windows-wine: desktop-windows
+	xvfb-run -a -s "-screen 0 1280x800x24" $(GO) test -count=1 -tags wine -v -timeout 10m ./build/windows/wine/
 
 ## wailsjs: regenerate frontend/wailsjs (the JS bindings of app/desktop.Bindings, the Wails runtime)
 # (wails generate writes the files 0755, wails build rewrites the runtime 0644: keep 0644)

@@ -85,10 +85,32 @@ func Install(m SCM, cfg ServiceConfig) error {
 			return fmt.Errorf("update the service: %w", err)
 		}
 	}
-	if err := m.Start(); err != nil {
+	if err := start(m, StartLockedTimeout); err != nil {
 		return fmt.Errorf("start the service: %w", err)
 	}
 	return nil
+}
+
+// ErrDatabaseLocked is the service manager's ERROR_SERVICE_DATABASE_LOCKED
+// (1055): it is busy starting the automatic services (at boot; Wine's at
+// the start of every session) and refuses to start another until done.
+var ErrDatabaseLocked = errors.New("the service database is locked")
+
+// StartLockedTimeout bounds how long Install retries a start the service
+// manager refuses with ErrDatabaseLocked.
+var StartLockedTimeout = 30 * time.Second
+
+// start starts the service, again every half second while the service
+// manager's database is locked, for up to wait.
+func start(m SCM, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := m.Start()
+		if !errors.Is(err, ErrDatabaseLocked) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // StopService stops the service, if installed and running, and waits

@@ -14,6 +14,8 @@ type fakeSCM struct {
 	cfg    ServiceConfig
 	calls  []string
 	failOn map[string]error
+	// locked is how many starts fail with ErrDatabaseLocked first.
+	locked int
 }
 
 func (f *fakeSCM) do(op string) error {
@@ -36,6 +38,11 @@ func (f *fakeSCM) Update(c ServiceConfig) error {
 	return nil
 }
 func (f *fakeSCM) Start() error {
+	if f.locked > 0 {
+		f.locked--
+		f.calls = append(f.calls, "start")
+		return ErrDatabaseLocked
+	}
 	if err := f.do("start"); err != nil {
 		return err
 	}
@@ -126,5 +133,26 @@ func TestServiceArgs(t *testing.T) {
 	got := c.Args()
 	if want := []string{"service", "-image-dir", `C:\A\images\amd64`}; !slices.Equal(got, want) {
 		t.Errorf("Args() = %q, want %q", got, want)
+	}
+}
+
+// TestInstallWaitsForLockedDatabase: a start refused because the service
+// manager is busy starting automatic services is tried again (Wine's is,
+// at the start of every session: the install failed with 1055 there),
+// but not for ever.
+func TestInstallWaitsForLockedDatabase(t *testing.T) {
+	m := &fakeSCM{state: ServiceMissing, locked: 2}
+	if err := Install(m, ServiceConfig{Exe: `C:\A\airlock-vmservice.exe`, ImageDir: `C:\A\images\amd64`}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"create", "start", "start", "start"}; !slices.Equal(m.calls, want) || m.state != ServiceRunning {
+		t.Errorf("calls %q, state %v; want %q, running", m.calls, m.state, want)
+	}
+	saved := StartLockedTimeout
+	StartLockedTimeout = 0
+	defer func() { StartLockedTimeout = saved }()
+	m = &fakeSCM{state: ServiceMissing, locked: 1000}
+	if err := Install(m, ServiceConfig{}); !errors.Is(err, ErrDatabaseLocked) {
+		t.Errorf("Install with a database locked for ever = %v", err)
 	}
 }

@@ -139,10 +139,14 @@ func (w *WinSCM) Start() error {
 		return err
 	}
 	defer s.Close()
-	if err := s.Start(); err != nil && !errors.Is(err, windows.ERROR_SERVICE_ALREADY_RUNNING) {
-		return err
+	err = s.Start()
+	switch {
+	case errors.Is(err, windows.ERROR_SERVICE_ALREADY_RUNNING):
+		return nil
+	case errors.Is(err, windows.ERROR_SERVICE_DATABASE_LOCKED):
+		return fmt.Errorf("%w (%v)", ErrDatabaseLocked, err)
 	}
-	return nil
+	return err
 }
 
 func (w *WinSCM) Stop() error {

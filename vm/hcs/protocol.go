@@ -190,6 +190,7 @@ func (e *WireError) Err() error {
 	for _, c := range codeErrors {
 		if c.code == e.Code {
 			if c.code == CodeInvalid {
+				msg = strings.TrimPrefix(strings.TrimPrefix(msg, c.err.Error()), ": ")
 				return fmt.Errorf("hcs: %w: %w: %s", ErrRefused, c.err, msg)
 			}
 			// The service's message ends with the diagnosis's own text

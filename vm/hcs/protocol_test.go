@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -220,5 +221,18 @@ func TestWireDiagnosisOnce(t *testing.T) {
 	}
 	if n := strings.Count(got.Error(), ErrPlatformMissing.Error()); n != 1 {
 		t.Errorf("the diagnosis appears %d times in %q", n, got)
+	}
+}
+
+// TestWireInvalidOnce: a refusal for an invalid configuration names the
+// reason once (the service's message starts with it).
+func TestWireInvalidOnce(t *testing.T) {
+	sent := fmt.Errorf("%w: 10000 CPUs", vm.ErrInvalidConfig)
+	got := (&WireError{Code: CodeOf(sent), Message: sent.Error()}).Err()
+	if !errors.Is(got, vm.ErrInvalidConfig) || !errors.Is(got, ErrRefused) {
+		t.Fatalf("%v: want ErrRefused and vm.ErrInvalidConfig", got)
+	}
+	if n := strings.Count(got.Error(), vm.ErrInvalidConfig.Error()); n != 1 || !strings.HasSuffix(got.Error(), ": 10000 CPUs") {
+		t.Errorf("%q: the reason %d times", got, n)
 	}
 }

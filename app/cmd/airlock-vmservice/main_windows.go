@@ -44,7 +44,14 @@ func run() error {
 		defer closeLog()
 		return vmservice.RunService(vmservice.Config{ImageDir: *imageDir, Log: log})
 	case cmd == "install", cmd == "stop", cmd == "remove":
-		return manage(cmd, *imageDir)
+		err := manage(cmd, *imageDir)
+		if err != nil {
+			// The installer runs these without a console: the log keeps why.
+			log, closeLog := serviceLog()
+			log.Error(cmd+" failed", "err", err)
+			closeLog()
+		}
+		return err
 	case cmd == "debug":
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()

@@ -94,7 +94,7 @@ func TestUpgradeInPlace(t *testing.T) {
 	}
 	stop := index(sec, `^Call StopService$`)
 	files := index(sec, `^File "\$\{AIRLOCK_STAGE\}\\\$\{SERVICE_EXE\}"$`)
-	install := index(sec, `^nsExec::ExecToLog '"\$INSTDIR\\\$\{SERVICE_EXE\}" install `)
+	install := index(sec, `^nsExec::ExecTo(Log|Stack) '"\$INSTDIR\\\$\{SERVICE_EXE\}" install `)
 	if stop < 0 || files < 0 || install < 0 || !(stop < files && files < install) {
 		t.Errorf("want stop (%d) < the service's files (%d) < install (%d)", stop, files, install)
 	}
@@ -261,5 +261,20 @@ func TestAmd64Target(t *testing.T) {
 	i := index(lines, `^!if "\$\{ARCH\}" == "amd64"$`)
 	if i < 0 || i+1 >= len(lines) || lines[i+1] != "Target amd64-unicode" || i < index(lines, `^!include "wails_tools\.nsh"$`) {
 		t.Error(`want "Target amd64-unicode" for ARCH amd64, after wails_tools.nsh defines ARCH`)
+	}
+}
+
+// TestSilentNeverWaits: every message box has a silent default (/SD), so
+// an unattended install cannot hang on one (seen under Wine: a failed
+// service install waited on its message box for ever).
+func TestSilentNeverWaits(t *testing.T) {
+	for _, l := range script(t) {
+		if strings.HasPrefix(l, "MessageBox ") && !strings.Contains(l, " /SD ") {
+			// The Virtual Machine Platform question is only asked when not silent.
+			if strings.Contains(l, "Virtual Machine Platform, which is off") {
+				continue
+			}
+			t.Errorf("a message box without a silent default: %s", l)
+		}
 	}
 }

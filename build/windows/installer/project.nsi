@@ -130,7 +130,7 @@ Function CheckVirtualMachinePlatform
   ${OrIf} $0 == 3010
     SetRebootFlag true
   ${Else}
-    MessageBox MB_ICONEXCLAMATION "Turning on Virtual Machine Platform failed (dism exit $0). Turn it on in Windows Features, then restart."
+    MessageBox MB_ICONEXCLAMATION "Turning on Virtual Machine Platform failed (dism exit $0). Turn it on in Windows Features, then restart." /SD IDOK
   ${EndIf}
   done:
 FunctionEnd
@@ -185,7 +185,7 @@ Function StopService
   Pop $0
   ${If} $0 != 0
     DetailPrint "airlock-vmservice stop failed ($0)"
-    MessageBox MB_ICONSTOP "The running Airlock VM service could not be stopped (exit $0). Stop it (sc stop ${SERVICE_NAME}) and run the installer again."
+    MessageBox MB_ICONSTOP "The running Airlock VM service could not be stopped (exit $0). Stop it (sc stop ${SERVICE_NAME}) and run the installer again." /SD IDOK
     Abort
   ${EndIf}
 FunctionEnd
@@ -233,11 +233,17 @@ Section "Airlock" SecMain
 
   ; Register the service (LocalSystem, automatic start), or on an upgrade
   ; update its registration in place, and start it.
-  nsExec::ExecToLog '"$INSTDIR\${SERVICE_EXE}" install -image-dir "$INSTDIR\images\${ARCH}"'
+  ; Its output says why it failed: shown in the message, and in the
+  ; details of a silent install's log.
+  nsExec::ExecToStack '"$INSTDIR\${SERVICE_EXE}" install -image-dir "$INSTDIR\images\${ARCH}"'
   Pop $0
+  Pop $1
   ${If} $0 != 0
-    DetailPrint "airlock-vmservice install failed ($0)"
-    MessageBox MB_ICONEXCLAMATION "The Airlock VM service could not be installed (exit $0). Airlock cannot start sandboxes until it is; see %ProgramData%\Airlock\vmservice.log."
+    DetailPrint "airlock-vmservice install failed ($0): $1"
+    ; A silent install never waits on a message box; its exit code says
+    ; the service is missing.
+    SetErrorLevel 2
+    MessageBox MB_ICONEXCLAMATION "The Airlock VM service could not be installed (exit $0): $1$\r$\nAirlock cannot start sandboxes until it is; see %ProgramData%\Airlock\vmservice.log." /SD IDOK
   ${EndIf}
 
   CreateShortcut "$SMPROGRAMS\${INFO_PRODUCTNAME}.lnk" "$INSTDIR\${PRODUCT_EXECUTABLE}"

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/Microsoft/go-winio"
+	"github.com/Microsoft/hcsshim/osversion"
 	"golang.org/x/sys/windows"
 	"golang.org/x/sys/windows/svc"
 
@@ -93,7 +94,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		Files:  files,
 		Log:    log,
 	}
-	if err := hcs.CheckBuild(windows.RtlGetVersion().BuildNumber); err != nil {
+	if err := hcs.CheckBuild(uint32(osversion.Build())); err != nil {
 		srv.Unavailable = err
 	} else if err := computecore.Load(); err != nil {
 		srv.Unavailable = err

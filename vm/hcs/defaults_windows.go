@@ -7,13 +7,14 @@ import (
 	"net"
 
 	"github.com/Microsoft/go-winio"
+	"github.com/Microsoft/hcsshim/osversion"
 	"golang.org/x/sys/windows"
 )
 
 // platformDefaults fills what opt leaves nil with the installed service
 // and Hyper-V sockets, after checking the Windows build.
 func platformDefaults(opt *Options) error {
-	if err := CheckBuild(windows.RtlGetVersion().BuildNumber); err != nil {
+	if err := CheckBuild(uint32(osversion.Build())); err != nil {
 		return err
 	}
 	if opt.Service == nil {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/Microsoft/hcsshim/osversion"
+
 	"github.com/airlock-sandbox/airlock/vm"
 )
 
@@ -12,8 +14,9 @@ import (
 // 2004 (19041). LinuxKernelDirect needs 18286 or later (hcsshim refuses
 // kernel-direct boot below it), so 1809 and 1903 are out; 19041 is also
 // the first build WSL 2 supports on arm64, and every older Windows 10
-// release is out of servicing. Windows 11 (22000+) passes.
-const MinBuild = 19041
+// release is out of servicing. Windows 11 (22000+) passes. The number is
+// hcsshim's name for that release (osversion.V20H1).
+const MinBuild = osversion.V20H1
 
 // Errors a user can act on. Each message says what to do next; test them
 // with errors.Is. The first four also match vm.ErrNoHypervisor.

@@ -5,12 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/Microsoft/go-winio"
 	"github.com/Microsoft/go-winio/pkg/guid"
 	"golang.org/x/sys/windows"
 
 	"github.com/airlock-sandbox/airlock/vm"
+)
+
+// Hyper-V socket dial retries: 3 more tries 100 ms apart.
+const (
+	dialRetries   = 3
+	dialRetryWait = 100 * time.Millisecond
 )
 
 // hvSockets reaches the guest over Hyper-V sockets bound to one VM's
@@ -32,7 +39,7 @@ func addr(vmID string, port uint32) (*winio.HvsockAddr, error) {
 	if err != nil || id == (guid.GUID{}) {
 		return nil, fmt.Errorf("hcs: bad VM id %q", vmID)
 	}
-	return &winio.HvsockAddr{VMID: id, ServiceID: ServiceID(port)}, nil
+	return &winio.HvsockAddr{VMID: id, ServiceID: winio.VsockServiceID(port)}, nil
 }
 
 func (s *hvSockets) Listen(vmID string, port uint32) (net.Listener, error) {
@@ -52,7 +59,11 @@ func (s *hvSockets) Dial(ctx context.Context, vmID string, port uint32) (net.Con
 	if err != nil {
 		return nil, err
 	}
-	c, err := winio.Dial(ctx, a)
+	// A guest that is still binding its port refuses for a moment:
+	// go-winio tries again (refused, unreachable, timed out) before the
+	// error reaches the caller, within ctx.
+	d := winio.HvsockDialer{Retries: dialRetries, RetryWait: dialRetryWait}
+	c, err := d.Dial(ctx, a)
 	if err != nil {
 		if errors.Is(err, windows.WSAECONNREFUSED) {
 			return nil, fmt.Errorf("%w: %v", vm.ErrConnRefused, err)

@@ -192,7 +192,7 @@ desktop-windows: frontend
 		$(WAILS_BUILD) -platform windows/$$arch -tags desktop,production -ldflags '$(LDFLAGS)' -o Airlock-$$arch.exe $$nsis; \
 	done
 
-## test-windows-wine: the Windows programs under Wine (apt: wine64, nsis, xvfb, imagemagick) in a
+## test-windows-wine: the Windows programs under Wine (apt: wine64, nsis, xvfb, xauth, imagemagick) in a
 ## fresh prefix (build/windows/wine): the amd64 installer silently over an older version and its
 ## uninstaller, airlock-vmservice under Wine's service manager and its protocol, the CLI against it
 ## and against `airlock serve`, the desktop app without WebView2 (build/bin/wine-desktop.png)

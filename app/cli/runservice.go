@@ -20,7 +20,7 @@ import (
 // ephemeral VM even when a service is running.
 var vmShapingFlags = []string{"workspace", "read-only", "tty", "cpus", "memory", "boot-timeout", "image-dir",
 	"console-log", "kernel-arg", "allow", "deny", "map-host", "egress-log", "ephemeral",
-	"upstream-ca", "upstream-proxy", "inspect", "image", "keep-disk"}
+	"upstream-ca", "upstream-proxy", "inspect", "image", "keep-disk", "changes"}
 
 // useService returns a client of the running service when run can use it.
 func useService(cmd *cobra.Command, g *globals) *api.Client {

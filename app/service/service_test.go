@@ -323,7 +323,7 @@ func TestEgressRulesAndWorkspace(t *testing.T) {
 	if err != nil || len(st.Allow) != 1 || len(st.Deny) != 0 {
 		t.Fatalf("rules %+v %v", st, err)
 	}
-	if err := w.service.SetWorkspace(ctx, "/", false); err == nil {
+	if err := w.service.SetWorkspace(ctx, "/", false, ""); err == nil {
 		t.Fatal("sharing / was accepted")
 	}
 	b, err := os.ReadFile(filepath.Join(w.dir, "settings.json"))

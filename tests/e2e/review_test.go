@@ -112,6 +112,7 @@ func writeOld(t *testing.T, path, data string, mode os.FileMode) hostFile {
 		t.Fatal(err)
 	}
 	os.Chmod(path, mode)
+	ownedByTaskUser(path) // as a user's own file, which the task user may write
 	old := time.Date(2024, 3, 1, 12, 0, 0, 123456789, time.UTC)
 	if err := os.Chtimes(path, old, old); err != nil {
 		t.Fatal(err)

@@ -73,8 +73,8 @@ type hostFile struct {
 
 func hf(path, body string) hostFile { return hostFile{path: path, body: body} }
 
-// workspace makes a folder holding files, their times before the epoch it
-// returns.
+// workspace makes a folder holding files, and returns an epoch late
+// enough that they count as changed before it (clockSlack).
 func workspace(t testing.TB, files ...hostFile) (string, time.Time) {
 	t.Helper()
 	ws := t.TempDir()
@@ -102,8 +102,7 @@ func workspace(t testing.TB, files ...hostFile) (string, time.Time) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(10 * time.Millisecond) // ctime is coarse on some file systems
-	return ws, time.Now()
+	return ws, time.Now().Add(clockSlack)
 }
 
 func openStore(t testing.TB) *Store {
@@ -200,9 +199,9 @@ func TestIngest(t *testing.T) {
 		},
 		{
 			name:  "a deleted and an added file of one content are a rename",
-			host:  []hostFile{hf("old.txt", "hello\n"), hf("other.txt", "other\n")},
-			layer: []ent{whiteout(".", "old.txt"), file("new.txt", "hello\n"), whiteout(".", "other.txt")},
-			want:  map[string]Kind{"new.txt": Renamed, "other.txt": Deleted},
+			host:  []hostFile{hf("old.txt", "hello\n"), hf("other.txt", "other\n"), hf("empty", "")},
+			layer: []ent{whiteout(".", "old.txt"), file("new.txt", "hello\n"), whiteout(".", "other.txt"), whiteout(".", "empty"), file("empty2", "")},
+			want:  map[string]Kind{"new.txt": Renamed, "other.txt": Deleted, "empty": Deleted, "empty2": Added},
 			check: func(t *testing.T, got map[string]Entry) {
 				if e := got["new.txt"]; e.From != "old.txt" || e.LinesAdded+e.LinesRemoved != 0 {
 					t.Errorf("new.txt = %+v", e)

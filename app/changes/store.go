@@ -301,6 +301,12 @@ func (b Base) same(o Base) bool {
 		b.Mode == o.Mode && b.ModTime.Equal(o.ModTime) && b.Hash == o.Hash
 }
 
+// clockSlack widens "after epoch": file systems keep times coarser than
+// the clock that took the epoch (the kernel's coarse clock lags by a tick;
+// FAT keeps mtimes to 2 s), so a change made just after the epoch may carry
+// a time just before it.
+const clockSlack = 2 * time.Second
+
 // maxConflictWalk bounds the host entries conflicts reads below a folder
 // that a change removes; beyond it the change conflicts.
 const maxConflictWalk = 100_000
@@ -308,7 +314,7 @@ const maxConflictWalk = 100_000
 // conflicts reports whether the user may have changed the host's path p
 // after the guest first saw it: p (now, from hostBase) is no longer base,
 // or it (or, when the change removes the folder p, anything below it)
-// changed after epoch.
+// changed after epoch (less clockSlack).
 //
 // The guest could first read a host file at any time after its layer
 // began (epoch), and the host cannot know when it did: so any change after
@@ -321,6 +327,7 @@ const maxConflictWalk = 100_000
 // that saves the same bytes), and costs a review; the reverse would cost
 // the user's edit.
 func conflicts(root *os.Root, p string, base Base, now hostState, epoch time.Time, removes bool) (bool, error) {
+	epoch = epoch.Add(-clockSlack)
 	if !now.same(base) || now.changed.After(epoch) {
 		return true, nil
 	}

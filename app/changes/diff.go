@@ -90,7 +90,8 @@ func (s *Store) Diff(workspace string, paths []string, w io.Writer) error {
 		return err
 	}
 	for _, p := range paths {
-		if !slices.ContainsFunc(m.Records, func(r record) bool { return under(r.Path, []string{p}) }) {
+		one := pathSet{p: true}
+		if !slices.ContainsFunc(m.Records, func(r record) bool { return one.holds(r.Path) }) {
 			return fmt.Errorf("changes: %s: no pending change there: %w", printable.String(p), fs.ErrNotExist)
 		}
 	}
@@ -100,8 +101,9 @@ func (s *Store) Diff(workspace string, paths []string, w io.Writer) error {
 	}
 	defer root.Close()
 	bw := bufio.NewWriter(w)
+	set := newPathSet(paths)
 	for _, r := range m.Records {
-		if len(paths) > 0 && !under(r.Path, paths) {
+		if len(paths) > 0 && !set.holds(r.Path) {
 			continue
 		}
 		if err := s.diffOne(bw, root, r); err != nil {

@@ -251,6 +251,32 @@ func TestIngestFoldedNames(t *testing.T) {
 	}
 }
 
+func TestIngestWindowsNames(t *testing.T) {
+	layer := layerTar(t, file("a:b", "ads"), file("d/con.txt", "dev"), file("lpt1", "dev"), file("x.", "dot"), file("y ", "space"),
+		file("q?", "q"), file("ok.txt", "ok"), file("com10", "not a device"))
+	for goos, want := range map[string][]string{
+		"linux":   {"a:b", "com10", "d/con.txt", "lpt1", "ok.txt", "q?", "x.", "y "},
+		"windows": {"com10", "ok.txt"},
+	} {
+		t.Run(goos, func(t *testing.T) {
+			ws, epoch := workspace(t)
+			s := openStore(t)
+			sum, err := s.ingest(context.Background(), bytes.NewReader(layer), ws, epoch, Limits{}, goos)
+			if err != nil {
+				t.Fatal(err)
+			}
+			list, _ := s.List()
+			var got []string
+			for _, e := range list {
+				got = append(got, e.Path)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("pending %q, want %q (refused %+v)", got, want, sum.Refused)
+			}
+		})
+	}
+}
+
 func TestFoldsNames(t *testing.T) {
 	ws, _ := workspace(t, hf("Makefile", ""))
 	root, err := os.OpenRoot(ws)

@@ -216,7 +216,43 @@ func badLink(name, target string) string {
 	if t := path.Join(path.Dir(name), target); t == ".." || strings.HasPrefix(t, "../") {
 		return "a symlink that points outside the workspace"
 	}
+	// "a/.." is not the folder a is in when a is itself a symlink: ".."
+	// may only lead.
+	named := false
+	for elem := range strings.SplitSeq(target, "/") {
+		if elem == ".." && named {
+			return `a symlink with ".." after a name`
+		}
+		named = named || elem != ".." && elem != "." && elem != ""
+	}
 	return ""
+}
+
+// windowsName says why name cannot be a path on Windows: "" when it can.
+// There a name's trailing dots and spaces are dropped (two names, one
+// file), ':' opens an alternate data stream, and CON, NUL, COM1 ... name
+// devices in every folder, with any extension.
+func windowsName(name string) string {
+	for elem := range strings.SplitSeq(name, "/") {
+		stem, _, _ := strings.Cut(elem, ".")
+		switch {
+		case strings.ContainsAny(elem, `<>:"|?*`):
+			return `a name Windows cannot hold (one of <>:"|?*)`
+		case strings.HasSuffix(elem, ".") || strings.HasSuffix(elem, " "):
+			return "a name Windows cannot hold (a trailing dot or space)"
+		case windowsDevice(strings.ToUpper(strings.TrimRight(stem, " "))):
+			return "a name Windows keeps for a device"
+		}
+	}
+	return ""
+}
+
+func windowsDevice(stem string) bool {
+	switch stem {
+	case "CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$":
+		return true
+	}
+	return len(stem) == 4 && (strings.HasPrefix(stem, "COM") || strings.HasPrefix(stem, "LPT")) && stem[3] >= '0' && stem[3] <= '9'
 }
 
 func typeName(t byte) string {

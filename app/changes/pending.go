@@ -62,7 +62,8 @@ func (s *Store) Ingest(ctx context.Context, r io.Reader, workspace string, epoch
 }
 
 // ingest is Ingest on the operating system goos: the file systems of
-// darwin take names that differ only in Unicode normalisation as one.
+// darwin take names that differ only in Unicode normalisation as one, and
+// Windows cannot hold some names.
 func (s *Store) ingest(ctx context.Context, r io.Reader, workspace string, epoch time.Time, lim Limits, goos string) (Summary, error) {
 	if lim.Entries <= 0 {
 		lim.Entries = DefaultLimits.Entries
@@ -89,6 +90,13 @@ func (s *Store) ingest(ctx context.Context, r io.Reader, workspace string, epoch
 	var sum Summary
 	l, err := s.readLayer(ctx, r, lim)
 	if err == nil {
+		if goos == "windows" {
+			for p := range l.entries {
+				if why := windowsName(p); why != "" {
+					l.refuse(p, why)
+				}
+			}
+		}
 		folds := goos == "darwin" || foldsNames(root, workspace)
 		m, sum, err = s.compare(root, l, old, epoch, folds)
 	}
@@ -112,13 +120,14 @@ func (s *Store) compare(root *os.Root, l *layer, old pendingManifest, epoch time
 	}
 	// The guest's layer still holds what was applied or discarded until
 	// it forgets those paths: that is no change.
+	forget := newPathSet(forgotten)
 	for p := range l.entries {
-		if under(p, forgotten) {
+		if forget.holds(p) {
 			delete(l.entries, p)
 		}
 	}
 	for p := range l.opaque {
-		if under(p, forgotten) {
+		if forget.holds(p) {
 			delete(l.opaque, p)
 		}
 	}
@@ -130,6 +139,8 @@ func (s *Store) compare(root *os.Root, l *layer, old pendingManifest, epoch time
 	for _, p := range paths {
 		if a, ok := refusedAncestor(p, l.refused); ok {
 			l.refuse(p, "inside "+a+", which is refused")
+		} else if a := nonFolderAncestor(p, l.entries); a != "" {
+			l.refuse(p, "inside "+a+", which the layer holds as no folder")
 		} else if a, err := linkedParent(root, p, links); err != nil {
 			return pendingManifest{}, Summary{}, err
 		} else if a != "" {
@@ -366,10 +377,21 @@ func (c *comparer) base(p string) (Base, error) {
 	return h.Base, err
 }
 
-// under reports whether p is one of paths or below one.
-func under(p string, paths []string) bool {
-	for _, q := range paths {
-		if p == q || strings.HasPrefix(p, q+"/") {
+// pathSet is a set of slash paths.
+type pathSet map[string]bool
+
+func newPathSet(paths []string) pathSet {
+	set := make(pathSet, len(paths))
+	for _, p := range paths {
+		set[p] = true
+	}
+	return set
+}
+
+// holds reports whether p or a folder above it is in the set.
+func (set pathSet) holds(p string) bool {
+	for ; p != "." && p != "/" && p != ""; p = path.Dir(p) {
+		if set[p] {
 			return true
 		}
 	}
@@ -384,6 +406,17 @@ func refusedAncestor(p string, refused map[string]string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// nonFolderAncestor returns the nearest path above p that the layer holds
+// as something other than a folder: a layer's folders hold its entries.
+func nonFolderAncestor(p string, entries map[string]*layerEntry) string {
+	for d := path.Dir(p); d != "."; d = path.Dir(d) {
+		if e := entries[d]; e != nil && e.typ != Dir {
+			return d
+		}
+	}
+	return ""
 }
 
 // linkedParent returns the folder above p that is a symlink on the host,
@@ -518,8 +551,9 @@ func (s *Store) Discard(paths []string) ([]string, error) {
 	}
 	var gone, forget []string
 	keep := m.Records[:0:0]
+	set := newPathSet(paths)
 	for _, r := range m.Records {
-		if len(paths) > 0 && !under(r.Path, paths) {
+		if len(paths) > 0 && !set.holds(r.Path) {
 			keep = append(keep, r)
 			continue
 		}

@@ -230,9 +230,9 @@ func TestIngest(t *testing.T) {
 		{
 			name: "symlinks kept only inside the workspace",
 			layer: []ent{dir("d"), symlink("d/in", "../a"), symlink("d/up", "../../x"), symlink("abs", "/etc/passwd"),
-				symlink("win", `C:\x`), symlink("empty", "")},
+				symlink("win", `C:\x`), symlink("empty", ""), symlink("through", "d/in/../.."), symlink("dot", "./d/../d")},
 			want:    map[string]Kind{"d": Added, "d/in": Added},
-			refused: []string{"abs", "d/up", "empty", "win"},
+			refused: []string{"abs", "d/up", "dot", "empty", "through", "win"},
 			check: func(t *testing.T, got map[string]Entry) {
 				if e := got["d/in"]; e.Type != Symlink || e.Link != "../a" {
 					t.Errorf("d/in = %+v", e)
@@ -276,6 +276,12 @@ func TestIngest(t *testing.T) {
 			layer:   []ent{dir("ln"), file("ln/x", "x"), file("real/y", "y")},
 			want:    map[string]Kind{"ln": Modified, "real/y": Added},
 			refused: []string{"ln/x"},
+		},
+		{
+			name:    "inside what the layer holds as no folder",
+			layer:   []ent{file("f", "f"), file("f/x", "x"), symlink("l", "f"), file("l/y", "y"), whiteout(".", "w"), file("w/z", "z")},
+			want:    map[string]Kind{"f": Added, "l": Added},
+			refused: []string{"f/x", "l/y", "w/z"},
 		},
 		{
 			name:    "inside a refused folder",

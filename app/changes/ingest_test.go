@@ -179,6 +179,34 @@ func TestIngestConflicts(t *testing.T) {
 			t.Errorf("conflicts %v", got)
 		}
 	})
+	t.Run("what Airlock wrote after the epoch", func(t *testing.T) {
+		ws, epoch := workspace(t, hf("a.txt", "host\n"), hf("b.txt", "host\n"), hf("d/x", "x"))
+		s := openStore(t)
+		// As Apply leaves a.txt, once the epoch has passed.
+		write(t, ws, "a.txt", "applied\n")
+		root, _ := os.OpenRoot(ws)
+		defer root.Close()
+		m, _ := s.loadPending()
+		m.Epoch = epoch
+		if err := m.noteWritten(root, "a.txt", hashOf("applied\n")); err != nil {
+			t.Fatal(err)
+		}
+		s.savePending(m)
+		if _, err := s.Ingest(ctx, bytes.NewReader(layer), ws, epoch, Limits{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := conflicted(t, s); got["a.txt"] {
+			t.Errorf("Airlock's own write conflicts: %v", got)
+		}
+		// The user's edit after it does.
+		write(t, ws, "a.txt", "applied\n")
+		if _, err := s.Ingest(ctx, bytes.NewReader(layer), ws, epoch, Limits{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := conflicted(t, s); !got["a.txt"] {
+			t.Errorf("the user's edit after Airlock's: %v", got)
+		}
+	})
 	t.Run("a pending path keeps its base", func(t *testing.T) {
 		ws, epoch := workspace(t, hf("a.txt", "host\n"), hf("b.txt", "host\n"), hf("d/x", "x"))
 		s := openStore(t)

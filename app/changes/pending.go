@@ -155,7 +155,12 @@ func (s *Store) compare(root *os.Root, l *layer, old pendingManifest, epoch time
 			oldBase[r.From] = *r.FromBase
 		}
 	}
-	c := comparer{store: s, root: root, epoch: epoch, oldBase: oldBase, now: map[string]hostState{}}
+	// What Airlock wrote counts while the layer is the same one.
+	written := old.Written
+	if !old.Epoch.Equal(epoch) {
+		written = nil
+	}
+	c := comparer{store: s, root: root, epoch: epoch, oldBase: oldBase, now: map[string]hostState{}, written: written}
 	var recs []record
 	for _, p := range paths {
 		if _, ok := l.refused[p]; ok {
@@ -192,7 +197,7 @@ func (s *Store) compare(root *os.Root, l *layer, old pendingManifest, epoch time
 	for _, p := range slices.Sorted(maps.Keys(l.refused)) {
 		sum.Refused = append(sum.Refused, Refusal{Path: printable.String(p), Reason: l.refused[p]})
 	}
-	return pendingManifest{Epoch: epoch, Records: recs}, sum, nil
+	return pendingManifest{Epoch: epoch, Records: recs, Written: written}, sum, nil
 }
 
 // comparer compares layer entries with the host's folder.
@@ -202,6 +207,7 @@ type comparer struct {
 	epoch   time.Time
 	oldBase map[string]Base
 	now     map[string]hostState // hostBase, once per path
+	written map[string]written   // what Airlock wrote to the host
 }
 
 func (c *comparer) host(p string) (hostState, error) {
@@ -322,7 +328,7 @@ func (c *comparer) finish(r *record) error {
 	now := c.now[r.Path]
 	r.Base = base
 	// Anything but a folder in place of a host folder removes what is in it.
-	if r.Conflict, err = conflicts(c.root, r.Path, base, now, c.epoch, r.Type != Dir); err != nil {
+	if r.Conflict, err = conflicts(c.root, r.Path, base, now, c.epoch, r.Type != Dir, c.written); err != nil {
 		return fmt.Errorf("changes: %s: %w", printable.String(r.Path), err)
 	}
 	oldPath := r.Path
@@ -333,7 +339,7 @@ func (c *comparer) finish(r *record) error {
 			return err
 		}
 		r.FromBase = &fb
-		conflict, err := conflicts(c.root, r.From, fb, c.now[r.From], c.epoch, true)
+		conflict, err := conflicts(c.root, r.From, fb, c.now[r.From], c.epoch, true, c.written)
 		if err != nil {
 			return fmt.Errorf("changes: %s: %w", printable.String(r.From), err)
 		}

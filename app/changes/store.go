@@ -92,6 +92,41 @@ type pendingManifest struct {
 	// file changed after it may be one the guest never saw.
 	Epoch   time.Time `json:"epoch"`
 	Records []record  `json:"records"`
+	// Written holds the host paths Airlock itself wrote (Apply, Undo) since
+	// Epoch, as it left them: such a path changed after Epoch, but while
+	// it is still exactly so, not by the user (see noteWritten).
+	Written map[string]written `json:"written,omitempty"`
+}
+
+// written is a host path as Airlock left it.
+type written struct {
+	Base
+	// Changed is when it last changed (hostState.changed): the ctime too,
+	// on unix, which the user's next change moves.
+	Changed time.Time `json:"changed"`
+}
+
+// noteWritten records that Airlock has just written the host's path p
+// (Apply, Undo), hash being a file's content (known, so not read again):
+// the guest's layer sees that version only after Airlock wrote it, so a
+// later change there conflicts only if the path is no longer so. Apply
+// and Undo call it for each path they write, then save m.
+func (m *pendingManifest) noteWritten(root *os.Root, p, hash string) error {
+	fi, err := root.Lstat(filepath.FromSlash(p))
+	if notExist(err) {
+		delete(m.Written, p)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("changes: %w", err)
+	}
+	st := stateOf(fi)
+	st.Hash = hash
+	if m.Written == nil {
+		m.Written = map[string]written{}
+	}
+	m.Written[p] = written{st.Base, st.changed}
+	return nil
 }
 
 // Open opens (creating) the store in dir, takes its lock, and finishes or
@@ -256,13 +291,21 @@ func hostBase(root *os.Root, p string) (hostState, error) {
 	if err != nil {
 		return hostState{}, err
 	}
+	st := stateOf(fi)
+	if st.Type == File {
+		if st.Hash, err = hashFile(root, p, fi); err != nil {
+			return hostState{}, err
+		}
+	}
+	return st, nil
+}
+
+// stateOf is what fi says of a path, all but a file's hash.
+func stateOf(fi fs.FileInfo) hostState {
 	b := Base{Exists: true, Mode: fi.Mode().Perm(), ModTime: fi.ModTime()}
 	switch {
 	case fi.Mode().IsRegular():
 		b.Type, b.Size = File, fi.Size()
-		if b.Hash, err = hashFile(root, p, fi); err != nil {
-			return hostState{}, err
-		}
 	case fi.IsDir():
 		b.Type = Dir
 	case fi.Mode()&fs.ModeSymlink != 0:
@@ -274,7 +317,7 @@ func hostBase(root *os.Root, p string) (hostState, error) {
 	if ct := changeTime(fi); ct.After(changed) {
 		changed = ct
 	}
-	return hostState{b, changed}, nil
+	return hostState{b, changed}
 }
 
 // hashFile returns the SHA-256 of the host's file p, which must still be
@@ -314,7 +357,8 @@ const maxConflictWalk = 100_000
 // conflicts reports whether the user may have changed the host's path p
 // after the guest first saw it: p (now, from hostBase) is no longer base,
 // or it (or, when the change removes the folder p, anything below it)
-// changed after epoch (less clockSlack).
+// changed after epoch (less clockSlack), unless it is still exactly what
+// Airlock wrote there (wrote, a manifest's Written).
 //
 // The guest could first read a host file at any time after its layer
 // began (epoch), and the host cannot know when it did: so any change after
@@ -326,10 +370,15 @@ const maxConflictWalk = 100_000
 // A change this reading calls a conflict may be none (a chmod, an editor
 // that saves the same bytes), and costs a review; the reverse would cost
 // the user's edit.
-func conflicts(root *os.Root, p string, base Base, now hostState, epoch time.Time, removes bool) (bool, error) {
+func conflicts(root *os.Root, p string, base Base, now hostState, epoch time.Time, removes bool, wrote map[string]written) (bool, error) {
 	epoch = epoch.Add(-clockSlack)
-	if !now.same(base) || now.changed.After(epoch) {
+	if !now.same(base) {
 		return true, nil
+	}
+	if w, ok := wrote[p]; !ok || !w.same(now.Base) || !w.Changed.Equal(now.changed) {
+		if now.changed.After(epoch) {
+			return true, nil
+		}
 	}
 	if !removes || now.Type != Dir {
 		return false, nil

@@ -118,34 +118,9 @@ func (s *Store) compare(root *os.Root, l *layer, old pendingManifest, epoch time
 	if err != nil {
 		return pendingManifest{}, Summary{}, err
 	}
-	// The guest's layer still holds what was applied or discarded until
-	// it forgets those paths: that is no change.
-	forget := newPathSet(forgotten)
-	for p := range l.entries {
-		if forget.holds(p) {
-			delete(l.entries, p)
-		}
-	}
-	for p := range l.opaque {
-		if forget.holds(p) {
-			delete(l.opaque, p)
-		}
-	}
-	if folds {
-		refuseFolded(l)
-	}
-	links := map[string]bool{}
-	paths := slices.Sorted(maps.Keys(l.entries))
-	for _, p := range paths {
-		if a, ok := refusedAncestor(p, l.refused); ok {
-			l.refuse(p, "inside "+a+", which is refused")
-		} else if a := nonFolderAncestor(p, l.entries); a != "" {
-			l.refuse(p, "inside "+a+", which the layer holds as no folder")
-		} else if a, err := linkedParent(root, p, links); err != nil {
-			return pendingManifest{}, Summary{}, err
-		} else if a != "" {
-			l.refuse(p, "its folder "+a+" is a symlink on the host")
-		}
+	paths, links, err := l.screen(root, newPathSet(forgotten), folds)
+	if err != nil {
+		return pendingManifest{}, Summary{}, err
 	}
 
 	oldBase := map[string]Base{}
@@ -163,9 +138,6 @@ func (s *Store) compare(root *os.Root, l *layer, old pendingManifest, epoch time
 	c := comparer{store: s, root: root, epoch: epoch, oldBase: oldBase, now: map[string]hostState{}, written: written}
 	var recs []record
 	for _, p := range paths {
-		if _, ok := l.refused[p]; ok {
-			continue
-		}
 		r, ok, err := c.record(p, l.entries[p])
 		if err != nil {
 			return pendingManifest{}, Summary{}, err
@@ -198,6 +170,43 @@ func (s *Store) compare(root *os.Root, l *layer, old pendingManifest, epoch time
 		sum.Refused = append(sum.Refused, Refusal{Path: printable.String(p), Reason: l.refused[p]})
 	}
 	return pendingManifest{Epoch: epoch, Records: recs, Written: written}, sum, nil
+}
+
+// screen drops the layer's entries the guest's layer holds only until it
+// forgets them (applied or discarded), refuses those that cannot reach
+// the host, and returns the paths left to compare, sorted, and what it
+// found of the host's folders (linkedFolder).
+func (l *layer) screen(root *os.Root, forget pathSet, folds bool) ([]string, map[string]bool, error) {
+	for p := range l.entries {
+		if forget.holds(p) {
+			delete(l.entries, p)
+		}
+	}
+	for p := range l.opaque {
+		if forget.holds(p) {
+			delete(l.opaque, p)
+		}
+	}
+	if folds {
+		refuseFolded(l)
+	}
+	links := map[string]bool{}
+	var paths []string
+	for _, p := range slices.Sorted(maps.Keys(l.entries)) {
+		if a, ok := refusedAncestor(p, l.refused); ok {
+			l.refuse(p, "inside "+a+", which is refused")
+		} else if a := nonFolderAncestor(p, l.entries); a != "" {
+			l.refuse(p, "inside "+a+", which the layer holds as no folder")
+		} else if a, err := linkedFolder(root, path.Dir(p), links); err != nil {
+			return nil, nil, err
+		} else if a != "" {
+			l.refuse(p, "its folder "+a+" is a symlink on the host")
+		}
+		if _, refused := l.refused[p]; !refused {
+			paths = append(paths, p)
+		}
+	}
+	return paths, links, nil
 }
 
 // comparer compares layer entries with the host's folder.
@@ -267,8 +276,8 @@ func (c *comparer) hidden(l *layer, links map[string]bool) ([]record, error) {
 		dir := d
 		if d == "" {
 			dir = "."
-		} else if a, err := linkedParent(c.root, d+"/x", links); err != nil || a != "" {
-			continue // refused with its entries, or the host's folder is gone
+		} else if a, err := linkedFolder(c.root, d, links); err != nil || a != "" {
+			continue // a link's target is not what the guest saw hidden
 		}
 		if h, err := c.host(dir); err != nil || !h.Exists || h.Type != Dir {
 			continue
@@ -425,11 +434,14 @@ func nonFolderAncestor(p string, entries map[string]*layerEntry) string {
 	return ""
 }
 
-// linkedParent returns the folder above p that is a symlink on the host,
-// "" when none is; links caches what it found.
-func linkedParent(root *os.Root, p string, links map[string]bool) (string, error) {
-	elems := strings.Split(p, "/")
-	for i := 1; i < len(elems); i++ {
+// linkedFolder returns the folder dir, or one above it, that is a symlink
+// on the host, "" when none is; links caches what it found.
+func linkedFolder(root *os.Root, dir string, links map[string]bool) (string, error) {
+	if dir == "." || dir == "" {
+		return "", nil
+	}
+	elems := strings.Split(dir, "/")
+	for i := 1; i <= len(elems); i++ {
 		d := strings.Join(elems[:i], "/")
 		link, ok := links[d]
 		if !ok {

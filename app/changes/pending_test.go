@@ -284,6 +284,12 @@ func TestIngest(t *testing.T) {
 			refused: []string{"f/x", "l/y", "w/z"},
 		},
 		{
+			name:  "an opaque folder below a host symlink hides nothing",
+			host:  []hostFile{hf("real/sub/a", "a"), {path: "ln", link: "real"}},
+			layer: []ent{file("ln/sub/.wh..wh..opq", "")},
+			want:  map[string]Kind{},
+		},
+		{
 			name:    "inside a refused folder",
 			layer:   []ent{file("twice/a", "a"), dir("twice"), dir("twice"), file("twice/b", "b")},
 			want:    map[string]Kind{},

@@ -105,6 +105,9 @@ func (s *Store) readLayer(ctx context.Context, r io.Reader, lim Limits) (*layer,
 
 // readEntry adds one tar entry to l.
 func (s *Store) readEntry(l *layer, tr *tar.Reader, hdr *tar.Header) error {
+	if hdr.Typeflag == tar.TypeXGlobalHeader {
+		return nil // names no path
+	}
 	name := strings.TrimSuffix(strings.TrimPrefix(hdr.Name, "./"), "/")
 	if why := badName(name); why != "" {
 		if name != "." && name != "" { // the root's own entry carries nothing

@@ -75,6 +75,11 @@ func runViaService(ctx context.Context, stdio Stdio, c *api.Client, f runFlags, 
 	if t, err = c.Wait(ctx, t.ID); err != nil {
 		return err
 	}
+	// The service pulled what the task changed before it said the task
+	// ended: say when some of it waits for review.
+	if l, err := c.Changes(ctx); err == nil && len(l.Entries) > 0 {
+		fmt.Fprintf(stdio.Err, "airlock: %d change(s) wait for review; see them with: airlock changes\n", len(l.Entries))
+	}
 	return taskExit(stdio, t, f.timeout)
 }
 

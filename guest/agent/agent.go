@@ -70,6 +70,13 @@ type Config struct {
 	// mount namespaces of its own; empty runs tasks directly in the
 	// agent's namespaces (tests, and agents not run by the guest's init).
 	TaskInit string
+	// LayerUpper and LayerLower, for a guest booted with its changes held
+	// (api.BootConfig.Changes), are the overlay's upper folder and the
+	// read-only share beneath it, which the layer calls read and change
+	// (layer.go); RefreshLayer makes the overlay at WorkspaceDir show a
+	// change made to its upper folder beneath it (a forget).
+	LayerUpper, LayerLower string
+	RefreshLayer           func() error
 	// Reaper, when set, collects the exit of every task's main process:
 	// the agent runs in PID 1 (guest/boot), which must also reap what
 	// tasks orphan, and one wait4(-1) loop does both. Nil: each task is

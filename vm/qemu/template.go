@@ -41,7 +41,7 @@ import (
 // A template is only valid for the exact machine that saved it: the same
 // QEMU binary, kernel and initramfs, and the same command line but for the
 // host-side paths that differ per run (the shared folder, the console
-// log, descriptor numbers). templateKey hashes all of that, so a changed
+// log, a changes layer's disk, descriptor numbers). templateKey hashes all of that, so a changed
 // image, QEMU, memory size, CPU count, kernel argument, share mode or
 // accelerator simply finds no template and boots, saving a new one.
 
@@ -91,6 +91,14 @@ func templateKey(p plan, qemu string) (string, error) {
 		q.SharePath = ""
 	}
 	q.ConsoleLog, q.ConsoleFD, q.PIDFile = "-", 0, ""
+	// A changes layer's disk is each machine's own (layerOnly); its
+	// place in the command line, and that it is writable, stay.
+	q.Disks = nil
+	for _, d := range p.Disks {
+		d.Path = "-"
+		q.Disks = append(q.Disks, d)
+	}
+	q.DiskFDs = nil
 	q.QMPFD, q.IncomingFD, q.RAMFD = 0, 0, 0
 	fmt.Fprintf(h, "%s", strings.Join(q.args(), "\x00"))
 	return hex.EncodeToString(h.Sum(nil))[:32], nil

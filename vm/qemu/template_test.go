@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/vm"
 )
 
 // TestTemplateKey: the key changes with what the saved machine depends on,
@@ -68,9 +69,20 @@ func TestTemplateKey(t *testing.T) {
 		{"kernel mtime", func(t *testing.T, p *plan, _ *string) { touch(t, p.Kernel) }, false},
 		{"initrd contents", func(t *testing.T, p *plan, _ *string) { writeFile(t, p.Initrd, "another initrd") }, false},
 		{"qemu binary", func(t *testing.T, _ *plan, qemu *string) { touch(t, *qemu) }, false},
+		{"layer disk path", func(_ *testing.T, p *plan, _ *string) {
+			p.Disks[0].Path = "/state/changes/fedcba9876543210/layer.vhd"
+			p.DiskFDs = [][]int{{7, 8}}
+		}, true},
+		{"layer disk read-only", func(_ *testing.T, p *plan, _ *string) { p.Disks[0].ReadOnly = true }, false},
+		{"a second disk", func(_ *testing.T, p *plan, _ *string) { p.Disks = append(p.Disks, p.Disks[0]) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, qemu := setup(t)
+			if strings.HasPrefix(tc.name, "layer") || strings.HasPrefix(tc.name, "a second") {
+				p.ShareReadOnly = true
+				p.Cmdline = api.BootConfig{Changes: true}.Args()
+				p.Disks = []vm.Disk{{Path: "/state/changes/0123456789abcdef/layer.vhd", Format: vm.DiskRawVHD}}
+			}
 			before, err := templateKey(p, qemu)
 			if err != nil {
 				t.Fatal(err)

@@ -149,7 +149,28 @@ func formatLayer(dev string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
 	}
-	return nil
+	return clearMagic(dev, len(api.BlankLayerMagic))
+}
+
+// clearMagic zeroes the blank disk's mark once the file system is made:
+// busybox mke2fs leaves the disk's first 1024 bytes (which ext does not
+// use) as they were, and a mark left there would have the next boot
+// format the layer again. A format cut off before this leaves the mark,
+// and the next boot formats it again.
+func clearMagic(dev string, n int) error {
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(make([]byte, n), 0); err != nil {
+		f.Close()
+		return fmt.Errorf("clear the blank mark: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("clear the blank mark: %w", err)
+	}
+	return f.Close()
 }
 
 // unmountChanges unmounts what mountChanges mounted, beneath the overlay

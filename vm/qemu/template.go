@@ -92,9 +92,17 @@ func templateKey(p plan, qemu string) (string, error) {
 	}
 	q.ConsoleLog, q.ConsoleFD, q.PIDFile = "-", 0, ""
 	// A changes layer's disk is each machine's own (layerOnly); its
-	// place in the command line, and that it is writable, stay.
+	// place in the command line, that it is writable, and its size stay:
+	// a machine started from the template has its virtio-blk device's
+	// configuration (the capacity) from the saved state, so a disk of
+	// another size would be read and written past its end.
 	q.Disks = nil
 	for _, d := range p.Disks {
+		fi, err := os.Stat(d.Path)
+		if err != nil {
+			return "", fmt.Errorf("template key: %w", err)
+		}
+		fmt.Fprintf(h, "disk of %d bytes\x00", fi.Size())
 		d.Path = "-"
 		q.Disks = append(q.Disks, d)
 	}

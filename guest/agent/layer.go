@@ -109,7 +109,7 @@ func (s *Server) serveLayer(c net.Conn) {
 		err = execwire.Errorf(execwire.FailedPrecondition, "this guest holds no changes layer (booted without changes held)")
 	case req.GetExport() != nil:
 		var entries uint64
-		entries, err = ExportLayer(ctx, s.cfg.LayerUpper, fw)
+		entries, err = ExportLayer(ctx, s.cfg.LayerUpper, s.cfg.LayerLower, fw)
 		if err == nil {
 			err = fw.Flush()
 		}
@@ -183,7 +183,9 @@ func (w *frameWriter) Flush() error {
 //   - a whiteout (a character device 0/0, how overlayfs marks a deleted
 //     path) becomes an empty regular file ".wh.NAME";
 //   - an opaque folder (trusted.overlay.opaque=y: deleted and made again)
-//     is followed by an empty ".wh..wh..opq" in it;
+//     is followed by an empty ".wh..wh..opq" in it, when the lower folder
+//     lower has a folder there to hide (overlayfs also marks every folder
+//     made new in a merged one opaque, which hides nothing; "" marks all);
 //   - folders, regular files, symlinks and fifos are themselves, with
 //     mode, owner and modification time; sockets and other devices (which
 //     tasks cannot make) are left out.
@@ -191,7 +193,7 @@ func (w *frameWriter) Flush() error {
 // A file being written while it is read goes out as far as it was read
 // (padded with zeros, or cut, to the size its header gave): the next
 // export, once the writer is done, has it whole.
-func ExportLayer(ctx context.Context, upper string, w io.Writer) (uint64, error) {
+func ExportLayer(ctx context.Context, upper, lower string, w io.Writer) (uint64, error) {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	tw := tar.NewWriter(bw)
 	var entries uint64
@@ -235,7 +237,7 @@ func ExportLayer(ctx context.Context, upper string, w io.Writer) (uint64, error)
 					return err
 				}
 				entries++
-				if opaque(p) {
+				if opaque(p) && hides(lower, name) {
 					wh := &tar.Header{Name: path.Join(name, opaqueWhiteout), Typeflag: tar.TypeReg, Mode: 0o644,
 						ModTime: hdr.ModTime, Format: tar.FormatPAX}
 					if err := tw.WriteHeader(wh); err != nil {
@@ -310,6 +312,16 @@ type zeros struct{}
 func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+// hides reports whether an opaque folder at rel (slash-separated) hides
+// anything: whether the lower folder lower has a folder there.
+func hides(lower, rel string) bool {
+	if lower == "" {
+		return true
+	}
+	fi, err := os.Lstat(filepath.Join(lower, filepath.FromSlash(rel)))
+	return err == nil && fi.IsDir()
 }
 
 // opaque reports whether the upper folder p is marked opaque.

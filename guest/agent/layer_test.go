@@ -51,7 +51,7 @@ func fakeUpper(t *testing.T) string {
 func TestExportLayer(t *testing.T) {
 	up := fakeUpper(t)
 	var buf bytes.Buffer
-	n, err := ExportLayer(context.Background(), up, &buf)
+	n, err := ExportLayer(context.Background(), up, "", &buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestExportLayerCancel(t *testing.T) {
 	up := fakeUpper(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := ExportLayer(ctx, up, io.Discard); !errors.Is(err, context.Canceled) {
+	if _, err := ExportLayer(ctx, up, "", io.Discard); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v", err)
 	}
 }
@@ -145,5 +145,30 @@ func TestForgetLayer(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(up); len(ents) != 0 {
 		t.Errorf("forget all left %d entries", len(ents))
+	}
+}
+
+// TestExportLayerOpaqueNew: a folder made new (overlayfs marks it opaque
+// too) hides nothing of the lower folder and is exported without the mark;
+// one the lower folder has keeps it.
+func TestExportLayerOpaqueNew(t *testing.T) {
+	up := fakeUpper(t)
+	low := t.TempDir()
+	var buf bytes.Buffer
+	if _, err := ExportLayer(context.Background(), up, low, &buf); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(buf.Bytes(), []byte(opaqueWhiteout)) {
+		t.Error("a new folder's opaque mark was exported")
+	}
+	if err := os.Mkdir(filepath.Join(low, "build"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	buf.Reset()
+	if _, err := ExportLayer(context.Background(), up, low, &buf); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(buf.Bytes(), []byte("build/"+opaqueWhiteout)) {
+		t.Error("the opaque mark of a folder that hides the lower one was left out")
 	}
 }

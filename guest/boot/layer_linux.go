@@ -47,12 +47,18 @@ const (
 //   - metacopy=off: a change of mode or owner copies the whole file up, so
 //     every upper file holds its own bytes and the export never needs the
 //     share's.
-//   - xino=off: no inode number tricks across layers; nothing here needs
-//     st_ino to stay the same across a copy-up.
+//   - xino=on: every file in /workspace has the overlay's st_dev, as its
+//     folders do. Without it a file reports the device of the layer it is
+//     on (the layer disk's ext4 for a changed file, an anonymous one for
+//     the share's), and the agent, which tells what is in the workspace
+//     by its device (guest/agent symlink.go: setuid and setgid bits are
+//     refused there), took a changed file for one outside it. A file
+//     whose inode number does not fit beside the layer bits falls back to
+//     its layer's device (the kernel warns once).
 //
-// The kernel's own defaults for the first three may be on (its config or
-// module parameters); they are given explicitly.
-const overlayOptions = "redirect_dir=off,index=off,metacopy=off,xino=off"
+// The kernel's own defaults for these may differ (its config or module
+// parameters); they are given explicitly.
+const overlayOptions = "redirect_dir=off,index=off,metacopy=off,xino=on"
 
 // layerWait bounds the wait for the layer disk: the disk is there at boot,
 // its driver probes as it loads.
@@ -78,12 +84,14 @@ func mountChanges(log *slog.Logger, cfg api.BootConfig, fd int) error {
 	if err := lower.do(); err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
+	log.Debug("changes layer: share mounted beneath")
 	dev, err := findDisk(func(k diskKind, label string) bool {
 		return k == diskBlankLayer || (k == diskExt && label == api.LayerLabel)
 	}, layerWait)
 	if err != nil {
 		return fmt.Errorf("changes layer disk: %w", err)
 	}
+	log.Debug("changes layer: disk found", "dev", dev)
 	if kind, _ := probeDevice(dev); kind == diskBlankLayer {
 		began := time.Now()
 		if err := formatLayer(dev); err != nil {
@@ -93,9 +101,12 @@ func mountChanges(log *slog.Logger, cfg api.BootConfig, fd int) error {
 	}
 	// ext4 mounts the ext2 layout busybox writes (and keeps it ext2-shaped:
 	// no journal), with user and trusted xattrs, which the overlay needs.
-	if err := (mount{dev, api.LayerDir, "ext4", nodevSuid, "", 0o700}).do(); err != nil {
+	// discard: the blocks of what is deleted or forgotten go back to the
+	// host (its layer file is sparse; QEMU's discard=unmap punches them).
+	if err := (mount{dev, api.LayerDir, "ext4", nodevSuid, "discard", 0o700}).do(); err != nil {
 		return fmt.Errorf("changes layer disk: %w", err)
 	}
+	log.Debug("changes layer: disk mounted")
 	if err := prepareUpper(api.LowerDir); err != nil {
 		return fmt.Errorf("changes layer: %w", err)
 	}

@@ -170,6 +170,7 @@ rm -r gone
 rm -r again; mkdir again; echo fresh > again/new.txt
 echo guest version > forget.txt
 if echo evil >> .git/config 2>/dev/null; then echo "tool config writable"; exit 1; fi
+if chmod u+s new.txt mod.txt 2>/dev/null; then echo "setuid bit set in the workspace"; exit 1; fi
 id -u`))
 	if r.Exit.Code != 0 || strings.TrimSpace(r.Stdout) != fmt.Sprint(vmharness.UserUID()) {
 		tail, _ := vmharness.ConsoleTail(console, 4096)

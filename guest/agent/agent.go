@@ -102,6 +102,10 @@ type Server struct {
 	cgroups *cgroups // nil without cgroup support
 	spares  spares   // the spare task init (Config.TaskInit)
 	tasks   atomic.Int64
+	// layerStale says a forget ran while tasks ran (layer.go): the
+	// overlay entries they held show the forgotten layer until the
+	// last task ends, and then are dropped (taskDone).
+	layerStale atomic.Bool
 	bootMS  atomic.Int64
 	// instance tells this agent from the ones init ran before it on the
 	// same VM (Info.agent_instance). The runtime's generator is seeded by

@@ -118,7 +118,13 @@ func (s *Server) serveLayer(c net.Conn) {
 		var removed uint64
 		removed, err = ForgetLayer(s.cfg.LayerUpper, s.cfg.LayerLower, req.GetForget().GetPaths())
 		if err == nil && s.cfg.RefreshLayer != nil {
+			// Set first: a task that ends during the refresh drops
+			// the entries it held again.
+			s.layerStale.Store(true)
 			err = s.cfg.RefreshLayer()
+			if s.tasks.Load() == 0 {
+				s.layerStale.Store(false)
+			}
 		}
 		done = &agentv1.LayerDone{Entries: removed}
 	default:
@@ -450,12 +456,26 @@ func validLayerPath(p string) bool {
 // flag) and does not see its upper folder change under it. Dropping the
 // kernel's reclaimable dentries and inodes (drop_caches 2) evicts every one
 // no process holds, and the next lookup finds the lower layer's version.
-// One a task holds open (or as its working folder) stays as it was for
-// that task until it lets go.
+// One a task holds (an open file, its working folder) stays, for every
+// process, as the forget left it: a file's old bytes, a folder emptied
+// (its upper folder is gone), until the holder lets go and the entries
+// are dropped again: taskDone does that once the last task has ended.
+// Remounting the overlay instead is no better: it fails while anything
+// holds it (EBUSY).
 func dropDentries() error {
 	unix.Sync()
 	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
 		return fmt.Errorf("layer: drop the overlay's cached entries: %w", err)
 	}
 	return nil
+}
+
+// taskDone counts a task's end; the last one to end after a forget that
+// ran beside tasks drops the overlay's entries they held (dropDentries).
+func (s *Server) taskDone() {
+	if s.tasks.Add(-1) == 0 && s.layerStale.CompareAndSwap(true, false) && s.cfg.RefreshLayer != nil {
+		if err := s.cfg.RefreshLayer(); err != nil {
+			s.log.Warn("layer: refresh after the last task", "err", err)
+		}
+	}
 }

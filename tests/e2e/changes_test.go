@@ -139,6 +139,7 @@ func TestChangesLayer(t *testing.T) {
 		"keep.txt": "keep\n", "mod.txt": "old\n", "del.txt": "delete me\n", "ren.txt": "rename me\n",
 		"folder/x.txt": "in a folder\n", "gone/y.txt": "deleted folder\n", "again/z.txt": "old folder\n",
 		"forget.txt": "host version\n", ".git/config": "[core]\n", ".git/hooks/README": "hooks\n",
+		"held/h.txt": "host held\n",
 	}
 	for p, c := range files {
 		full := filepath.Join(ws, p)
@@ -169,6 +170,7 @@ mv folder moved
 rm -r gone
 rm -r again; mkdir again; echo fresh > again/new.txt
 echo guest version > forget.txt
+rm -r held; mkdir held; echo guest > held/g.txt
 if echo evil >> .git/config 2>/dev/null; then echo "tool config writable"; exit 1; fi
 if chmod u+s new.txt mod.txt 2>/dev/null; then echo "setuid bit set in the workspace"; exit 1; fi
 id -u`))
@@ -195,7 +197,8 @@ exit 0`}})
 	want := []string{
 		".wh.del.txt 0", ".wh.folder 0", ".wh.gone 0", ".wh.ren.txt 0",
 		"again/ 5", "again/.wh..wh..opq 0", "again/new.txt 0",
-		"forget.txt 0", "mod.txt 0", "moved/ 5", "moved/x.txt 0", "new.txt 0", "renamed.txt 0",
+		"forget.txt 0", "held/ 5", "held/.wh..wh..opq 0", "held/g.txt 0",
+		"mod.txt 0", "moved/ 5", "moved/x.txt 0", "new.txt 0", "renamed.txt 0",
 	}
 	if !slices.Equal(names, want) {
 		t.Fatalf("export:\n%v\nwant\n%v", names, want)
@@ -204,15 +207,24 @@ exit 0`}})
 		t.Errorf("export's contents: %q", content)
 	}
 
-	// A forget shows the host's version at once, to the next task.
+	// A forget shows the host's version at once, to the next task; a
+	// folder a running task holds (its working folder) once the last
+	// task has ended.
+	holder := make(chan result, 1)
+	go func() { holder <- run(sb, shell(`cd /workspace/held && sleep 4 && ls`)) }()
+	time.Sleep(time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := sb.Agent().ForgetLayer(ctx, []string{"forget.txt", "gone", "again"}); err != nil {
+	if err := sb.Agent().ForgetLayer(ctx, []string{"forget.txt", "gone", "again", "held"}); err != nil {
 		t.Fatal(err)
 	}
 	r = run(sb, shell(`cd /workspace && cat forget.txt gone/y.txt again/z.txt && ls again`))
 	if r.Stdout != "host version\ndeleted folder\nold folder\nz.txt\n" {
 		t.Fatalf("after forget: %s", r)
+	}
+	t.Logf("the holder saw, in its folder forgotten under it: %s", <-holder)
+	if r = run(sb, shell(`cat /workspace/held/h.txt`)); r.Stdout != "host held\n" {
+		t.Fatalf("a held folder after its holder ended: %s", r)
 	}
 	names, _ = exportNames(t, sb)
 	wantAfter := []string{".wh.del.txt 0", ".wh.folder 0", ".wh.ren.txt 0", "mod.txt 0", "moved/ 5", "moved/x.txt 0", "new.txt 0", "renamed.txt 0"}
@@ -233,7 +245,7 @@ exit 0`}})
 		t.Error("the second VM did not start from the first one's template")
 	}
 	r = run(second, shell(`cd /workspace && cat new.txt mod.txt && ls`))
-	if r.Stdout != "new\nold\nmore\nagain\nforget.txt\ngone\nkeep.txt\nmod.txt\nmoved\nnew.txt\nrenamed.txt\n" {
+	if r.Stdout != "new\nold\nmore\nagain\nforget.txt\ngone\nheld\nkeep.txt\nmod.txt\nmoved\nnew.txt\nrenamed.txt\n" {
 		tail, _ := vmharness.ConsoleTail(console, 4096)
 		t.Fatalf("second VM sees: %s\nconsole:\n%s", r, tail)
 	}

@@ -106,7 +106,7 @@ type Server struct {
 	// overlay entries they held show the forgotten layer until the
 	// last task ends, and then are dropped (taskDone).
 	layerStale atomic.Bool
-	bootMS  atomic.Int64
+	bootMS     atomic.Int64
 	// instance tells this agent from the ones init ran before it on the
 	// same VM (Info.agent_instance). The runtime's generator is seeded by
 	// the kernel at exec, so drawing it never waits for entropy at boot.

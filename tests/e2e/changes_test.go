@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/guest/client"
 	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
@@ -207,6 +208,9 @@ exit 0`}})
 		t.Errorf("export's contents: %q", content)
 	}
 
+	// The host's store reads the same export (app/changes).
+	ingest(t, sb, ws, began)
+
 	// A forget shows the host's version at once, to the next task; a
 	// folder a running task holds (its working folder) once the last
 	// task has ended.
@@ -287,4 +291,40 @@ func mapsEqual(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// ingest hands sb's export to a store of pending changes, as the host does
+// after a task, and checks what it made of the plain cases.
+func ingest(t *testing.T, sb *sandbox.Sandbox, ws string, epoch time.Time) {
+	t.Helper()
+	st, err := changes.Open(t.TempDir(), changes.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rc, err := sb.Agent().ExportLayer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	sum, err := st.Ingest(ctx, rc, ws, epoch, changes.DefaultLimits)
+	if err != nil {
+		t.Fatalf("ingest the export: %v", err)
+	}
+	entries, err := st.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]changes.Kind{}
+	var all []string
+	for _, e := range entries {
+		kinds[e.Path] = e.Kind
+		all = append(all, fmt.Sprintf("%s %s%s", e.Kind, e.Path, map[bool]string{true: " from " + e.From}[e.From != ""]))
+	}
+	t.Logf("the store's pending changes: %v (refused %v)", all, sum.Refused)
+	if len(sum.Refused) != 0 || kinds["new.txt"] != changes.Added || kinds["mod.txt"] != changes.Modified || kinds["del.txt"] != changes.Deleted {
+		t.Errorf("the store read the export as %v, refusing %v", all, sum.Refused)
+	}
 }

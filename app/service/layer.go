@@ -48,6 +48,7 @@ type Held struct {
 	Mode      changes.Mode
 	Store     *changes.Store
 	dir       string
+	stateDir  string
 }
 
 // OpenHeld opens the store of workspace ws (canonical) in the state
@@ -63,14 +64,15 @@ func OpenHeld(stateDir, ws string, mode changes.Mode) (*Held, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Held{Workspace: ws, Mode: mode, Store: st, dir: dir}, nil
+	return &Held{Workspace: ws, Mode: mode, Store: st, dir: dir, stateDir: stateDir}, nil
 }
 
 // Close releases the store.
 func (h *Held) Close() error { return h.Store.Close() }
 
-// LayerDisk is the path of the workspace's guest layer disk.
-func (h *Held) LayerDisk() string { return filepath.Join(h.dir, layerDiskName) }
+// LayerDisk is the path of the workspace's guest layer disk, beside its
+// store.
+func (h *Held) LayerDisk() string { return sandbox.LayerDiskPath(h.stateDir, h.Workspace) }
 
 // Epoch is when the layer disk began; a layer never recorded begins now.
 func (h *Held) Epoch() time.Time {

@@ -1,18 +1,17 @@
 package service
 
 import (
-	"errors"
-
+	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 )
 
-// layerDiskName is the layer disk's file in the store's folder.
-const layerDiskName = "layer.img"
+// holdOptions sets o to boot with the workspace held on the layer disk at
+// disk: the folder shared read-only, the disk as large as the store's
+// bound, so a full layer gives the guest ENOSPC rather than more than the
+// store would take.
+func holdOptions(o *sandbox.Options, disk string) {
+	o.Changes, o.LayerDisk, o.LayerDiskSize = true, disk, changes.DefaultLimit
+}
 
-// holdOptions sets o to boot with the workspace held on the layer disk.
-// PLACEHOLDER until app/sandbox's held-changes options land.
-func holdOptions(o *sandbox.Options, disk string) {}
-
-// wipeLayerDisk recreates the layer disk blank.
-// PLACEHOLDER until app/sandbox's layer disk lands.
-func wipeLayerDisk(path string) error { return errors.New("layer disk: not built yet") }
+// wipeLayerDisk removes the layer disk; the next boot makes it blank.
+func wipeLayerDisk(path string) error { return sandbox.ResetLayerDisk(path) }

@@ -1,0 +1,88 @@
+package service
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/changes"
+	"github.com/airlock-sandbox/airlock/app/tasks"
+)
+
+// heldWorld is a world whose workspace ws is held in mode: what its tasks
+// write in w.upper is what the guest's layer holds.
+func heldWorld(t *testing.T, mode changes.Mode) (*world, string) {
+	t.Helper()
+	w := newWorld(t)
+	ws := filepath.Join(w.home, "ws")
+	w.upper = filepath.Join(w.home, "upper")
+	for _, d := range []string{ws, w.upper} {
+		if err := os.Mkdir(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(d, 0o777)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := w.service.SetWorkspace(ctx, ws, false, mode); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := w.service.Settings(ctx); st.ChangesMode(ws) != mode {
+		t.Fatalf("settings mode %s, want %s", st.ChangesMode(ws), mode)
+	}
+	return w, ws
+}
+
+// TestHeldChangesPulledBeforeFinish: in review mode, when a task is
+// reported finished its writes are already pending (and a changes event
+// said so), the folder is untouched, and a discard makes the running
+// guest's layer forget them.
+func TestHeldChangesPulledBeforeFinish(t *testing.T) {
+	w, ws := heldWorld(t, changes.Review)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events, err := w.service.Events(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := w.run(RunRequest{Shell: "echo new > new.txt && mkdir d && echo x > d/f", Cwd: w.upper})
+	if task.State != tasks.Exited || task.Exit.Code != 0 {
+		out, errOut := w.output(task.ID)
+		t.Fatalf("task %+v: %q %q", task, out, errOut)
+	}
+	l, err := w.service.Changes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]changes.Kind{}
+	for _, e := range l.Entries {
+		got[e.Path] = e.Kind
+	}
+	if l.Mode != changes.Review || got["new.txt"] != changes.Added || got["d/f"] != changes.Added {
+		t.Fatalf("pending when the task finished: %+v", l)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "new.txt")); err == nil {
+		t.Fatal("new.txt reached the folder in review mode")
+	}
+	deadline := time.After(10 * time.Second)
+	for seen := false; !seen; {
+		select {
+		case e := <-events:
+			seen = e.Kind == "changes" && e.Pending != nil && *e.Pending == len(l.Entries)
+		case <-deadline:
+			t.Fatal("no changes event with the pending count")
+		}
+	}
+	gone, err := w.service.Discard(ctx, []string{"new.txt"})
+	if err != nil || len(gone) != 1 {
+		t.Fatalf("discard: %v %v", gone, err)
+	}
+	if _, err := os.Stat(filepath.Join(w.upper, "new.txt")); err == nil {
+		t.Error("the running guest's layer still holds the discarded new.txt")
+	}
+	if _, err := os.Stat(filepath.Join(w.upper, "d", "f")); err != nil {
+		t.Errorf("d/f, still pending, left the layer: %v", err)
+	}
+}

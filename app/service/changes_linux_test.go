@@ -86,3 +86,49 @@ func TestHeldChangesPulledBeforeFinish(t *testing.T) {
 		t.Errorf("d/f, still pending, left the layer: %v", err)
 	}
 }
+
+// TestAutoAppliesWhenNoTaskRuns: in auto mode a task's writes wait while
+// another task runs, and reach the folder, as one undoable checkpoint,
+// before the last task is reported finished.
+func TestAutoAppliesWhenNoTaskRuns(t *testing.T) {
+	w, ws := heldWorld(t, changes.Auto)
+	ctx := context.Background()
+	long, err := w.service.Run(ctx, RunRequest{Shell: "while [ ! -e go ]; do sleep 0.05; done; echo late > late.txt", Cwd: w.upper})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.waitRunning(long.ID)
+	w.run(RunRequest{Shell: "echo early > early.txt", Cwd: w.upper})
+	if _, err := os.Stat(filepath.Join(ws, "early.txt")); err == nil {
+		t.Fatal("early.txt was applied while another task ran")
+	}
+	if l, _ := w.service.Changes(ctx); len(l.Entries) != 1 || l.Entries[0].Path != "early.txt" {
+		t.Fatalf("pending while another task runs: %+v", l.Entries)
+	}
+	w.run(RunRequest{Shell: "touch go", Cwd: w.upper})
+	if tk, err := w.service.Wait(ctx, long.ID); err != nil || tk.State != tasks.Exited {
+		t.Fatalf("long task: %+v %v", tk, err)
+	}
+	for name, want := range map[string]string{"early.txt": "early\n", "late.txt": "late\n"} {
+		if b, err := os.ReadFile(filepath.Join(ws, name)); err != nil || string(b) != want {
+			t.Errorf("%s when the last task finished: %q %v", name, b, err)
+		}
+	}
+	if l, _ := w.service.Changes(ctx); len(l.Entries) != 0 {
+		t.Errorf("pending after auto apply: %+v", l.Entries)
+	}
+	// The running guest forgot what was applied.
+	if _, err := os.Stat(filepath.Join(w.upper, "early.txt")); err == nil {
+		t.Error("the guest's layer still holds the applied early.txt")
+	}
+	cps, err := w.service.Checkpoints(ctx)
+	if err != nil || len(cps.Checkpoints) == 0 {
+		t.Fatalf("checkpoints: %+v %v", cps, err)
+	}
+	if _, err := w.service.Undo(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "late.txt")); err == nil {
+		t.Error("late.txt is still in the folder after undo")
+	}
+}

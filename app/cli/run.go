@@ -180,7 +180,13 @@ func run(ctx context.Context, stdio Stdio, f runFlags, argv []string) error {
 	}()
 
 	if held != nil {
+		// Then, before the command runs, a layer the guest has forgotten
+		// everything of begins its epoch: your edits until now are no
+		// conflicts.
 		if err := held.AfterBoot(ctx, sb.Agent()); err != nil {
+			return err
+		}
+		if err := held.Fresh(); err != nil {
 			return err
 		}
 	}

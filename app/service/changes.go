@@ -91,6 +91,7 @@ func (s *Service) startHeld(start session.StartFunc) session.StartFunc {
 		if err == nil {
 			err = h.BootOptions(&o)
 		}
+
 		s.chg.mu.Unlock()
 		if err != nil {
 			return nil, err
@@ -99,8 +100,13 @@ func (s *Service) startHeld(start session.StartFunc) session.StartFunc {
 		if err != nil {
 			return nil, err
 		}
+		// No task runs on the VM before this returns: a layer the guest
+		// has forgotten everything of begins its epoch now.
 		s.chg.mu.Lock()
 		err = h.AfterBoot(ctx, sb.Agent())
+		if err == nil {
+			err = h.Fresh()
+		}
 		s.chg.mu.Unlock()
 		if err != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -112,11 +118,27 @@ func (s *Service) startHeld(start session.StartFunc) session.StartFunc {
 	}
 }
 
-// taskBegins counts a task as under way (Auto waits for the last).
+// taskBegins counts a task as under way (Auto waits for the last). The
+// first task after none ran begins the layer's epoch anew when it holds
+// nothing pending: the user's edits before it are no conflicts.
 func (s *Service) taskBegins() {
-	s.chg.mu.Lock()
-	s.chg.active++
-	s.chg.mu.Unlock()
+	h := &s.chg
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.active++
+	if h.active > 1 {
+		return
+	}
+	s.mu.Lock()
+	ws, ro := s.settings.Workspace, s.settings.ReadOnly
+	mode := s.settings.ChangesMode(ws)
+	s.mu.Unlock()
+	if !Holds(ws, mode, ro) || h.cur == nil || h.cur.Workspace != ws {
+		return // a boot makes its epoch
+	}
+	if err := h.cur.Fresh(); err != nil {
+		s.log.Warn("changes: the layer's epoch", "err", err)
+	}
 }
 
 // taskEnds pulls what the task left in the guest's layer (agent is the

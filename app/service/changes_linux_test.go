@@ -132,3 +132,29 @@ func TestAutoAppliesWhenNoTaskRuns(t *testing.T) {
 		t.Error("late.txt is still in the folder after undo")
 	}
 }
+
+// TestUserEditBetweenTasksIsNoConflict: a file the user edits while no
+// task runs, and a later task then changes, is applied in auto mode: the
+// layer held nothing, so the task started from the user's edit.
+func TestUserEditBetweenTasksIsNoConflict(t *testing.T) {
+	w, ws := heldWorld(t, changes.Auto)
+	y := filepath.Join(ws, "y.txt")
+	if err := os.WriteFile(y, []byte("v1\n"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	slack := func() { time.Sleep(2500 * time.Millisecond) } // app/changes' clock slack
+	slack()
+	w.run(RunRequest{Shell: "echo x > x.txt", Cwd: w.upper})
+	if _, err := os.Stat(filepath.Join(ws, "x.txt")); err != nil {
+		t.Fatalf("x.txt was not applied: %v", err)
+	}
+	if err := os.WriteFile(y, []byte("v2\n"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	slack()
+	w.run(RunRequest{Shell: "printf 'v2\\nv3\\n' > y.txt", Cwd: w.upper})
+	if b, _ := os.ReadFile(y); string(b) != "v2\nv3\n" {
+		l, _ := w.service.Changes(context.Background())
+		t.Fatalf("y.txt = %q, pending %+v: the user's edit before the task was taken for a conflict", b, l.Entries)
+	}
+}

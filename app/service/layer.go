@@ -106,6 +106,23 @@ func (h *Held) BootOptions(o *sandbox.Options) error {
 	return nil
 }
 
+// Fresh begins the layer's epoch anew when the layer holds nothing the
+// host has not applied, discarded or had it forget: then whatever the
+// guest writes from now on starts from the folder as it is now, and an
+// edit the user made before now is no conflict. Call it only while no
+// task can write to the layer (before a boot, or with no task running).
+func (h *Held) Fresh() error {
+	pending, err := h.Store.List()
+	if err != nil || len(pending) > 0 {
+		return err
+	}
+	forgotten, err := h.Store.Forgotten()
+	if err != nil || len(forgotten) > 0 {
+		return err
+	}
+	return h.setEpoch(time.Now())
+}
+
 // AfterBoot has a freshly booted guest forget what was applied or
 // discarded since its layer disk was last attached.
 func (h *Held) AfterBoot(ctx context.Context, agent *client.Client) error {

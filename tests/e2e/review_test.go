@@ -256,6 +256,20 @@ func TestChangesAuto(t *testing.T) {
 	if got, ok := stat(t, filepath.Join(ws, "gone.txt")); !ok || got != gone {
 		t.Errorf("gone.txt after undo = %+v, want %+v", got, gone)
 	}
+
+	// You edit a file between two runs, and the second run changes it:
+	// it starts from your edit, so that is no conflict.
+	if err := os.WriteFile(filepath.Join(ws, "gone.txt"), []byte("edited\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	settle()
+	code, _, errOut = h.run("run", "--workspace", ws, "--", "sh", "-c", `echo more >> /workspace/gone.txt`)
+	if code != 0 || strings.Contains(errOut, "wait for review") {
+		t.Fatalf("second run: exit %d: %s", code, errOut)
+	}
+	if got, _ := stat(t, filepath.Join(ws, "gone.txt")); got.data != "edited\nmore\n" {
+		t.Errorf("gone.txt after the second run = %q", got.data)
+	}
 }
 
 // TestChangesConflict: a file the host changes after the guest wrote it

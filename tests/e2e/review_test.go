@@ -259,16 +259,16 @@ func TestChangesAuto(t *testing.T) {
 
 	// You edit a file between two runs, and the second run changes it:
 	// it starts from your edit, so that is no conflict.
-	if err := os.WriteFile(filepath.Join(ws, "gone.txt"), []byte("edited\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	// (A file the undo wrote is root's when the test runs as root: edit
+	// one of the task user's.)
+	writeOld(t, filepath.Join(ws, "edited.txt"), "edited\n", 0o644)
 	settle()
-	code, _, errOut = h.run("run", "--workspace", ws, "--", "sh", "-c", `echo more >> /workspace/gone.txt`)
+	code, _, errOut = h.run("run", "--workspace", ws, "--", "sh", "-c", `echo more >> /workspace/edited.txt`)
 	if code != 0 || strings.Contains(errOut, "wait for review") {
 		t.Fatalf("second run: exit %d: %s", code, errOut)
 	}
-	if got, _ := stat(t, filepath.Join(ws, "gone.txt")); got.data != "edited\nmore\n" {
-		t.Errorf("gone.txt after the second run = %q", got.data)
+	if got, _ := stat(t, filepath.Join(ws, "edited.txt")); got.data != "edited\nmore\n" {
+		t.Errorf("edited.txt after the second run = %q", got.data)
 	}
 }
 

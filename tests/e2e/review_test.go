@@ -367,3 +367,28 @@ func TestChangesService(t *testing.T) {
 		t.Errorf("the guest after apply and a host edit: %d %q", code, out)
 	}
 }
+
+// TestChangesGuestNamesEscaped: the names a task gives its files reach
+// the terminal only escaped, whether the store keeps or refuses them.
+func TestChangesGuestNamesEscaped(t *testing.T) {
+	h := newHeld(t)
+	ws := newWorkspace(t)
+	code, _, errOut := h.run("run", "--changes", "review", "--workspace", ws, "--", "sh", "-c",
+		`cd /workspace && touch "$(printf 'clip\033]52;c;cm0gLXJmIH4=\007.txt')" "$(printf 'bidi\342\200\256txt.exe')" "$(printf 'c1\302\2332J.md')"`)
+	if code != 0 {
+		t.Fatalf("run: exit %d: %s", code, errOut)
+	}
+	outputs := map[string]string{"run's stderr": errOut}
+	for _, args := range [][]string{{"changes"}, {"changes", "--json"}, {"apply"}, {"checkpoints"}} {
+		_, out, errOut := h.run(append(args, "--workspace", ws)...)
+		outputs["airlock "+strings.Join(args, " ")] = out + errOut
+	}
+	for what, out := range outputs {
+		for _, r := range out {
+			if r != '\n' && (r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 || r == '\u202e') {
+				t.Errorf("raw %U in %s: %q", r, what, out)
+				break
+			}
+		}
+	}
+}

@@ -1,3 +1,5 @@
+//go:build !windows
+
 package egresswire
 
 import (
@@ -51,7 +53,6 @@ func BenchmarkDownload(b *testing.B) {
 		}
 		return <-accepted, g
 	}
-	src := io.LimitReader(zeros{}, 0)
 	buf := make([]byte, chunk)
 	transfer := func(framed bool) time.Duration {
 		h, g := stream()
@@ -69,7 +70,7 @@ func BenchmarkDownload(b *testing.B) {
 			n, _ := io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, buf)
 			done <- n
 		}()
-		src = io.LimitReader(zeros{}, size)
+		src := io.LimitReader(zeros{}, size)
 		if framed {
 			fh := Server(h)
 			fh.Read(make([]byte, 1))

@@ -118,6 +118,15 @@ func Server(c net.Conn) *Conn {
 	return x
 }
 
+// FramedServer returns the host's end of a stream it knows comes from the
+// guest's forwarder (a stand-in for the gate that speaks first): framed
+// from the start, Preamble expected before the first record it reads.
+func FramedServer(c net.Conn) *Conn {
+	x := &Conn{Conn: c, sentPre: true}
+	x.mode.Store(modeFramed)
+	return x
+}
+
 // Framed says whether the stream carries records (false for a Server
 // stream before its first Read, and for an unframed one).
 func (c *Conn) Framed() bool { return c.mode.Load() == modeFramed }
@@ -127,7 +136,7 @@ func (c *Conn) Framed() bool { return c.mode.Load() == modeFramed }
 func (c *Conn) Read(p []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	if c.mode.Load() == modeUnknown {
+	if m := c.mode.Load(); m == modeUnknown || m == modeFramed && c.preN < len(Preamble) && c.rerr == nil {
 		if err := c.detect(); err != nil {
 			return 0, err
 		}
@@ -143,32 +152,74 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	for c.remain == 0 {
+	// Read into p whatever the transport has, records and all, and keep
+	// the payload: one read returns the bytes of as many records as have
+	// arrived, as a read of the plain stream would, instead of one record
+	// at a time (a read and a write more per record in the relays).
+	for {
 		if c.rerr != nil {
 			return 0, c.rerr
 		}
-		if err := c.readHeader(); err != nil {
+		n, err := c.Conn.Read(p)
+		w := c.parse(p[:n])
+		if err == io.EOF && c.rerr == nil {
+			if c.remain > 0 || c.hdrN > 0 {
+				c.rerr = io.ErrUnexpectedEOF
+			} else {
+				c.rerr = io.EOF
+			}
+		}
+		if w > 0 {
+			return w, nil
+		}
+		if err != nil && err != io.EOF {
 			return 0, err
 		}
+		if n == 0 && err == nil {
+			return 0, io.ErrNoProgress
+		}
 	}
-	n, err := c.Conn.Read(p[:min(len(p), c.remain)])
-	c.remain -= n
-	if err == io.EOF {
+}
+
+// parse takes the record bytes in b, as read from the transport, moves
+// their payload to the front of b and returns its length. A header may
+// straddle reads (c.hdr keeps its start); an end record or a broken one
+// sets c.rerr, and what follows it is dropped. c.rmu is held.
+func (c *Conn) parse(b []byte) int {
+	w := 0
+	for i := 0; i < len(b) && c.rerr == nil; {
 		if c.remain > 0 {
-			c.rerr = io.ErrUnexpectedEOF
-		} else {
+			k := min(c.remain, len(b)-i)
+			if w != i {
+				copy(b[w:], b[i:i+k])
+			}
+			w += k
+			i += k
+			c.remain -= k
+			continue
+		}
+		k := copy(c.hdr[c.hdrN:], b[i:])
+		c.hdrN += k
+		i += k
+		if c.hdrN < hdrLen {
+			break
+		}
+		c.hdrN = 0
+		switch n := binary.BigEndian.Uint32(c.hdr[:]); {
+		case n == 0:
 			c.rerr = io.EOF
+		case n > MaxRecord:
+			c.rerr = ErrProtocol
+		default:
+			c.remain = int(n)
 		}
-		if n > 0 {
-			return n, nil
-		}
-		return 0, c.rerr
 	}
-	return n, err
+	return w
 }
 
 // detect reads a Server stream's first byte (and, for a framed stream, the
-// rest of Preamble) and sets the mode. c.rmu is held.
+// rest of Preamble) and sets the mode; for a FramedServer it reads and
+// checks Preamble. c.rmu is held.
 func (c *Conn) detect() error {
 	if c.preN == 0 {
 		n, err := c.Conn.Read(c.pre[:1])
@@ -179,7 +230,7 @@ func (c *Conn) detect() error {
 			return err
 		}
 		c.preN = 1
-		if c.pre[0] != Preamble[0] {
+		if c.pre[0] != Preamble[0] && c.mode.Load() == modeUnknown {
 			c.first[0], c.hasOne = c.pre[0], true
 			c.mode.Store(modeRaw)
 			return nil
@@ -199,33 +250,6 @@ func (c *Conn) detect() error {
 		return ErrProtocol
 	}
 	c.mode.Store(modeFramed)
-	return nil
-}
-
-// readHeader reads the next record's header. An end record sets c.rerr to
-// io.EOF. c.rmu is held.
-func (c *Conn) readHeader() error {
-	if err := fill(c.Conn, c.hdr[:], &c.hdrN); err != nil {
-		if err == io.EOF {
-			if c.hdrN == 0 {
-				c.rerr = io.EOF
-			} else {
-				c.rerr = io.ErrUnexpectedEOF
-			}
-			return c.rerr
-		}
-		return err
-	}
-	c.hdrN = 0
-	n := binary.BigEndian.Uint32(c.hdr[:])
-	switch {
-	case n == 0:
-		c.rerr = io.EOF
-	case n > MaxRecord:
-		c.rerr = ErrProtocol
-	default:
-		c.remain = int(n)
-	}
 	return nil
 }
 

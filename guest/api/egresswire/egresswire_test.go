@@ -289,3 +289,53 @@ func FuzzServer(f *testing.F) {
 		}
 	})
 }
+
+// A FramedServer may write first (the benchmark's stand-in for the gate
+// does) and reads the guest's Preamble before its records.
+func TestFramedServer(t *testing.T) {
+	a, b := tcpPair(t)
+	guest, host := Client(a), FramedServer(b)
+	if _, err := host.Write([]byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	host.CloseWrite()
+	got, err := io.ReadAll(guest)
+	if err != nil || string(got) != "first" {
+		t.Fatalf("guest read %q %v", got, err)
+	}
+	guest.Write([]byte("up"))
+	guest.CloseWrite()
+	got, err = io.ReadAll(host)
+	if err != nil || string(got) != "up" {
+		t.Fatalf("host read %q %v", got, err)
+	}
+	// Without the preamble, a FramedServer refuses the stream.
+	a2, b2 := tcpPair(t)
+	go func() { io.WriteString(a2, "GET / HTTP/1.1\r\n\r\n"); a2.Close() }()
+	if _, err := io.ReadAll(FramedServer(b2)); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("an unframed stream read by a FramedServer: %v", err)
+	}
+}
+
+// One read returns the payload of every record that has arrived, as a
+// read of the plain stream would: small records do not cost a read each.
+func TestReadJoinsRecords(t *testing.T) {
+	a, b := tcpPair(t)
+	guest := Client(a)
+	for _, s := range []string{"one ", "two ", "three"} {
+		if _, err := guest.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	guest.CloseWrite()
+	host := Server(b)
+	time.Sleep(50 * time.Millisecond) // all of it on the host's socket
+	buf := make([]byte, 64)
+	n, err := host.Read(buf)
+	if err != nil || string(buf[:n]) != "one two three" {
+		t.Fatalf("first read %q %v; want the three records' payload", buf[:n], err)
+	}
+	if n, err := host.Read(buf); n != 0 || err != io.EOF {
+		t.Fatalf("after the end record: %d %v", n, err)
+	}
+}

@@ -370,6 +370,9 @@ func (s *Store) keepBefore(root *os.Root, cp *cpManifest, take []record) error {
 			continue
 		}
 		st.Blob = fmt.Sprint(i)
+		if err := s.step("keep", st.Path); err != nil {
+			return err
+		}
 		if err := keepContent(root, st.Path, *st, filepath.Join(blobs, st.Blob)); err != nil {
 			return err
 		}

@@ -73,7 +73,7 @@ func (s *Store) Apply(workspace string, paths []string, opt ApplyOptions) (Apply
 		_ = os.RemoveAll(s.cpDir(cp.ID))
 		return res, err
 	}
-	if err := s.change(root, cp.ID, take); err != nil {
+	if err := s.change(root, cp.ID, take, soleBlobs(m.Records)); err != nil {
 		if rerr := s.rollBack(root, cp.ID); rerr != nil {
 			return res, fmt.Errorf("changes: apply: %w; rolling back failed too (%v): the next start of Airlock rolls back again", err, rerr)
 		}
@@ -86,7 +86,7 @@ func (s *Store) Apply(workspace string, paths []string, opt ApplyOptions) (Apply
 	if err := s.writeJournal(journal{Op: opApply, Checkpoint: cp.ID, Workspace: workspace, FilesDone: true}); err != nil {
 		return res, s.failLate(root, cp.ID, err)
 	}
-	if err := s.finishApply(cp); err != nil {
+	if err := s.finishApply(root, cp); err != nil {
 		return res, fmt.Errorf("changes: apply: the files are applied but the store is not up to date (%w); the next start of Airlock finishes it", err)
 	}
 	s.enforceLimit(cp.ID)
@@ -126,9 +126,16 @@ func (s *Store) choose(root *os.Root, recs []record, paths []string, opt ApplyOp
 			becomesDir[r.Path] = true
 		}
 	}
+	count := map[string]int{}
+	for _, r := range sel {
+		count[r.Path]++
+	}
 	var cand []record
 	for _, r := range sel {
 		why := recordProblem(r, goos)
+		if why == "" && count[r.Path] > 1 {
+			why = "the store holds two changes to it"
+		}
 		for _, p := range []string{r.Path, r.From} {
 			if why == "" && p != "" {
 				why = parentProblem(root, p, becomesDir)
@@ -258,7 +265,8 @@ func baseMatches(root *os.Root, r record) (bool, error) {
 		return false, err
 	}
 	if !b.Exists || !cur.Exists {
-		return b.Exists == cur.Exists, nil
+		// A deletion of what the user deleted too is no conflict.
+		return b.Exists == cur.Exists || (r.Kind == Deleted && !cur.Exists), nil
 	}
 	if cur.Type != b.Type || (b.Mode != 0 && cur.Mode != b.Mode.Perm()) {
 		return false, nil
@@ -392,13 +400,23 @@ func (s *Store) keepBefore(root *os.Root, cp *cpManifest, take []record) error {
 	return s.saveCheckpoint(*cp)
 }
 
-// change makes the host's files what take says, in three passes: new
-// content goes into temporaries beside the paths (and new folders are
-// made); once that is durable, each temporary is renamed over its path
-// and deletions happen (so each file is its old or its new self, never
-// half); last, folders get their modes and times, deepest first.
-func (s *Store) change(root *os.Root, id string, take []record) error {
+// change makes the host's files what take says: deletions; new content
+// into temporaries beside the paths (and new folders); once that is
+// durable, each temporary renamed over its path (so each file is its old
+// or its new self, never half); last, folders' modes and times, deepest
+// first.
+func (s *Store) change(root *os.Root, id string, take []record, linkable map[string]bool) error {
 	var dirs []string
+	// Deletions first: a folder deleted and made again (an opaque folder
+	// in the guest's layer) loses its old content, not its new.
+	for _, r := range take {
+		if r.Kind == Deleted {
+			if err := s.removeAll(root, r.Path); err != nil {
+				return err
+			}
+			dirs = append(dirs, path.Dir(r.Path))
+		}
+	}
 	for _, r := range take {
 		if r.Kind == Deleted || r.Kind == ModeOnly {
 			continue
@@ -424,11 +442,18 @@ func (s *Store) change(root *os.Root, id string, take []record) error {
 				return err
 			}
 		case File:
+			tmp := tempName(id, r.Path)
+			if err := s.step("write", tmp); err != nil {
+				return err
+			}
+			if linkable[r.Blob] && s.linkHostFile(root, tmp, s.blobPath(r.Blob), r.Size, r.Mode, r.ModTime) == nil {
+				continue
+			}
 			src, err := os.Open(s.blobPath(r.Blob))
 			if err != nil {
 				return fmt.Errorf("the store lost the content of %s: %w", printable.String(r.Path), err)
 			}
-			err = s.writeHostFile(root, tempName(id, r.Path), src, r.Size, r.Mode, r.ModTime)
+			err = s.writeHostFile(root, tmp, src, r.Size, r.Mode, r.ModTime)
 			src.Close()
 			if err != nil {
 				return fmt.Errorf("write %s: %w", printable.String(r.Path), err)
@@ -441,10 +466,6 @@ func (s *Store) change(root *os.Root, id string, take []record) error {
 	for _, r := range take {
 		switch {
 		case r.Kind == Deleted:
-			if err := s.removeAll(root, r.Path); err != nil {
-				return err
-			}
-			dirs = append(dirs, path.Dir(r.Path))
 		case r.Kind == ModeOnly:
 			if err := s.step("chmod", r.Path); err != nil {
 				return err
@@ -493,6 +514,25 @@ func (s *Store) change(root *os.Root, id string, take []record) error {
 		}
 	}
 	return s.syncTree(root, dirs)
+}
+
+// soleBlobs are the blobs one pending change alone names: Apply may link
+// those into the folder rather than copy them, since the store drops
+// them once applied.
+func soleBlobs(recs []record) map[string]bool {
+	n := map[string]int{}
+	for _, r := range recs {
+		if r.Blob != "" {
+			n[r.Blob]++
+		}
+	}
+	out := map[string]bool{}
+	for b, c := range n {
+		if c == 1 {
+			out[b] = true
+		}
+	}
+	return out
 }
 
 // mkdir makes the folder p unless it is one; a file or symlink there
@@ -557,8 +597,10 @@ func (s *Store) after(root *os.Root, before []state, take []record) []state {
 
 // finishApply does what remains once the files are all applied: the
 // applied changes leave the pending set and join the forget list, and the
-// checkpoint is complete. Each step can run again after a crash.
-func (s *Store) finishApply(cp cpManifest) error {
+// checkpoint is complete. Each step can run again after a crash. root is
+// the folder, nil when it cannot be opened (Undo then reads the files to
+// know they are unchanged).
+func (s *Store) finishApply(root *os.Root, cp cpManifest) error {
 	if err := s.step("pending", ""); err != nil {
 		return err
 	}
@@ -571,6 +613,15 @@ func (s *Store) finishApply(cp cpManifest) error {
 		return err
 	}
 	s.pruneBlobs(m)
+	if root != nil {
+		// Dropping a linked blob changed its file's ctime.
+		for i, a := range cp.After {
+			if fi, err := root.Lstat(a.Path); err == nil && a.Type == File && fi.Mode().IsRegular() &&
+				fi.Size() == a.Size && fi.ModTime().Equal(a.ModTime) && fi.Mode().Perm() == a.Mode {
+				cp.After[i].Ino, cp.After[i].Ctime = identity(fi)
+			}
+		}
+	}
 	if err := s.step("forget", ""); err != nil {
 		return err
 	}

@@ -504,6 +504,12 @@ func TestUndoRefusesChangedPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An edit in place that keeps the size and the time.
+	os.WriteFile(filepath.Join(ws, "f"), []byte("NEW"), 0o644)
+	os.Chtimes(filepath.Join(ws, "f"), newTime, newTime)
+	if _, err := s.Undo(ws, res.Checkpoint); !errors.Is(err, ErrChangedSince) {
+		t.Fatalf("Undo over a same-size, same-time edit: %v", err)
+	}
 	os.WriteFile(filepath.Join(ws, "f"), []byte("the user's"), 0o644)
 	os.WriteFile(filepath.Join(ws, "dir", "mine"), []byte("the user's too"), 0o644)
 	_, err = s.Undo(ws, res.Checkpoint)
@@ -564,5 +570,34 @@ func TestCheckpointsBound(t *testing.T) {
 	}
 	if p := pendingPaths(t, s); !slices.Equal(p, []string{"p"}) {
 		t.Fatalf("pending %q", p)
+	}
+}
+
+// TestApplyFolderReplaced: the guest deleted a folder and made it again
+// (an opaque folder in its layer), and deleted a file the user deleted
+// too.
+func TestApplyFolderReplaced(t *testing.T) {
+	ws := t.TempDir()
+	s := openStore(t, t.TempDir(), Options{})
+	makeHost(t, ws, hostFile{"tree/old", "old", 0o644}, hostFile{"tree/kept", "kept", 0o644}, hostFile{"both-gone", "x", 0o644})
+	gone := record{Entry: Entry{Path: "both-gone", Kind: Deleted}, Base: baseOf(t, ws, "both-gone")}
+	os.Remove(filepath.Join(ws, "both-gone"))
+	setPending(t, s, []string{"new", "kept2"},
+		record{Entry: Entry{Path: "tree", Kind: Deleted}, Base: baseOf(t, ws, "tree")},
+		fileRec(t, ws, "tree/new", "new", 0o644), fileRec(t, ws, "tree/kept", "kept2", 0o644), gone)
+	before := snapshot(t, ws)
+	res, err := s.Apply(ws, nil, ApplyOptions{})
+	if err != nil || len(res.Applied) != 4 {
+		t.Fatalf("Apply = %+v, %v", res, err)
+	}
+	got := snapshot(t, ws)
+	if _, ok := got["tree/old"]; ok || !strings.HasSuffix(got["tree/new"], " new") || !strings.HasSuffix(got["tree/kept"], " kept2") {
+		t.Fatalf("after apply: %q", got)
+	}
+	if _, err := s.Undo(ws, ""); err != nil {
+		t.Fatal(err)
+	}
+	if d := diffSnap(before, snapshot(t, ws)); d != "" {
+		t.Fatalf("after undo:\n%s", d)
 	}
 }

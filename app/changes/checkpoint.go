@@ -39,6 +39,10 @@ type state struct {
 	// Parent marks a folder the apply only wrote into: only its
 	// modification time is restored.
 	Parent bool `json:"parent,omitempty"`
+	// Ino and Ctime identify a file as the apply left it (see identity):
+	// while both hold, Undo need not read it to know it is unchanged.
+	Ino   uint64 `json:"ino,omitempty"`
+	Ctime int64  `json:"ctime,omitempty"`
 }
 
 // cpManifest is checkpoints/<id>/manifest.json.
@@ -154,6 +158,7 @@ func lstate(root *os.Root, p string) (state, error) {
 	switch t {
 	case File:
 		st.Size = fi.Size()
+		st.Ino, st.Ctime = identity(fi)
 	case Symlink:
 		if st.Link, err = root.Readlink(p); err != nil {
 			return state{}, err
@@ -241,11 +246,11 @@ func tempName(id, p string) string {
 // p, with mode and mtime set, synced when each file syncs alone; the
 // caller renames it over p. A temporary left by a crash is replaced.
 func (s *Store) writeHostFile(root *os.Root, tmp string, src io.Reader, size int64, mode fs.FileMode, mtime time.Time) error {
-	if err := s.step("write", tmp); err != nil {
-		return err
-	}
-	_ = root.Remove(tmp)
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|noFollow, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		_ = root.Remove(tmp)
+		f, err = root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|noFollow, 0o600)
+	}
 	if err != nil {
 		return err
 	}
@@ -264,6 +269,48 @@ func (s *Store) writeHostFile(root *os.Root, tmp string, src io.Reader, size int
 	}
 	if err == nil {
 		err = root.Chtimes(tmp, mtime, mtime)
+	}
+	if err != nil {
+		_ = root.Remove(tmp)
+	}
+	return err
+}
+
+// linkHostFile makes the temporary tmp a hard link to the store's file
+// src (a pending blob no other change names, so nothing else reads or
+// writes it), with mode and mtime set: no bytes move when the store and
+// the folder share a file system. It fails when they do not (the caller
+// copies then).
+func (s *Store) linkHostFile(root *os.Root, tmp, src string, size int64, mode fs.FileMode, mtime time.Time) error {
+	dir, err := root.Open(path.Dir(tmp))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	err = linkInto(dir, path.Base(tmp), src)
+	if errors.Is(err, fs.ErrExist) {
+		_ = root.Remove(tmp)
+		err = linkInto(dir, path.Base(tmp), src)
+	}
+	if err != nil {
+		return err
+	}
+	fi, err := root.Lstat(tmp)
+	if err == nil && (!fi.Mode().IsRegular() || fi.Size() != size) {
+		err = fmt.Errorf("content of %s is %d bytes, want %d: the store is damaged", printable.String(tmp), fi.Size(), size)
+	}
+	if err == nil {
+		err = root.Chmod(tmp, mode.Perm())
+	}
+	if err == nil {
+		err = root.Chtimes(tmp, mtime, mtime)
+	}
+	if err == nil && perFileSync {
+		var f *os.File
+		if f, err = root.OpenFile(tmp, os.O_RDONLY|noFollow, 0); err == nil {
+			err = f.Sync()
+			f.Close()
+		}
 	}
 	if err != nil {
 		_ = root.Remove(tmp)
@@ -319,6 +366,9 @@ func sameState(root *os.Root, want state) (bool, error) {
 	case File:
 		if got.Size != want.Size || !got.ModTime.Equal(want.ModTime) {
 			return false, nil
+		}
+		if want.Ino != 0 && got.Ino == want.Ino && got.Ctime == want.Ctime {
+			return true, nil
 		}
 		if want.Hash != "" {
 			h, err := hashFile(root, want.Path)
@@ -468,6 +518,9 @@ func (s *Store) restoreOne(root *os.Root, id, blobs string, b state) error {
 	}
 	defer src.Close()
 	tmp := tempName(id, b.Path)
+	if err := s.step("write", tmp); err != nil {
+		return err
+	}
 	if err := s.writeHostFile(root, tmp, src, b.Size, b.Mode, b.ModTime); err != nil {
 		return err
 	}

@@ -118,7 +118,11 @@ func (s *Store) resumeJournal() error {
 		return s.removeJournal()
 	}
 	if j.Op == opApply && j.FilesDone {
-		if err := s.finishApply(cp); err != nil {
+		root, err := os.OpenRoot(j.Workspace)
+		if err == nil {
+			defer root.Close()
+		}
+		if err := s.finishApply(root, cp); err != nil {
 			return fmt.Errorf("changes: finish the apply a crash interrupted: %w", err)
 		}
 		return nil

@@ -1,0 +1,157 @@
+package changes
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+// BenchmarkApply applies 1,000 small files, and one 100 MiB file, into an
+// empty folder and times it against `cp -a` of the same files on the same
+// file system in the same iteration, then times the undo against the
+// apply. It reports medians and ratios, asserting nothing:
+//
+//	go test -run '^$' -bench Apply -benchtime 5x ./app/changes/
+func BenchmarkApply(b *testing.B) {
+	if _, err := exec.LookPath("cp"); err != nil {
+		b.Skip("no cp")
+	}
+	small := make([]benchFile, 1000)
+	for i := range small {
+		small[i] = benchFile{fmt.Sprintf("d%02d/f%04d.txt", i%20, i), 4 << 10}
+	}
+	for _, c := range []struct {
+		name  string
+		files []benchFile
+	}{
+		{"1000x4KiB", small},
+		{"1x100MiB", []benchFile{{"big.bin", 100 << 20}}},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchApply(b, c.files) })
+	}
+}
+
+type benchFile struct {
+	path string
+	size int
+}
+
+func benchApply(b *testing.B, files []benchFile) {
+	b.StopTimer()
+	work := b.TempDir()
+	src := filepath.Join(work, "src")
+	var recs []record
+	var contents [][]byte
+	for i, f := range files {
+		data := make([]byte, f.size)
+		for j := range data {
+			data[j] = byte(i + j*7)
+		}
+		p := filepath.Join(src, filepath.FromSlash(f.path))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		os.Chtimes(p, newTime, newTime)
+		contents = append(contents, data)
+		recs = append(recs, record{
+			Entry: Entry{Path: f.path, Kind: Added, Type: File, Mode: 0o644, Size: int64(f.size), ModTime: newTime},
+			Blob:  sha(data),
+		})
+	}
+	var cpT, applyT, undoT []float64
+	for i := 0; i < b.N; i++ {
+		dir := filepath.Join(work, fmt.Sprint("store", i))
+		s, err := Open(dir, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range contents {
+			if err := os.WriteFile(s.blobPath(sha(c)), c, 0o600); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := s.savePending(pendingManifest{Records: recs}); err != nil {
+			b.Fatal(err)
+		}
+		cpDst, ws := filepath.Join(work, fmt.Sprint("cp", i)), filepath.Join(work, fmt.Sprint("ws", i))
+		for _, d := range []string{cpDst, ws} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		// Alternate which goes first, so neither always meets a colder
+		// cache or a busier disk.
+		runCp := func() {
+			t0 := time.Now()
+			if out, err := exec.Command("cp", "-a", src+"/.", cpDst).CombinedOutput(); err != nil {
+				b.Fatalf("cp -a: %v %s", err, out)
+			}
+			cpT = append(cpT, time.Since(t0).Seconds())
+		}
+		runApply := func() {
+			t0 := time.Now()
+			res, err := s.Apply(ws, nil, ApplyOptions{})
+			if err != nil || len(res.Applied) != len(files) {
+				b.Fatalf("Apply = %+v, %v", res, err)
+			}
+			applyT = append(applyT, time.Since(t0).Seconds())
+		}
+		// Nothing of the setup or of the other run is left to flush, so
+		// that apply's file-system sync flushes only what apply wrote.
+		settle := func() {
+			if f, err := os.Open(work); err == nil {
+				syncFS(f)
+				f.Close()
+			}
+		}
+		settle()
+		if i%2 == 0 {
+			runCp()
+			settle()
+			runApply()
+		} else {
+			runApply()
+			settle()
+			runCp()
+		}
+		settle()
+		t0 := time.Now()
+		if _, err := s.Undo(ws, ""); err != nil {
+			b.Fatal(err)
+		}
+		undoT = append(undoT, time.Since(t0).Seconds())
+		s.Close()
+		os.RemoveAll(cpDst)
+		os.RemoveAll(ws)
+		os.RemoveAll(dir)
+	}
+	// Ratios pair each run with its baseline of the same iteration, which
+	// ran back to back with it: on a busy machine that cancels more of
+	// the noise than a ratio of medians.
+	var ac, ua []float64
+	for i := range applyT {
+		ac, ua = append(ac, applyT[i]/cpT[i]), append(ua, undoT[i]/applyT[i])
+	}
+	b.ReportMetric(benchMedian(cpT)*1e3, "cp-a-ms")
+	b.ReportMetric(benchMedian(applyT)*1e3, "apply-ms")
+	b.ReportMetric(benchMedian(undoT)*1e3, "undo-ms")
+	b.ReportMetric(benchMedian(ac), "apply/cp-a")
+	b.ReportMetric(benchMedian(ua), "undo/apply")
+	b.ReportMetric(0, "ns/op")
+}
+
+func benchMedian(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

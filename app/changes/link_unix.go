@@ -1,0 +1,16 @@
+//go:build unix
+
+package changes
+
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// linkInto makes name in the open folder dir a hard link to the store's
+// file src. Linking relative to the folder's descriptor, not by path,
+// keeps it where Apply checked, whatever a parent folder became since.
+func linkInto(dir *os.File, name, src string) error {
+	return unix.Linkat(unix.AT_FDCWD, src, int(dir.Fd()), name, 0)
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -343,5 +344,32 @@ func TestRollBackComparesBytes(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(ws, "f")); string(b) != "AAAA" {
 		t.Fatalf("f = %q after the roll back", b)
+	}
+}
+
+// TestRecoveryWaitsForTheFolder: an apply killed half way in a folder
+// that is then gone (an unplugged disk) keeps the store closed with a
+// message saying why, and rolls back once the folder is back.
+func TestRecoveryWaitsForTheFolder(t *testing.T) {
+	old, _ := reference(t)
+	ws, dir := t.TempDir(), t.TempDir()
+	s := openStore(t, dir, Options{})
+	everyKind(t, ws, s)
+	s.Close()
+	if !runCrash(t, crashSpec{Op: "apply", Dir: dir, WS: ws, N: 20}) {
+		t.Fatal("the apply finished")
+	}
+	if err := os.Rename(ws, ws+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), "cannot be completed until the folder is there again") {
+		t.Fatalf("Open without the folder: %v", err)
+	}
+	if err := os.Rename(ws+".away", ws); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir, Options{})
+	if d := diffSnap(old, snapshot(t, ws)); d != "" {
+		t.Fatalf("not rolled back:\n%s", d)
 	}
 }

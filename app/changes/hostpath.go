@@ -44,6 +44,8 @@ func nameProblem(p, goos string) string {
 			return "name is not clean"
 		case len(el) > maxNameBytes:
 			return fmt.Sprintf("a name element is longer than %d bytes", maxNameBytes)
+		case goos == "windows" && windowsAlias(el):
+			return "a name Windows treats as another (a device name, or a trailing dot or space)"
 		}
 	}
 	if path.Clean(p) != p {
@@ -139,4 +141,21 @@ func under(p, q string) bool { return p == q || strings.HasPrefix(p, q+"/") }
 // a folder, which for Lstat means the same).
 func notExist(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || isNotDir(err)
+}
+
+// windowsAlias says whether Windows maps the name element el to another
+// name (a trailing dot or space is dropped) or to a device (CON, NUL,
+// COM1, ... with any extension).
+func windowsAlias(el string) bool {
+	if strings.HasSuffix(el, ".") || strings.HasSuffix(el, " ") {
+		return true
+	}
+	stem, _, _ := strings.Cut(el, ".")
+	switch strings.ToUpper(strings.TrimRight(stem, " ")) {
+	case "CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$",
+		"COM1", "COM2", "COM3", "COM4", "COM5", "COM6", "COM7", "COM8", "COM9",
+		"LPT1", "LPT2", "LPT3", "LPT4", "LPT5", "LPT6", "LPT7", "LPT8", "LPT9":
+		return true
+	}
+	return false
 }

@@ -129,7 +129,8 @@ func (s *Store) resumeJournal() error {
 	}
 	root, err := os.OpenRoot(j.Workspace)
 	if err != nil {
-		return fmt.Errorf("changes: an %s in %s was interrupted and cannot be completed until the folder is there again: %w", j.Op, j.Workspace, err)
+		return fmt.Errorf("changes: an %s in %s was interrupted and cannot be completed until the folder is there again (%w); "+
+			"if it is gone for good, delete %s to give the %s up", j.Op, j.Workspace, err, filepath.Join(s.dir, journalFile), j.Op)
 	}
 	defer root.Close()
 	switch j.Op {

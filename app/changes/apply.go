@@ -52,7 +52,8 @@ func (s *Store) Apply(workspace string, paths []string, opt ApplyOptions) (Apply
 		return res, fmt.Errorf("changes: apply: %w", err)
 	}
 	defer root.Close()
-	take := s.choose(root, m.Records, paths, opt, runtime.GOOS, &res)
+	folds := runtime.GOOS == "darwin" || foldsNames(root, workspace)
+	take := s.choose(root, m, paths, opt, runtime.GOOS, folds, &res)
 	if len(take) == 0 {
 		return res, nil
 	}
@@ -104,8 +105,11 @@ func (s *Store) failLate(root *os.Root, id string, err error) error {
 	return fmt.Errorf("changes: apply: %w (the folder is as it was; the changes stay pending)", err)
 }
 
-// choose picks the records to apply, reporting the rest in res.
-func (s *Store) choose(root *os.Root, recs []record, paths []string, opt ApplyOptions, goos string, res *ApplyResult) []record {
+// choose picks the records of m to apply, reporting the rest in res. goos
+// is the host's system; folds says its file system takes names that
+// differ only in case or Unicode normalisation as one.
+func (s *Store) choose(root *os.Root, m pendingManifest, paths []string, opt ApplyOptions, goos string, folds bool, res *ApplyResult) []record {
+	recs := m.Records
 	refuse := func(p, why string) { res.Refused = append(res.Refused, Refusal{Path: p, Reason: why}) }
 	var sel []record
 	for _, q := range paths {
@@ -149,12 +153,12 @@ func (s *Store) choose(root *os.Root, recs []record, paths []string, opt ApplyOp
 			refuse(r.Path, "your tools run this path on the host, so Auto mode leaves it for you to review and apply")
 			continue
 		}
-		same, err := baseMatches(root, r)
+		conflict, err := mayOverwrite(root, r, m)
 		if err != nil {
 			refuse(r.Path, printable.String(err.Error()))
 			continue
 		}
-		if (r.Conflict || !same) && (opt.Auto || !opt.Force) {
+		if conflict && (opt.Auto || !opt.Force) {
 			res.Conflicts = append(res.Conflicts, r.Path)
 			continue
 		}
@@ -162,14 +166,14 @@ func (s *Store) choose(root *os.Root, recs []record, paths []string, opt ApplyOp
 	}
 
 	bad := map[string]string{}
-	if foldsCase(goos) {
+	if folds {
 		byFold := map[string]string{}
 		for _, r := range cand {
 			for _, p := range []string{r.Path, r.From} {
 				if p == "" {
 					continue
 				}
-				k := foldName(p)
+				k := foldKey(p)
 				if o, ok := byFold[k]; ok && o != p {
 					bad[p] = "differs from " + printable.String(o) + " only in case or Unicode normalisation, which this computer's folders treat as one name"
 					bad[o] = "differs from " + printable.String(p) + " only in case or Unicode normalisation, which this computer's folders treat as one name"
@@ -224,7 +228,7 @@ func recordProblem(r record, goos string) string {
 			return "the store holds no content for it"
 		}
 	case Symlink:
-		return linkProblem(r.Path, r.Link)
+		return badLink(r.Path, r.Link)
 	case Dir:
 	default:
 		return "not a file, folder or symlink (devices, fifos and sockets are never created)"
@@ -257,31 +261,42 @@ func parentProblem(root *os.Root, p string, becomesDir map[string]bool) string {
 	return ""
 }
 
-// baseMatches says whether the host's path is still what r's Base says.
-func baseMatches(root *os.Root, r record) (bool, error) {
-	b := r.Base
-	cur, err := lstate(root, r.Path)
+// mayOverwrite says whether applying r could overwrite what the user
+// changed: the store marked it, or the host's path (or a rename's old
+// path) is no longer what the store first saw or changed after the
+// guest's layer began, by Ingest's own reading (conflicts). A deletion of
+// what the user deleted too is none. A device, fifo or socket at the path
+// is an error: Airlock never replaces one.
+func mayOverwrite(root *os.Root, r record, m pendingManifest) (bool, error) {
+	for _, p := range []string{r.Path, r.From} {
+		if p == "" {
+			continue
+		}
+		if _, err := lstate(root, p); err != nil {
+			return false, err
+		}
+	}
+	if r.Conflict {
+		return true, nil
+	}
+	now, err := hostBase(root, r.Path)
 	if err != nil {
 		return false, err
 	}
-	if !b.Exists || !cur.Exists {
-		// A deletion of what the user deleted too is no conflict.
-		return b.Exists == cur.Exists || (r.Kind == Deleted && !cur.Exists), nil
+	if r.Kind != Deleted || now.Exists {
+		c, err := conflicts(root, r.Path, r.Base, now, m.Epoch, r.Kind == Deleted || r.Type != Dir, m.Written)
+		if err != nil || c {
+			return c, err
+		}
 	}
-	if cur.Type != b.Type || (b.Mode != 0 && cur.Mode != b.Mode.Perm()) {
+	if r.Kind != Renamed || r.FromBase == nil {
 		return false, nil
 	}
-	if cur.Type != File {
-		return true, nil // a folder's time changes with what it holds
+	from, err := hostBase(root, r.From)
+	if err != nil || !from.Exists {
+		return false, err
 	}
-	if cur.Size != b.Size || !cur.ModTime.Equal(b.ModTime) {
-		return false, nil
-	}
-	if b.Hash == "" {
-		return true, nil
-	}
-	h, err := hashFile(root, r.Path)
-	return h == b.Hash, err
+	return conflicts(root, r.From, *r.FromBase, from, m.Epoch, true, m.Written)
 }
 
 func summarize(recs []record) string {
@@ -336,6 +351,9 @@ func (s *Store) keepBefore(root *os.Root, cp *cpManifest, take []record) error {
 				if err != nil {
 					return err
 				}
+				if st.Type == File {
+					st.Hash = r.Base.Hash // the content stays
+				}
 				add(st)
 				continue
 			}
@@ -381,9 +399,11 @@ func (s *Store) keepBefore(root *os.Root, cp *cpManifest, take []record) error {
 		if err := s.step("keep", st.Path); err != nil {
 			return err
 		}
-		if err := keepContent(root, st.Path, *st, filepath.Join(blobs, st.Blob)); err != nil {
+		hash, err := keepContent(root, st.Path, *st, filepath.Join(blobs, st.Blob))
+		if err != nil {
 			return err
 		}
+		st.Hash = hash
 		cp.Bytes += st.Size
 	}
 	if !perFileSync {
@@ -574,7 +594,10 @@ func (s *Store) removeAll(root *os.Root, p string) error {
 func (s *Store) after(root *os.Root, before []state, take []record) []state {
 	hashes := map[string]string{}
 	for _, r := range take {
-		if r.Kind != Deleted && r.Kind != ModeOnly && r.Type == File {
+		switch {
+		case r.Kind == ModeOnly:
+			hashes[r.Path] = r.Base.Hash
+		case r.Kind != Deleted && r.Type == File:
 			hashes[r.Path] = r.Blob
 		}
 	}
@@ -609,18 +632,31 @@ func (s *Store) finishApply(root *os.Root, cp cpManifest) error {
 		return err
 	}
 	m.Records = slices.DeleteFunc(m.Records, func(r record) bool { return slices.Contains(cp.Paths, r.Path) })
-	if err := s.savePending(m); err != nil {
-		return err
-	}
-	s.pruneBlobs(m)
+	// The applied content goes before Airlock notes what it wrote: a
+	// blob linked into the folder changes its file's ctime as it goes.
+	// Should the manifest not be saved below, the journal still says the
+	// files are done, and the next start drops those records all the same.
+	_ = s.pruneBlobs(m)
 	if root != nil {
-		// Dropping a linked blob changed its file's ctime.
 		for i, a := range cp.After {
 			if fi, err := root.Lstat(a.Path); err == nil && a.Type == File && fi.Mode().IsRegular() &&
 				fi.Size() == a.Size && fi.ModTime().Equal(a.ModTime) && fi.Mode().Perm() == a.Mode {
 				cp.After[i].Ino, cp.After[i].Ctime = identity(fi)
 			}
+			if err := m.noteWritten(root, a.Path, a.Hash); err != nil {
+				return err
+			}
 		}
+		for _, b := range cp.Before {
+			if b.Parent {
+				if err := m.noteWritten(root, b.Path, ""); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if err := s.savePending(m); err != nil {
+		return err
 	}
 	if err := s.step("forget", ""); err != nil {
 		return err
@@ -636,23 +672,6 @@ func (s *Store) finishApply(root *os.Root, cp cpManifest) error {
 		return err
 	}
 	return s.removeJournal()
-}
-
-// pruneBlobs removes pending content no pending change names any more.
-func (s *Store) pruneBlobs(m pendingManifest) {
-	used := map[string]bool{}
-	for _, r := range m.Records {
-		used[r.Blob] = true
-	}
-	des, err := os.ReadDir(filepath.Join(s.dir, pendingDir, blobsDir))
-	if err != nil {
-		return
-	}
-	for _, de := range des {
-		if isHash(de.Name()) && !used[de.Name()] {
-			_ = os.Remove(filepath.Join(s.dir, pendingDir, blobsDir, de.Name()))
-		}
-	}
 }
 
 // rollBack puts the folder back as checkpoint id found it and drops the
@@ -818,6 +837,21 @@ func changedSince(root *os.Root, cp cpManifest) []string {
 // after a crash.
 func (s *Store) finishUndo(root *os.Root, cp cpManifest) error {
 	if err := s.restore(root, cp.ID, filepath.Join(s.cpDir(cp.ID), blobsDir), cp.Before); err != nil {
+		return err
+	}
+	if err := s.step("pending", ""); err != nil {
+		return err
+	}
+	m, err := s.loadPending()
+	if err != nil {
+		return err
+	}
+	for _, b := range cp.Before {
+		if err := m.noteWritten(root, b.Path, b.Hash); err != nil {
+			return err
+		}
+	}
+	if err := s.savePending(m); err != nil {
 		return err
 	}
 	if err := s.step("undone", cp.ID); err != nil {

@@ -19,14 +19,14 @@ var (
 	newTime = time.Unix(1_710_000_000, 987_654_300)
 )
 
-// hostFile is a file a test puts in the workspace.
-type hostFile struct {
+// wsFile is a file a test puts in the workspace.
+type wsFile struct {
 	path, content string
 	mode          fs.FileMode
 }
 
 // makeHost writes files into ws with oldTime as their time.
-func makeHost(t *testing.T, ws string, files ...hostFile) {
+func makeHost(t *testing.T, ws string, files ...wsFile) {
 	t.Helper()
 	for _, f := range files {
 		p := filepath.Join(ws, filepath.FromSlash(f.path))
@@ -96,7 +96,10 @@ func setPending(t *testing.T, s *Store, contents []string, recs ...record) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.savePending(pendingManifest{Epoch: oldTime, Records: recs}); err != nil {
+	// The layer began once the test had set the host up: later host
+	// changes conflict.
+	epoch := time.Now().Add(clockSlack + time.Second)
+	if err := s.savePending(pendingManifest{Epoch: epoch, Records: recs}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -166,7 +169,7 @@ func diffSnap(a, b map[string]string) string {
 	return strings.Join(out, "\n")
 }
 
-func openStore(t *testing.T, dir string, opts Options) *Store {
+func openTestStore(t *testing.T, dir string, opts Options) *Store {
 	t.Helper()
 	s, err := Open(dir, opts)
 	if err != nil {
@@ -181,13 +184,13 @@ func openStore(t *testing.T, dir string, opts Options) *Store {
 func everyKind(t *testing.T, ws string, s *Store) {
 	t.Helper()
 	makeHost(t, ws,
-		hostFile{"keep.txt", "untouched\n", 0o644},
-		hostFile{"mod.txt", "old content\n", 0o640},
-		hostFile{"gone.txt", "delete me\n", 0o600},
-		hostFile{"tree/a.txt", "a\n", 0o644},
-		hostFile{"tree/sub/b.bin", "b\x00b", 0o755},
-		hostFile{"old-name.txt", "renamed\n", 0o644},
-		hostFile{"script.sh", "#!/bin/sh\n", 0o644},
+		wsFile{"keep.txt", "untouched\n", 0o644},
+		wsFile{"mod.txt", "old content\n", 0o640},
+		wsFile{"gone.txt", "delete me\n", 0o600},
+		wsFile{"tree/a.txt", "a\n", 0o644},
+		wsFile{"tree/sub/b.bin", "b\x00b", 0o755},
+		wsFile{"old-name.txt", "renamed\n", 0o644},
+		wsFile{"script.sh", "#!/bin/sh\n", 0o644},
 	)
 	os.Chtimes(filepath.Join(ws, "tree", "sub"), oldTime, oldTime)
 	os.Chtimes(filepath.Join(ws, "tree"), oldTime, oldTime)
@@ -211,7 +214,7 @@ func everyKind(t *testing.T, ws string, s *Store) {
 
 func TestApplyAndUndoEveryKind(t *testing.T) {
 	ws, dir := t.TempDir(), t.TempDir()
-	s := openStore(t, dir, Options{})
+	s := openTestStore(t, dir, Options{})
 	everyKind(t, ws, s)
 	before := snapshot(t, ws)
 	wsTime := func() time.Time { fi, _ := os.Stat(ws); return fi.ModTime() }
@@ -299,7 +302,7 @@ func TestApplyAndUndoEveryKind(t *testing.T) {
 
 func TestApplyOnlyPathsGiven(t *testing.T) {
 	ws, dir := t.TempDir(), t.TempDir()
-	s := openStore(t, dir, Options{})
+	s := openTestStore(t, dir, Options{})
 	setPending(t, s, []string{"1", "2", "3"},
 		fileRec(t, ws, "a/1", "1", 0o644), fileRec(t, ws, "a/2", "2", 0o644), fileRec(t, ws, "b", "3", 0o644))
 	res, err := s.Apply(ws, []string{"a", "nope"}, ApplyOptions{})
@@ -320,7 +323,7 @@ func TestApplyOnlyPathsGiven(t *testing.T) {
 func TestApplyRefuses(t *testing.T) {
 	outside := t.TempDir()
 	ws := t.TempDir()
-	makeHost(t, ws, hostFile{"inside/x", "x", 0o644}, hostFile{"plainfile", "p", 0o644})
+	makeHost(t, ws, wsFile{"inside/x", "x", 0o644}, wsFile{"plainfile", "p", 0o644})
 	if err := os.Symlink(outside, filepath.Join(ws, "out")); err != nil {
 		t.Fatal(err)
 	}
@@ -340,19 +343,21 @@ func TestApplyRefuses(t *testing.T) {
 		{"dotdot", good("../escape"), "linux", `".."`},
 		{"dotdot inside", good("a/../../escape"), "linux", `".."`},
 		{"absolute", good("/tmp/escape"), "linux", "absolute"},
-		{"drive", good("C:/escape"), "windows", "absolute"},
+		{"drive", good("C:/escape"), "windows", "cannot hold"},
 		{"backslash", good(`a\..\..\x`), "linux", "backslash"},
-		{"windows device", good("a/nul.txt"), "windows", "device name"},
+		{"windows device", good("a/nul.txt"), "windows", "device"},
 		{"windows trailing dot", good("a/x."), "windows", "trailing dot"},
-		{"windows stream", good("a/x:stream"), "windows", "forbids"},
+		{"windows stream", good("a/x:stream"), "windows", "cannot hold"},
 		{"long element", good(long), "linux", "longer than 255"},
+		{"control character", good("a\x1b[2Jb"), "linux", "control characters"},
 		{"long path", good(strings.Repeat("abcdefg/", 600) + "x"), "linux", "longer than 4096"},
 		{"unclean", good("a//b"), "linux", "not clean"},
 		{"parent symlink out", good("out/planted"), "linux", "symlink on the host"},
 		{"parent symlink in", good("in/planted"), "linux", "symlink on the host"},
 		{"parent is a file", good("plainfile/x"), "linux", "not a folder"},
 		{"symlink outside", record{Entry: Entry{Path: "l", Kind: Added, Type: Symlink, Link: "../../etc/passwd"}}, "linux", "outside"},
-		{"symlink absolute", record{Entry: Entry{Path: "l", Kind: Added, Type: Symlink, Link: "/etc/passwd"}}, "linux", "outside"},
+		{"symlink absolute", record{Entry: Entry{Path: "l", Kind: Added, Type: Symlink, Link: "/etc/passwd"}}, "linux", "absolute"},
+		{"symlink through a name", record{Entry: Entry{Path: "l", Kind: Added, Type: Symlink, Link: "sub/../x"}}, "linux", `".." after a name`},
 		{"fifo", record{Entry: Entry{Path: "f", Kind: Added, Type: "fifo"}}, "linux", "never created"},
 		{"device", record{Entry: Entry{Path: "d", Kind: Added, Type: "device"}}, "linux", "never created"},
 		{"blob name", record{Entry: Entry{Path: "b", Kind: Added, Type: File}, Blob: "../../../etc/passwd"}, "linux", "no content"},
@@ -360,7 +365,7 @@ func TestApplyRefuses(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := openStore(t, t.TempDir(), Options{})
+			s := openTestStore(t, t.TempDir(), Options{})
 			setPending(t, s, []string{"z"}, c.rec)
 			root, err := os.OpenRoot(ws)
 			if err != nil {
@@ -368,7 +373,7 @@ func TestApplyRefuses(t *testing.T) {
 			}
 			defer root.Close()
 			var res ApplyResult
-			if take := s.choose(root, []record{c.rec}, nil, ApplyOptions{Force: true}, c.goos, &res); len(take) != 0 {
+			if take := s.choose(root, pendingManifest{Records: []record{c.rec}}, nil, ApplyOptions{Force: true}, c.goos, false, &res); len(take) != 0 {
 				t.Fatalf("chose %+v", take)
 			}
 			if len(res.Refused) != 1 || !strings.Contains(res.Refused[0].Reason, c.want) {
@@ -393,27 +398,27 @@ func TestApplyRefuses(t *testing.T) {
 
 func TestApplyRefusesCaseFolds(t *testing.T) {
 	ws := t.TempDir()
-	s := openStore(t, t.TempDir(), Options{})
+	s := openTestStore(t, t.TempDir(), Options{})
 	recs := []record{fileRec(t, ws, "Read.me", "1", 0o644), fileRec(t, ws, "read.ME", "2", 0o644), fileRec(t, ws, "caf\u00e9", "3", 0o644), fileRec(t, ws, "cafe\u0301", "4", 0o644), fileRec(t, ws, "other", "5", 0o644)}
 	root, _ := os.OpenRoot(ws)
 	defer root.Close()
-	for goos, want := range map[string]int{"darwin": 4, "windows": 4, "linux": 0} {
+	for folds, want := range map[bool]int{true: 4, false: 0} {
 		var res ApplyResult
-		take := s.choose(root, recs, nil, ApplyOptions{}, goos, &res)
+		take := s.choose(root, pendingManifest{Epoch: time.Now(), Records: recs}, nil, ApplyOptions{}, "linux", folds, &res)
 		if len(res.Refused) != want || len(take) != 5-want {
-			t.Errorf("%s: refused %+v, took %d", goos, res.Refused, len(take))
+			t.Errorf("folds %v: refused %+v, took %d", folds, res.Refused, len(take))
 		}
 	}
 }
 
 func TestApplyModesAndTypes(t *testing.T) {
 	ws := t.TempDir()
-	s := openStore(t, t.TempDir(), Options{})
-	makeHost(t, ws, hostFile{"was-file", "f", 0o644})
+	s := openTestStore(t, t.TempDir(), Options{})
+	makeHost(t, ws, wsFile{"was-file", "f", 0o644})
 	if err := os.MkdirAll(filepath.Join(ws, "was-dir", "child"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	makeHost(t, ws, hostFile{"was-dir/child/f", "in dir", 0o644})
+	makeHost(t, ws, wsFile{"was-dir/child/f", "in dir", 0o644})
 	setuid := fileRec(t, ws, "suid", "s", 0o755|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)
 	toDir := record{Entry: Entry{Path: "was-file", Kind: Modified, Type: Dir, Mode: 0o755, ModTime: newTime}, Base: baseOf(t, ws, "was-file")}
 	inNewDir := fileRec(t, ws, "was-file/inside", "i", 0o600)
@@ -444,8 +449,8 @@ func TestApplyModesAndTypes(t *testing.T) {
 
 func TestApplyConflicts(t *testing.T) {
 	ws := t.TempDir()
-	s := openStore(t, t.TempDir(), Options{})
-	makeHost(t, ws, hostFile{"user.txt", "the user's first\n", 0o644}, hostFile{"other.txt", "o", 0o644})
+	s := openTestStore(t, t.TempDir(), Options{})
+	makeHost(t, ws, wsFile{"user.txt", "the user's first\n", 0o644}, wsFile{"other.txt", "o", 0o644})
 	rec := fileRec(t, ws, "user.txt", "the guest's\n", 0o644)
 	flagged := fileRec(t, ws, "flagged.txt", "f", 0o644)
 	flagged.Conflict = true
@@ -500,8 +505,8 @@ func TestApplyConflicts(t *testing.T) {
 
 func TestUndoRefusesChangedPaths(t *testing.T) {
 	ws := t.TempDir()
-	s := openStore(t, t.TempDir(), Options{})
-	makeHost(t, ws, hostFile{"f", "old", 0o644})
+	s := openTestStore(t, t.TempDir(), Options{})
+	makeHost(t, ws, wsFile{"f", "old", 0o644})
 	setPending(t, s, []string{"new", "n2"}, fileRec(t, ws, "f", "new", 0o644), fileRec(t, ws, "dir/n", "n2", 0o644))
 	res, err := s.Apply(ws, nil, ApplyOptions{})
 	if err != nil {
@@ -528,7 +533,7 @@ func TestUndoRefusesChangedPaths(t *testing.T) {
 	if _, err := s.Undo(ws, res.Checkpoint); !errors.Is(err, ErrChangedSince) {
 		t.Fatalf("Undo with f missing: %v", err)
 	}
-	makeHost(t, ws, hostFile{"f", "new", 0o644})
+	makeHost(t, ws, wsFile{"f", "new", 0o644})
 	os.Chtimes(filepath.Join(ws, "f"), newTime, newTime)
 	if _, err := s.Undo(ws, res.Checkpoint); err != nil {
 		t.Fatal(err)
@@ -543,11 +548,11 @@ func TestUndoRefusesChangedPaths(t *testing.T) {
 
 func TestCheckpointsBound(t *testing.T) {
 	ws := t.TempDir()
-	s := openStore(t, t.TempDir(), Options{Limit: 25000})
+	s := openTestStore(t, t.TempDir(), Options{Limit: 25000})
 	big := strings.Repeat("x", 10000)
 	var ids []string
 	for i := range 4 {
-		makeHost(t, ws, hostFile{"f", big, 0o644})
+		makeHost(t, ws, wsFile{"f", big, 0o644})
 		other := strings.Repeat(string(rune('a'+i)), 10000)
 		setPending(t, s, []string{other, "keep"}, fileRec(t, ws, "f", other, 0o644), fileRec(t, ws, "p", "keep", 0o644))
 		res, err := s.Apply(ws, []string{"f"}, ApplyOptions{})
@@ -581,8 +586,8 @@ func TestCheckpointsBound(t *testing.T) {
 // too.
 func TestApplyFolderReplaced(t *testing.T) {
 	ws := t.TempDir()
-	s := openStore(t, t.TempDir(), Options{})
-	makeHost(t, ws, hostFile{"tree/old", "old", 0o644}, hostFile{"tree/kept", "kept", 0o644}, hostFile{"both-gone", "x", 0o644})
+	s := openTestStore(t, t.TempDir(), Options{})
+	makeHost(t, ws, wsFile{"tree/old", "old", 0o644}, wsFile{"tree/kept", "kept", 0o644}, wsFile{"both-gone", "x", 0o644})
 	gone := record{Entry: Entry{Path: "both-gone", Kind: Deleted}, Base: baseOf(t, ws, "both-gone")}
 	os.Remove(filepath.Join(ws, "both-gone"))
 	setPending(t, s, []string{"new", "kept2"},

@@ -34,7 +34,8 @@ type state struct {
 	// Blob names the file's content in the checkpoint's blobs/; "" for a
 	// file whose content the apply leaves alone (a mode change).
 	Blob string `json:"blob,omitempty"`
-	// Hash is a file's SHA-256 after the apply, when the apply wrote it.
+	// Hash is a file's SHA-256 when known: the content kept (before) or
+	// written (after).
 	Hash string `json:"hash,omitempty"`
 	// Parent marks a folder the apply only wrote into: only its
 	// modification time is restored.
@@ -200,18 +201,22 @@ func readDir(root *os.Root, p string) ([]string, error) {
 	return names, err
 }
 
-// keepContent copies the host file p into the checkpoint's blobs/ as
-// name, synced unless a file-system sync follows.
-func keepContent(root *os.Root, p string, want state, dst string) error {
+// keepContent copies the host file p into the checkpoint's file dst,
+// synced unless a file-system sync follows, and returns its SHA-256.
+func keepContent(root *os.Root, p string, want state, dst string) (string, error) {
 	src, err := root.OpenFile(p, os.O_RDONLY|noFollow, 0)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer src.Close()
 	if fi, err := src.Stat(); err != nil || fi.Size() != want.Size || !fi.ModTime().Equal(want.ModTime) {
-		return fmt.Errorf("%s changed while Airlock read it; try again", printable.String(p))
+		return "", fmt.Errorf("%s changed while Airlock read it; try again", printable.String(p))
 	}
-	return copyTo(dst, src, want.Size)
+	h := sha256.New()
+	if err := copyTo(dst, io.TeeReader(src, h), want.Size); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // copyTo writes exactly size bytes from r into a new file at the host
@@ -371,7 +376,7 @@ func sameState(root *os.Root, want state) (bool, error) {
 			return true, nil
 		}
 		if want.Hash != "" {
-			h, err := hashFile(root, want.Path)
+			h, err := hashHostFile(root, want.Path)
 			return h == want.Hash, err
 		}
 	case Symlink:
@@ -532,7 +537,7 @@ func (s *Store) restoreOne(root *os.Root, id, blobs string, b state) error {
 
 // sameBytes compares the host file p with the store's file blob.
 func sameBytes(root *os.Root, p, blob string) (bool, error) {
-	a, err := hashFile(root, p)
+	a, err := hashHostFile(root, p)
 	if err != nil {
 		return false, err
 	}

@@ -137,7 +137,7 @@ func expectOldOrNew(t *testing.T, s *Store, ws string, old, new map[string]strin
 func reference(t *testing.T) (old, new map[string]string) {
 	t.Helper()
 	ws := t.TempDir()
-	s := openStore(t, t.TempDir(), Options{})
+	s := openTestStore(t, t.TempDir(), Options{})
 	everyKind(t, ws, s)
 	old = snapshot(t, ws)
 	if _, err := s.Apply(ws, nil, ApplyOptions{}); err != nil {
@@ -158,11 +158,11 @@ func TestApplyKilledAtEveryStep(t *testing.T) {
 	sawOld, sawNew := false, false
 	for n := 1; ; n++ {
 		ws, dir := t.TempDir(), t.TempDir()
-		s := openStore(t, dir, Options{})
+		s := openTestStore(t, dir, Options{})
 		everyKind(t, ws, s)
 		s.Close()
 		died := runCrash(t, crashSpec{Op: "apply", Dir: dir, WS: ws, N: n})
-		s = openStore(t, dir, Options{})
+		s = openTestStore(t, dir, Options{})
 		if expectOldOrNew(t, s, ws, old, new, 8) {
 			sawNew = true
 			// Undo works on a checkpoint a recovery completed.
@@ -198,7 +198,7 @@ func TestRecoveryKilledAtEveryStep(t *testing.T) {
 	renameStep := 0
 	{
 		ws := t.TempDir()
-		s := openStore(t, t.TempDir(), Options{})
+		s := openTestStore(t, t.TempDir(), Options{})
 		everyKind(t, ws, s)
 		n := 0
 		s.hook = func(op, p string) error {
@@ -214,14 +214,14 @@ func TestRecoveryKilledAtEveryStep(t *testing.T) {
 	}
 	for m := 1; ; m++ {
 		ws, dir := t.TempDir(), t.TempDir()
-		s := openStore(t, dir, Options{})
+		s := openTestStore(t, dir, Options{})
 		everyKind(t, ws, s)
 		s.Close()
 		if !runCrash(t, crashSpec{Op: "apply", Dir: dir, WS: ws, N: renameStep + 2}) {
 			t.Fatal("the apply finished")
 		}
 		died := runCrash(t, crashSpec{Op: "recover", Dir: dir, WS: ws, N: m})
-		s = openStore(t, dir, Options{})
+		s = openTestStore(t, dir, Options{})
 		if expectOldOrNew(t, s, ws, old, new, 8) {
 			t.Fatalf("recovery %d rolled forward an apply whose files were not done", m)
 		}
@@ -242,7 +242,7 @@ func TestUndoKilledAtEveryStep(t *testing.T) {
 	old, new := reference(t)
 	for n := 1; ; n++ {
 		ws, dir := t.TempDir(), t.TempDir()
-		s := openStore(t, dir, Options{})
+		s := openTestStore(t, dir, Options{})
 		everyKind(t, ws, s)
 		res, err := s.Apply(ws, nil, ApplyOptions{})
 		if err != nil {
@@ -250,7 +250,7 @@ func TestUndoKilledAtEveryStep(t *testing.T) {
 		}
 		s.Close()
 		died := runCrash(t, crashSpec{Op: "undo", Dir: dir, WS: ws, ID: res.Checkpoint, N: n})
-		s = openStore(t, dir, Options{})
+		s = openTestStore(t, dir, Options{})
 		cps, _, err := s.Checkpoints()
 		if err != nil || len(cps) != 1 {
 			t.Fatalf("step %d: checkpoints %+v, %v", n, cps, err)
@@ -307,7 +307,7 @@ func TestApplyDiskFullAtEveryStep(t *testing.T) {
 			t.Fatalf("step %d: %v, want ENOSPC", n, err)
 		}
 		s.Close()
-		s = openStore(t, dir, Options{})
+		s = openTestStore(t, dir, Options{})
 		isNew := expectOldOrNew(t, s, ws, old, new, 8)
 		if err != nil && isNew {
 			if _, jerr := os.Stat(filepath.Join(dir, journalFile)); jerr == nil {
@@ -325,8 +325,8 @@ func TestApplyDiskFullAtEveryStep(t *testing.T) {
 // size, mode and time; a roll back must still see the bytes differ.
 func TestRollBackComparesBytes(t *testing.T) {
 	ws := t.TempDir()
-	s := openStore(t, t.TempDir(), Options{})
-	makeHost(t, ws, hostFile{"f", "AAAA", 0o644}, hostFile{"g", "g", 0o644})
+	s := openTestStore(t, t.TempDir(), Options{})
+	makeHost(t, ws, wsFile{"f", "AAAA", 0o644}, wsFile{"g", "g", 0o644})
 	rec := fileRec(t, ws, "f", "BBBB", 0o644)
 	rec.ModTime = oldTime
 	setPending(t, s, []string{"BBBB", "h"}, rec, fileRec(t, ws, "g", "h", 0o644))
@@ -353,7 +353,7 @@ func TestRollBackComparesBytes(t *testing.T) {
 func TestRecoveryWaitsForTheFolder(t *testing.T) {
 	old, _ := reference(t)
 	ws, dir := t.TempDir(), t.TempDir()
-	s := openStore(t, dir, Options{})
+	s := openTestStore(t, dir, Options{})
 	everyKind(t, ws, s)
 	s.Close()
 	if !runCrash(t, crashSpec{Op: "apply", Dir: dir, WS: ws, N: 20}) {
@@ -368,7 +368,7 @@ func TestRecoveryWaitsForTheFolder(t *testing.T) {
 	if err := os.Rename(ws+".away", ws); err != nil {
 		t.Fatal(err)
 	}
-	s = openStore(t, dir, Options{})
+	s = openTestStore(t, dir, Options{})
 	if d := diffSnap(old, snapshot(t, ws)); d != "" {
 		t.Fatalf("not rolled back:\n%s", d)
 	}

@@ -28,8 +28,8 @@ func TestApplyRealDiskFull(t *testing.T) {
 	big := strings.Repeat("x", 2<<20)
 	t.Run("folder", func(t *testing.T) {
 		ws := smallDisk(t)
-		s := openStore(t, t.TempDir(), Options{})
-		makeHost(t, ws, hostFile{"a", "old a", 0o644})
+		s := openTestStore(t, t.TempDir(), Options{})
+		makeHost(t, ws, wsFile{"a", "old a", 0o644})
 		setPending(t, s, []string{"new a", big}, fileRec(t, ws, "a", "new a", 0o644), fileRec(t, ws, "zbig", big, 0o644))
 		old := snapshot(t, ws)
 		_, err := s.Apply(ws, nil, ApplyOptions{})
@@ -48,8 +48,8 @@ func TestApplyRealDiskFull(t *testing.T) {
 	})
 	t.Run("store", func(t *testing.T) {
 		ws := t.TempDir()
-		s := openStore(t, smallDisk(t), Options{})
-		makeHost(t, ws, hostFile{"a", big[:600<<10], 0o644}, hostFile{"b", big[:600<<10], 0o644})
+		s := openTestStore(t, smallDisk(t), Options{})
+		makeHost(t, ws, wsFile{"a", big[:600<<10], 0o644}, wsFile{"b", big[:600<<10], 0o644})
 		setPending(t, s, []string{"1"}, fileRec(t, ws, "a", "1", 0o644), fileRec(t, ws, "b", "1", 0o644))
 		old := snapshot(t, ws)
 		if _, err := s.Apply(ws, nil, ApplyOptions{}); !errors.Is(err, syscall.ENOSPC) {

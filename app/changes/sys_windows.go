@@ -3,5 +3,3 @@ package changes
 // noFollow is 0: os.Root refuses to follow a symlink out of the root on
 // Windows too, and Airlock checks the type with Lstat first.
 const noFollow = 0
-
-func isNotDir(error) bool { return false }

@@ -47,10 +47,12 @@ func benchApply(b *testing.B, files []benchFile) {
 	var recs []record
 	var contents [][]byte
 	for i, f := range files {
+		// Every file's content differs, as in a source tree.
 		data := make([]byte, f.size)
 		for j := range data {
-			data[j] = byte(i + j*7)
+			data[j] = byte(j * 7)
 		}
+		copy(data, fmt.Sprintf("file %d\n", i))
 		p := filepath.Join(src, filepath.FromSlash(f.path))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			b.Fatal(err)
@@ -77,7 +79,7 @@ func benchApply(b *testing.B, files []benchFile) {
 				b.Fatal(err)
 			}
 		}
-		if err := s.savePending(pendingManifest{Records: recs}); err != nil {
+		if err := s.savePending(pendingManifest{Epoch: time.Now(), Records: recs}); err != nil {
 			b.Fatal(err)
 		}
 		cpDst, ws := filepath.Join(work, fmt.Sprint("cp", i)), filepath.Join(work, fmt.Sprint("ws", i))

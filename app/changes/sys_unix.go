@@ -2,7 +2,19 @@
 
 package changes
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
 
 // noFollow opens a file without following a symlink in its last element.
 const noFollow = syscall.O_NOFOLLOW
+
+// linkInto makes name in the open folder dir a hard link to the store's
+// file src. Linking relative to the folder's descriptor, not by path,
+// keeps it where Apply checked, whatever a parent folder became since.
+func linkInto(dir *os.File, name, src string) error {
+	return unix.Linkat(unix.AT_FDCWD, src, int(dir.Fd()), name, 0)
+}

@@ -260,6 +260,18 @@ func parentProblem(root *os.Root, p string, becomesDir map[string]bool) string {
 	return ""
 }
 
+// symlinkAbove says whether one of p's parent folders is a symlink on
+// the host (os.Root would follow it while it stays inside).
+func symlinkAbove(root *os.Root, p string) bool {
+	for _, a := range ancestors(p) {
+		fi, err := root.Lstat(a)
+		if err != nil || fi.Mode()&fs.ModeSymlink != 0 || !fi.IsDir() {
+			return err == nil && fi.Mode()&fs.ModeSymlink != 0
+		}
+	}
+	return false
+}
+
 // mayOverwrite says whether applying r could overwrite what the user
 // changed: the store marked it, or the host's path (or a rename's old
 // path) is no longer what the store first saw or changed after the

@@ -609,3 +609,29 @@ func TestApplyFolderReplaced(t *testing.T) {
 		t.Fatalf("after undo:\n%s", d)
 	}
 }
+
+// TestUndoRefusesSymlinkedParent: a folder that held an applied file is
+// replaced by a symlink to a copy of it elsewhere in the folder; undo
+// would write through the link, so it refuses.
+func TestUndoRefusesSymlinkedParent(t *testing.T) {
+	ws := t.TempDir()
+	s := openTestStore(t, t.TempDir(), Options{})
+	makeHost(t, ws, wsFile{"pre/g", "old g", 0o644})
+	setPending(t, s, []string{"new g"}, fileRec(t, ws, "pre/g", "new g", 0o644))
+	res, err := s.Apply(ws, nil, ApplyOptions{})
+	if err != nil || len(res.Applied) != 1 {
+		t.Fatalf("Apply = %+v, %v", res, err)
+	}
+	if err := os.Rename(filepath.Join(ws, "pre"), filepath.Join(ws, "elsewhere")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("elsewhere", filepath.Join(ws, "pre")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Undo(ws, res.Checkpoint); !errors.Is(err, ErrChangedSince) || !strings.Contains(err.Error(), "pre/g") {
+		t.Fatalf("Undo through a symlinked folder: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "elsewhere", "g")); string(b) != "new g" {
+		t.Fatalf("written through the link: %q", b)
+	}
+}

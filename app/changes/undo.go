@@ -135,6 +135,12 @@ func changedSince(root *os.Root, cp cpManifest) []string {
 	}
 	var out []string
 	for _, a := range cp.After {
+		if symlinkAbove(root, a.Path) {
+			// A folder above it became a symlink: restoring would write
+			// through it.
+			out = append(out, printable.String(a.Path))
+			continue
+		}
 		same, err := sameState(root, a)
 		if err != nil || !same {
 			out = append(out, printable.String(a.Path))

@@ -109,7 +109,9 @@ func (s *Store) failLate(root *os.Root, id string, err error) error {
 // differ only in case or Unicode normalisation as one.
 func (s *Store) choose(root *os.Root, m pendingManifest, paths []string, opt ApplyOptions, goos string, folds bool, res *ApplyResult) []record {
 	recs := m.Records
-	refuse := func(p, why string) { res.Refused = append(res.Refused, Refusal{Path: p, Reason: why}) }
+	refuse := func(p, why string) {
+		res.Refused = append(res.Refused, Refusal{Path: printable.String(p), Reason: why})
+	}
 	var sel []record
 	for _, q := range paths {
 		if !slices.ContainsFunc(recs, func(r record) bool { return under(r.Path, q) || (r.From != "" && under(r.From, q)) }) {

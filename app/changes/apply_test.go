@@ -379,6 +379,9 @@ func TestApplyRefuses(t *testing.T) {
 			if len(res.Refused) != 1 || !strings.Contains(res.Refused[0].Reason, c.want) {
 				t.Fatalf("Refused = %+v, want a reason with %q", res.Refused, c.want)
 			}
+			if p := res.Refused[0].Path; strings.ContainsRune(p, 0x1b) {
+				t.Fatalf("Refused path %q reaches a terminal unescaped", p)
+			}
 			if c.goos != "linux" {
 				return
 			}

@@ -163,6 +163,11 @@ func (s *Store) choose(root *os.Root, m pendingManifest, paths []string, opt App
 			res.Conflicts = append(res.Conflicts, r.Path)
 			continue
 		}
+		if conflict {
+			// Forced: the host's file may not be the Base the store saw,
+			// so keepBefore reads its hash rather than trust the Base's.
+			r.Base.Hash = ""
+		}
 		cand = append(cand, r)
 	}
 
@@ -342,7 +347,11 @@ func (s *Store) keepBefore(root *os.Root, cp *cpManifest, take []record) error {
 		}
 	}
 	contentKept := map[string]bool{}
+	baseHash := map[string]string{} // the host's files, as mayOverwrite found them
 	for _, r := range take {
+		if r.Base.Exists && r.Base.Type == File {
+			baseHash[r.Path] = r.Base.Hash
+		}
 		for _, p := range []string{r.Path, r.From} {
 			if p == "" {
 				continue
@@ -412,11 +421,23 @@ func (s *Store) keepBefore(root *os.Root, cp *cpManifest, take []record) error {
 		if err := s.step("keep", st.Path); err != nil {
 			return err
 		}
-		hash, err := keepContent(root, st.Path, *st, filepath.Join(blobs, st.Blob))
-		if err != nil {
-			return err
+		dst := filepath.Join(blobs, st.Blob)
+		if keepByLink(root, st.Path, *st, dst) == nil {
+			st.Hash = baseHash[st.Path]
+			if st.Hash == "" {
+				h, err := hashHostFile(root, st.Path)
+				if err != nil {
+					return err
+				}
+				st.Hash = h
+			}
+		} else {
+			hash, err := keepContent(root, st.Path, *st, dst)
+			if err != nil {
+				return err
+			}
+			st.Hash = hash
 		}
-		st.Hash = hash
 		cp.Bytes += st.Size
 	}
 	if !perFileSync {

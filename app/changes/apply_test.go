@@ -638,3 +638,77 @@ func TestUndoRefusesSymlinkedParent(t *testing.T) {
 		t.Fatalf("written through the link: %q", b)
 	}
 }
+
+// TestApplyKeepsByLinkOnlyASoleName: the previous version of a file with
+// one name is kept by a hard link (no bytes copied); one with another name
+// elsewhere is copied, since a write through that name would change what
+// Undo restores.
+func TestApplyKeepsByLinkOnlyASoleName(t *testing.T) {
+	ws := t.TempDir()
+	s := openTestStore(t, t.TempDir(), Options{})
+	makeHost(t, ws, wsFile{"sole", "old sole", 0o644}, wsFile{"shared", "old shared", 0o644})
+	if err := os.Link(filepath.Join(ws, "shared"), filepath.Join(ws, "other-name")); err != nil {
+		t.Fatal(err)
+	}
+	soleFI, _ := os.Lstat(filepath.Join(ws, "sole"))
+	setPending(t, s, []string{"new sole", "new shared"}, fileRec(t, ws, "sole", "new sole", 0o644), fileRec(t, ws, "shared", "new shared", 0o644))
+	res, err := s.Apply(ws, nil, ApplyOptions{})
+	if err != nil || len(res.Applied) != 2 {
+		t.Fatalf("Apply = %+v, %v", res, err)
+	}
+	cp, err := s.loadCheckpoint(res.Checkpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range cp.Before {
+		if b.Path == "sole" {
+			kept, err := os.Lstat(filepath.Join(s.cpDir(cp.ID), blobsDir, b.Blob))
+			if err != nil || (linkCount(soleFI) != 0 && !os.SameFile(soleFI, kept)) {
+				t.Errorf("sole's previous version was copied, not linked: %v", err)
+			}
+		}
+	}
+	// Written in place through its other name: the old inode changes.
+	if err := os.WriteFile(filepath.Join(ws, "other-name"), []byte("written through the other name"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Undo(ws, res.Checkpoint); err != nil {
+		t.Fatal(err)
+	}
+	if got := readWS(t, ws, "shared"); got != "old shared" {
+		t.Fatalf("undo restored %q, want the version the apply replaced", got)
+	}
+	if got := readWS(t, ws, "sole"); got != "old sole" {
+		t.Fatalf("sole = %q", got)
+	}
+}
+
+// TestUndoRefusesAKeptVersionWrittenSince: a program that had a file
+// open keeps writing to the version the apply replaced, which the
+// checkpoint holds by a link; Undo says so rather than restore half.
+func TestUndoRefusesAKeptVersionWrittenSince(t *testing.T) {
+	ws := t.TempDir()
+	s := openTestStore(t, t.TempDir(), Options{})
+	makeHost(t, ws, wsFile{"log", "line 1\n", 0o644}, wsFile{"other", "o", 0o644})
+	f, err := os.OpenFile(filepath.Join(ws, "log"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	setPending(t, s, []string{"guest's log\n", "o2"}, fileRec(t, ws, "log", "guest's log\n", 0o644), fileRec(t, ws, "other", "o2", 0o644))
+	res, err := s.Apply(ws, nil, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("line 2\n")
+	_, err = s.Undo(ws, res.Checkpoint)
+	if fi, _ := os.Lstat(filepath.Join(ws, "log")); linkCount(fi) == 0 {
+		return // kept by a copy here: the write went nowhere
+	}
+	if err == nil || !strings.Contains(err.Error(), "a program that had the file open") {
+		t.Fatalf("Undo: %v", err)
+	}
+	if got := readWS(t, ws, "other"); got != "o2" {
+		t.Fatalf("a refused undo restored other: %q", got)
+	}
+}

@@ -28,16 +28,20 @@ func BenchmarkApply(b *testing.B) {
 	}
 	big := []benchFile{{"big.bin", 100 << 20}}
 	for _, c := range []struct {
-		name  string
-		files []benchFile
-		apart bool
+		name          string
+		files         []benchFile
+		apart, modify bool
 	}{
-		{"1000x4KiB", small, false},
-		{"1x100MiB", big, false},
+		{"1000x4KiB", small, false, false},
+		{"1x100MiB", big, false, false},
 		// The store on another file system (/dev/shm): content is
 		// copied, not linked.
-		{"1000x4KiB-copied", small, true},
-		{"1x100MiB-copied", big, true},
+		{"1000x4KiB-copied", small, true, false},
+		{"1x100MiB-copied", big, true, false},
+		// Over files the folder holds: the checkpoint copies each
+		// previous version (cp -a overwrites them in place).
+		{"1000x4KiB-modify", small, false, true},
+		{"1x100MiB-modify", big, false, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			storeRoot := ""
@@ -51,7 +55,7 @@ func BenchmarkApply(b *testing.B) {
 				}
 				defer os.RemoveAll(storeRoot)
 			}
-			benchApply(b, c.files, storeRoot)
+			benchApply(b, c.files, storeRoot, c.modify)
 		})
 	}
 }
@@ -62,13 +66,14 @@ type benchFile struct {
 }
 
 // benchApply runs the bench with the store under storeRoot ("": beside
-// the folder, on its file system).
-func benchApply(b *testing.B, files []benchFile, storeRoot string) {
+// the folder, on its file system); modify puts a previous version of each
+// file in the folder (and cp -a's target) first.
+func benchApply(b *testing.B, files []benchFile, storeRoot string, modify bool) {
 	b.StopTimer()
 	work := b.TempDir()
 	src := filepath.Join(work, "src")
 	var recs []record
-	var contents [][]byte
+	var contents, olds [][]byte
 	for i, f := range files {
 		// Every file's content differs, as in a source tree.
 		data := make([]byte, f.size)
@@ -85,10 +90,18 @@ func benchApply(b *testing.B, files []benchFile, storeRoot string) {
 		}
 		os.Chtimes(p, newTime, newTime)
 		contents = append(contents, data)
-		recs = append(recs, record{
+		r := record{
 			Entry: Entry{Path: f.path, Kind: Added, Type: File, Mode: 0o644, Size: int64(f.size), ModTime: newTime},
 			Blob:  sha(data),
-		})
+		}
+		if modify {
+			old := slices.Clone(data)
+			old[len(old)-1] ^= 0xff
+			olds = append(olds, old)
+			r.Kind = Modified
+			r.Base = Base{Exists: true, Type: File, Size: int64(len(old)), Mode: 0o644, ModTime: oldTime, Hash: sha(old)}
+		}
+		recs = append(recs, r)
 	}
 	var cpT, cpSyncT, applyT, undoT []float64
 	for i := 0; i < b.N; i++ {
@@ -105,14 +118,23 @@ func benchApply(b *testing.B, files []benchFile, storeRoot string) {
 				b.Fatal(err)
 			}
 		}
-		if err := s.savePending(pendingManifest{Epoch: time.Now(), Records: recs}); err != nil {
-			b.Fatal(err)
-		}
 		cpDst, ws := filepath.Join(work, fmt.Sprint("cp", i)), filepath.Join(work, fmt.Sprint("ws", i))
 		for _, d := range []string{cpDst, ws} {
 			if err := os.Mkdir(d, 0o755); err != nil {
 				b.Fatal(err)
 			}
+			for j, old := range olds {
+				p := filepath.Join(d, filepath.FromSlash(files[j].path))
+				os.MkdirAll(filepath.Dir(p), 0o755)
+				if err := os.WriteFile(p, old, 0o644); err != nil {
+					b.Fatal(err)
+				}
+				os.Chtimes(p, oldTime, oldTime)
+			}
+		}
+		// The layer began after the folder was set up.
+		if err := s.savePending(pendingManifest{Epoch: time.Now().Add(clockSlack + time.Second), Records: recs}); err != nil {
+			b.Fatal(err)
 		}
 		// Alternate which goes first, so neither always meets a colder
 		// cache or a busier disk.

@@ -219,6 +219,36 @@ func keepContent(root *os.Root, p string, want state, dst string) (string, error
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// keepByLink makes the checkpoint's file dst a hard link to the host file
+// p, when p has no other name (else a write through that name would
+// change the kept version): the apply renames over p or removes it, so
+// the kept version is then the checkpoint's alone, and no bytes move. It
+// fails when that cannot be (another file system, Windows); the caller
+// copies then.
+func keepByLink(root *os.Root, p string, want state, dst string) error {
+	fi, err := root.Lstat(p)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() || linkCount(fi) != 1 || fi.Size() != want.Size || !fi.ModTime().Equal(want.ModTime) {
+		return errors.ErrUnsupported
+	}
+	dir, err := root.Open(path.Dir(p))
+	if err != nil {
+		return err
+	}
+	err = linkOut(dir, path.Base(p), dst)
+	dir.Close()
+	if err != nil {
+		return err
+	}
+	if kept, err := os.Lstat(dst); err != nil || !os.SameFile(fi, kept) {
+		os.Remove(dst)
+		return errors.ErrUnsupported
+	}
+	return nil
+}
+
 // copyTo writes exactly size bytes from r into a new file at the host
 // path dst (outside any workspace: the store's own folder).
 func copyTo(dst string, r io.Reader, size int64) error {
@@ -492,6 +522,15 @@ func (s *Store) restoreOne(root *os.Root, id, blobs string, b state) error {
 		}
 		return root.Rename(tmp, b.Path)
 	}
+	var kept fs.FileInfo
+	if b.Blob != "" {
+		if kept, err = os.Stat(filepath.Join(blobs, b.Blob)); err != nil {
+			return err
+		}
+		if fi, err := root.Lstat(b.Path); err == nil && os.SameFile(fi, kept) {
+			b.Blob = "" // kept by a link and not replaced yet: it is still there
+		}
+	}
 	if b.Blob == "" { // content untouched: only the mode and time
 		if cur.Mode != b.Mode {
 			if err := s.step("chmod", b.Path); err != nil {
@@ -526,7 +565,10 @@ func (s *Store) restoreOne(root *os.Root, id, blobs string, b state) error {
 	if err := s.step("write", tmp); err != nil {
 		return err
 	}
-	if err := s.writeHostFile(root, tmp, src, b.Size, b.Mode, b.ModTime); err != nil {
+	// The kept file's own size, not b.Size: should a program that had
+	// the file open have written to it since (Undo refuses that up
+	// front), a recovery still finishes.
+	if err := s.writeHostFile(root, tmp, src, kept.Size(), b.Mode, b.ModTime); err != nil {
 		return err
 	}
 	if err := s.step("rename", b.Path); err != nil {

@@ -15,3 +15,11 @@ func identity(fi fs.FileInfo) (ino uint64, ctime int64) {
 	}
 	return uint64(st.Ino), st.Ctimespec.Nano()
 }
+
+// linkCount is how many names the file has; 0 when unknown.
+func linkCount(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 0
+}

@@ -18,3 +18,9 @@ const noFollow = syscall.O_NOFOLLOW
 func linkInto(dir *os.File, name, src string) error {
 	return unix.Linkat(unix.AT_FDCWD, src, int(dir.Fd()), name, 0)
 }
+
+// linkOut makes the store's path dst a hard link to name in the open
+// folder dir.
+func linkOut(dir *os.File, name, dst string) error {
+	return unix.Linkat(int(dir.Fd()), name, unix.AT_FDCWD, dst, 0)
+}

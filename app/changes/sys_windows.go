@@ -11,3 +11,6 @@ const noFollow = 0
 
 // linkInto is unsupported on Windows: Apply copies instead.
 func linkInto(*os.File, string, string) error { return errors.ErrUnsupported }
+
+// linkOut is unsupported on Windows: Apply copies what it keeps.
+func linkOut(*os.File, string, string) error { return errors.ErrUnsupported }

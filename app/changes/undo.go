@@ -108,6 +108,16 @@ func (s *Store) Undo(workspace, id string) (Checkpoint, error) {
 		return Checkpoint{}, fmt.Errorf("changes: undo: %w", err)
 	}
 	defer root.Close()
+	for _, b := range cp.Before {
+		if b.Blob == "" {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(s.cpDir(cp.ID), blobsDir, b.Blob)); err != nil || fi.Size() != b.Size {
+			return Checkpoint{}, fmt.Errorf("changes: undo %s: the previous version of %s it kept is damaged or changed since "+
+				"(a program that had the file open may have written to it); restore it by hand from %s",
+				cp.ID, printable.String(b.Path), filepath.Join(s.cpDir(cp.ID), blobsDir, b.Blob))
+		}
+	}
 	if changed := changedSince(root, cp); len(changed) > 0 {
 		return Checkpoint{}, fmt.Errorf("changes: undo %s: %s %w; undo would overwrite that: move it away (or copy your edits elsewhere) and undo again",
 			cp.ID, strings.Join(changed, ", "), ErrChangedSince)

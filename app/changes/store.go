@@ -61,6 +61,10 @@ type Store struct {
 	lock *filelock.Lock
 
 	mu sync.Mutex // orders every call; the lock file orders processes
+
+	// hook, in tests, runs before each change Apply, Undo and recovery
+	// make to the host or the store (step); an error fails that change.
+	hook func(op, path string) error
 }
 
 // record is a pending change as the store keeps it.

@@ -327,4 +327,28 @@ func ingest(t *testing.T, sb *sandbox.Sandbox, ws string, epoch time.Time) {
 	if len(sum.Refused) != 0 || kinds["new.txt"] != changes.Added || kinds["mod.txt"] != changes.Modified || kinds["del.txt"] != changes.Deleted {
 		t.Errorf("the store read the export as %v, refusing %v", all, sum.Refused)
 	}
+
+	// Apply it all to the host folder, then undo: the caller's snapshot
+	// then finds the folder exactly as it was (bytes, modes, times).
+	// Forced: the test wrote the host's files within clockSlack of the
+	// layer's epoch, so the store rightly calls each one a conflict.
+	res, err := st.Apply(ws, nil, changes.ApplyOptions{Force: true})
+	if err != nil || len(res.Conflicts) != 0 || res.Checkpoint == "" {
+		t.Fatalf("apply the export: %+v, %v", res, err)
+	}
+	t.Logf("applied %d changes (refused %v)", len(res.Applied), res.Refused)
+	for p, want := range map[string]string{"new.txt": "new\n", "mod.txt": "old\nmore\n", "renamed.txt": "rename me\n",
+		"moved/x.txt": "in a folder\n", "again/new.txt": "fresh\n"} {
+		if b, err := os.ReadFile(filepath.Join(ws, p)); err != nil || string(b) != want {
+			t.Errorf("after apply, %s = %q, %v; want %q", p, b, err, want)
+		}
+	}
+	for _, p := range []string{"del.txt", "ren.txt", "gone", "folder", "again/z.txt"} {
+		if _, err := os.Lstat(filepath.Join(ws, p)); !os.IsNotExist(err) {
+			t.Errorf("after apply, %s: %v; want it gone", p, err)
+		}
+	}
+	if _, err := st.Undo(ws, res.Checkpoint); err != nil {
+		t.Fatalf("undo the apply: %v", err)
+	}
 }

@@ -2,8 +2,6 @@ package service
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,12 +17,11 @@ import (
 )
 
 // ChangesDir is the folder of workspace ws's pending changes and
-// checkpoints under the state folder (changes.Open), named like its
-// persistent disk's (sandbox.DataDiskPath) by a hash of the canonical
+// checkpoints under the state folder (changes.Open): the folder its layer
+// disk is in (sandbox.LayerDiskPath), named by a hash of the canonical
 // path.
 func ChangesDir(stateDir, ws string) string {
-	sum := sha256.Sum256([]byte(ws))
-	return filepath.Join(stateDir, "changes", hex.EncodeToString(sum[:8]))
+	return filepath.Dir(sandbox.LayerDiskPath(stateDir, ws))
 }
 
 // Holds reports whether a workspace in mode, shared read-only or not,
@@ -190,3 +187,14 @@ func (h *Held) WipeLayer() error {
 	}
 	return h.Store.ClearForgotten()
 }
+
+// holdOptions sets o to boot with the workspace held on the layer disk at
+// disk: the folder shared read-only, the disk as large as the store's
+// bound, so a full layer gives the guest ENOSPC rather than more than the
+// store would take.
+func holdOptions(o *sandbox.Options, disk string) {
+	o.Changes, o.LayerDisk, o.LayerDiskSize = true, disk, changes.DefaultLimit
+}
+
+// wipeLayerDisk removes the layer disk; the next boot makes it blank.
+func wipeLayerDisk(path string) error { return sandbox.ResetLayerDisk(path) }

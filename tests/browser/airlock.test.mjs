@@ -310,7 +310,7 @@ test("changes: a deletion and an edit wait for review; apply one, undo it, disca
   const started = await page.evaluate(async (shell) => {
     const r = await fetch("/v1/tasks", { method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ shell }) });
     return r.status;
-  }, `rm /workspace/old-draft.txt && printf '# Q3\\nrevenue up 12%%\\ncosts flat\\n' > /workspace/q3-summary.md && echo hi > '/workspace/${xss}'`);
+  }, `rm /workspace/old-draft.txt && printf '# Q3\\nrevenue up 12%%\\ncosts flat\\n' > /workspace/q3-summary.md && echo '<img src=y onerror=window.__xss=2>' > '/workspace/${xss}'`);
   assert.ok(started >= 200 && started < 300, `POST /v1/tasks: ${started}`);
   await changeRow("q3-summary.md").waitFor({ timeout: 90_000 });
   await changeRow("old-draft.txt").waitFor({ timeout: 30_000 });
@@ -327,6 +327,9 @@ test("changes: a deletion and an edit wait for review; apply one, undo it, disca
   assert.equal(await page.evaluate(() => document.querySelectorAll('[data-testid="screen-changes"] img').length), 0);
   await changeRow(xss).getByTestId("change-open").click();
   await page.getByTestId("change-detail-path").filter({ hasText: xss }).waitFor();
+  // So is the text of its diff.
+  await page.getByTestId("change-view").filter({ hasText: "<img src=y onerror=window.__xss=2>" }).waitFor();
+  assert.equal(await page.evaluate(() => document.querySelectorAll('[data-testid="screen-changes"] img').length), 0);
   assert.equal(await page.evaluate(() => window.__xss), undefined);
 
   // The edit's diff, inline and side by side.
@@ -395,7 +398,7 @@ test("changes: 5,000 waiting changes draw a page at a time and the list works fr
   const applyURL = /\/v1\/changes\/apply$/;
   let gotApply;
   const applied = new Promise((ok) => (gotApply = ok));
-  await page.route(listing, (route) => route.fulfill({ status: 200, contentType: "application/json", body: JSON.stringify({ mode: "review", entries: many, usage: { pending_bytes: 50000, checkpoint_bytes: 0, limit_bytes: 8 << 30 } }) }));
+  await page.route(listing, (route) => route.fulfill({ status: 200, contentType: "application/json", body: JSON.stringify({ mode: "review", entries: many, usage: { pending_bytes: 50000, checkpoint_bytes: 0, limit_bytes: 8 * 2 ** 30 } }) }));
   await page.route(applyURL, async (route) => {
     gotApply(JSON.parse(route.request().postData()));
     await route.fulfill({ status: 200, contentType: "application/json", body: JSON.stringify({ applied: [] }) });
@@ -412,6 +415,9 @@ test("changes: 5,000 waiting changes draw a page at a time and the list works fr
     await page.getByTestId("changes-more").click();
     assert.equal(await page.getByTestId("change").count(), 400);
     assert.equal(await page.getByTestId("changes-badge").innerText(), "5000");
+    // The list scrolls inside its column: the page keeps its height.
+    const height = await page.evaluate(() => document.documentElement.scrollHeight);
+    assert.ok(height < 2500, `the page is ${height} px high`);
 
     // Down from the first change opens the second: a conflict, explained, with a forced apply.
     await page.getByTestId("change-open").first().focus();

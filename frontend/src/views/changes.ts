@@ -208,7 +208,18 @@ export function changesView(): View {
     }
   });
 
+  let listedFor = "";
+
   function renderList(): void {
+    // Another folder's changes share nothing with these: start afresh.
+    const dir = store.session?.workspace || store.settings?.workspace || "";
+    if (dir !== listedFor) {
+      listedFor = dir;
+      selected.clear();
+      shown = PAGE;
+      fill(result);
+      closeDetail();
+    }
     const all = entries();
     const paths = new Set(all.map((e) => e.path));
     for (const p of [...selected]) if (!paths.has(p)) selected.delete(p);
@@ -392,7 +403,7 @@ export function changesView(): View {
       paths.length === 1 ? "Discard this change?" : `Discard ${plural(paths.length, "change")}?`,
       [
         h("p", null, "What the sandbox did to ", paths.length === 1 ? "this file" : "these files", " is thrown away. Your folder stays as it is. This cannot be undone."),
-        h("ul", { class: "plain" }, names, paths.length > 5 ? h("li", { class: "muted" }, `and ${plural(paths.length - 5, "more")}`) : null),
+        h("ul", { class: "plain" }, names, paths.length > 5 ? h("li", { class: "muted" }, `and ${(paths.length - 5).toLocaleString()} more`) : null),
       ],
       paths.length === 1 ? "Discard" : `Discard ${plural(paths.length, "change")}`,
     );
@@ -491,7 +502,10 @@ export function changesView(): View {
     icon: "changes",
     el,
     update: (t) => {
-      if (t === "status") renderMode();
+      if (t === "status") {
+        renderMode();
+        if ((store.session?.workspace || store.settings?.workspace || "") !== listedFor) renderList();
+      }
       if (t === "changes") {
         renderMode();
         renderList();

@@ -172,7 +172,10 @@ export function changesView(): View {
   function row(e: ChangeEntry): HTMLElement {
     const cb = h("input", { type: "checkbox", "data-path": e.path, "data-testid": "change-select", "aria-label": `Select ${e.path}`, checked: selected.has(e.path) });
     cb.addEventListener("change", () => toggle(e.path, cb.checked));
-    const lines = e.text && (e.lines_added || e.lines_removed) ? h("span", { class: "lines" }, h("span", { class: "add" }, `+${e.lines_added ?? 0}`), " ", h("span", { class: "del" }, `−${e.lines_removed ?? 0}`)) : null;
+    const lines =
+      e.text && (e.lines_added || e.lines_removed)
+        ? h("span", { class: "lines", "aria-label": `${e.lines_added ?? 0} lines added, ${e.lines_removed ?? 0} removed` }, e.lines_added ? h("span", { class: "add" }, `+${e.lines_added}`) : null, e.lines_added && e.lines_removed ? " " : null, e.lines_removed ? h("span", { class: "del" }, `−${e.lines_removed}`) : null)
+        : null;
     const open = h(
       "button",
       { type: "button", class: "change-open", "data-testid": "change-open", "aria-current": e.path === focused ? "true" : undefined, onclick: () => openChange(e.path) },
@@ -239,7 +242,9 @@ export function changesView(): View {
     const m = mode();
     fill(
       empty,
-      store.changesError
+      !dir
+        ? [h("h3", null, "No folder shared"), h("p", null, "Share a folder on the Workspace screen; what tasks change in it shows up here.")]
+        : store.changesError
         ? [h("h3", null, "Could not read the changes"), h("p", null, store.changesError)]
         : m === "direct"
           ? [h("h3", null, "Nothing to review"), h("p", null, "In direct mode tasks change your folder as they write.")]

@@ -125,8 +125,13 @@ test("workspace: a file is refused inline without losing the input, then a folde
 
 test("changes: review mode is chosen for the folder before the machine starts", async () => {
   // A file for a task to delete later; the guest's task user owns the folder's files.
-  writeFileSync(join(ws, "old-draft.txt"), "draft to keep\n");
-  if (process.getuid?.() === 0) chownSync(join(ws, "old-draft.txt"), 1000, 1000);
+  for (const [name, text] of [
+    ["old-draft.txt", "draft to keep\n"],
+    ["plan.txt", "my plan\n"],
+  ]) {
+    writeFileSync(join(ws, name), text);
+    if (process.getuid?.() === 0) chownSync(join(ws, name), 1000, 1000);
+  }
   await go("changes");
   await page.getByTestId("changes-mode-review").click();
   await page.locator('[data-testid="changes-mode-review"][aria-pressed="true"]').waitFor();
@@ -293,6 +298,15 @@ test("network: a secret is added with its value typed once, listed without it, a
   await entry.waitFor({ state: "detached" });
 });
 
+/** startTask starts a task through the API, as the page's own origin, without leaving the screen. */
+async function startTask(shell) {
+  const status = await page.evaluate(async (shell) => {
+    const r = await fetch("/v1/tasks", { method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ shell }) });
+    return r.status;
+  }, shell);
+  assert.ok(status >= 200 && status < 300, `POST /v1/tasks: ${status}`);
+}
+
 /** changeRow is the Changes screen's row for a path (any characters). */
 function changeRow(path) {
   return page.locator(`[data-testid="change"][data-path="${path.replace(/["\\]/g, "\\$&")}"]`);
@@ -307,11 +321,7 @@ test("changes: a deletion and an edit wait for review; apply one, undo it, disca
 
   // The changes appear on the open screen as the task ends, without a reload.
   await go("changes");
-  const started = await page.evaluate(async (shell) => {
-    const r = await fetch("/v1/tasks", { method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ shell }) });
-    return r.status;
-  }, `rm /workspace/old-draft.txt && printf '# Q3\\nrevenue up 12%%\\ncosts flat\\n' > /workspace/q3-summary.md && echo '<img src=y onerror=window.__xss=2>' > '/workspace/${xss}'`);
-  assert.ok(started >= 200 && started < 300, `POST /v1/tasks: ${started}`);
+  await startTask(`rm /workspace/old-draft.txt && printf '# Q3\\nrevenue up 12%%\\ncosts flat\\n' > /workspace/q3-summary.md && echo '<img src=y onerror=window.__xss=2>' > '/workspace/${xss}'`);
   await changeRow("q3-summary.md").waitFor({ timeout: 90_000 });
   await changeRow("old-draft.txt").waitFor({ timeout: 30_000 });
   await changeRow(xss).waitFor({ timeout: 30_000 });
@@ -387,6 +397,34 @@ test("changes: a deletion and an edit wait for review; apply one, undo it, disca
   await page.getByTestId("changes-badge").waitFor({ state: "detached" });
   assert.ok(!existsSync(join(ws, xss)));
   await screenshot(page, "12-changes-done");
+});
+
+test("changes: your own edit meanwhile is a conflict; Apply keeps it, Apply anyway keeps it in the checkpoint", { timeout: 120_000 }, async () => {
+  const plan = join(ws, "plan.txt");
+  await go("changes");
+  await startTask("echo 'sandbox plan' > /workspace/plan.txt");
+  await changeRow("plan.txt").waitFor({ timeout: 60_000 });
+  // The user edits the file on the host; the next task's end reads the layer again.
+  writeFileSync(plan, "my plan, edited\n");
+  await startTask("true");
+  await changeRow("plan.txt").getByTestId("change-conflict").waitFor({ timeout: 60_000 });
+
+  await changeRow("plan.txt").getByTestId("change-select").check();
+  await page.getByTestId("changes-apply-selected").click();
+  await page.getByTestId("changes-conflicts").waitFor();
+  assert.equal(readFileSync(plan, "utf8"), "my plan, edited\n");
+  await changeRow("plan.txt").getByTestId("change-open").click();
+  assert.match(await page.getByTestId("change-conflict-note").innerText(), /You changed this file on your computer after the sandbox read it/);
+  await screenshot(page, "13-changes-conflict");
+
+  await page.getByTestId("change-force").click();
+  await changeRow("plan.txt").waitFor({ state: "detached", timeout: 30_000 });
+  assert.equal(readFileSync(plan, "utf8"), "sandbox plan\n");
+  const cp = page.locator('[data-testid="checkpoint"][data-undone="false"]').first();
+  await cp.getByTestId("checkpoint-undo").click();
+  await page.getByTestId("confirm-ok").click();
+  await page.waitForFunction(() => !document.querySelector('[data-testid="checkpoint"][data-undone="false"]'), null, { timeout: 30_000 });
+  assert.equal(readFileSync(plan, "utf8"), "my plan, edited\n");
 });
 
 test("settings: where data and logs live", async () => {

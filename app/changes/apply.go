@@ -495,6 +495,9 @@ func (s *Store) change(root *os.Root, id string, take []record, linkable map[str
 			if err := root.Symlink(r.Link, tmp); err != nil {
 				return err
 			}
+			if err := asFolderOwner(root, tmp); err != nil {
+				return err
+			}
 		case File:
 			tmp := tempName(id, r.Path)
 			if err := s.step("write", tmp); err != nil {
@@ -610,7 +613,7 @@ func (s *Store) mkdir(root *os.Root, p string) error {
 	if err := root.Mkdir(p, 0o755); err != nil {
 		return fmt.Errorf("make folder %s: %w", printable.String(p), err)
 	}
-	return nil
+	return asFolderOwner(root, p)
 }
 
 func (s *Store) removeAll(root *os.Root, p string) error {

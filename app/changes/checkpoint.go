@@ -289,7 +289,11 @@ func (s *Store) writeHostFile(root *os.Root, tmp string, src io.Reader, size int
 	if err != nil {
 		return err
 	}
-	n, err := io.Copy(f, src)
+	err = asFolderOwner(root, tmp)
+	var n int64
+	if err == nil {
+		n, err = io.Copy(f, src)
+	}
 	if err == nil && n != size {
 		err = fmt.Errorf("content of %s is %d bytes, want %d: the store is damaged", printable.String(tmp), n, size)
 	}
@@ -333,6 +337,9 @@ func (s *Store) linkHostFile(root *os.Root, tmp, src string, size int64, mode fs
 	fi, err := root.Lstat(tmp)
 	if err == nil && (!fi.Mode().IsRegular() || fi.Size() != size) {
 		err = fmt.Errorf("content of %s is %d bytes, want %d: the store is damaged", printable.String(tmp), fi.Size(), size)
+	}
+	if err == nil {
+		err = asFolderOwner(root, tmp)
 	}
 	if err == nil {
 		err = root.Chmod(tmp, mode.Perm())
@@ -497,6 +504,9 @@ func (s *Store) restoreOne(root *os.Root, id, blobs string, b state) error {
 			if err := root.Mkdir(b.Path, 0o700); err != nil {
 				return err
 			}
+			if err := asFolderOwner(root, b.Path); err != nil {
+				return err
+			}
 		}
 		if cur.Mode != b.Mode || !cur.Exists {
 			if err := s.step("chmod", b.Path); err != nil {
@@ -515,6 +525,9 @@ func (s *Store) restoreOne(root *os.Root, id, blobs string, b state) error {
 		}
 		_ = root.Remove(tmp)
 		if err := root.Symlink(b.Link, tmp); err != nil {
+			return err
+		}
+		if err := asFolderOwner(root, tmp); err != nil {
 			return err
 		}
 		if err := s.step("rename", b.Path); err != nil {

@@ -14,3 +14,7 @@ func linkInto(*os.File, string, string) error { return errors.ErrUnsupported }
 
 // linkOut is unsupported on Windows: Apply copies what it keeps.
 func linkOut(*os.File, string, string) error { return errors.ErrUnsupported }
+
+// asFolderOwner does nothing on Windows: a new file inherits the folder's
+// ACL, and Airlock never runs as another user there.
+func asFolderOwner(*os.Root, string) error { return nil }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/settings"
@@ -56,7 +57,7 @@ func (f *fakeCore) Task(_ context.Context, id string) (tasks.Task, error) {
 func (f *fakeCore) SetImage(context.Context, string, bool) error { return nil }
 func (f *fakeCore) ResetDisk(context.Context) error              { return nil }
 
-func (f *fakeCore) SetWorkspace(_ context.Context, dir string, _ bool) error {
+func (f *fakeCore) SetWorkspace(_ context.Context, dir string, _ bool, _ changes.Mode) error {
 	return fmt.Errorf("%w: %s is your home folder", workspace.ErrRefused, dir)
 }
 
@@ -95,7 +96,7 @@ func TestClientServerRoundTrip(t *testing.T) {
 	if _, err := c.Task(ctx, "nope"); !errors.Is(err, tasks.ErrNotFound) {
 		t.Fatalf("missing task: %v", err)
 	}
-	if err := c.SetWorkspace(ctx, "/home/x", false); !errors.Is(err, workspace.ErrRefused) || !strings.Contains(err.Error(), "home folder") {
+	if err := c.SetWorkspace(ctx, "/home/x", false, ""); !errors.Is(err, workspace.ErrRefused) || !strings.Contains(err.Error(), "home folder") {
 		t.Fatalf("refused workspace: %v", err)
 	}
 	ch, err := c.FollowLogs(ctx, "t1", 100)

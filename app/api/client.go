@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 
+	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/settings"
@@ -69,9 +71,11 @@ func (e *remoteError) Error() string { return e.apiError.Error }
 func (e *remoteError) Is(target error) bool {
 	switch e.Code {
 	case codeNotFound:
-		return target == tasks.ErrNotFound || target == service.ErrNoSuchAsk
+		return target == tasks.ErrNotFound || target == service.ErrNoSuchAsk || target == fs.ErrNotExist
 	case codeRefused:
 		return target == workspace.ErrRefused
+	case codeInUse:
+		return target == changes.ErrInUse
 	case codeInvalid:
 		return target == errInvalid
 	}
@@ -155,8 +159,8 @@ func (c *Client) RestartVM(ctx context.Context) error {
 }
 
 // SetWorkspace implements service.Core.
-func (c *Client) SetWorkspace(ctx context.Context, dir string, readOnly bool) error {
-	return c.do(ctx, "PUT", "/v1/workspace", WorkspaceRequest{Dir: dir, ReadOnly: readOnly}, nil)
+func (c *Client) SetWorkspace(ctx context.Context, dir string, readOnly bool, mode changes.Mode) error {
+	return c.do(ctx, "PUT", "/v1/workspace", WorkspaceRequest{Dir: dir, ReadOnly: readOnly, Changes: mode}, nil)
 }
 
 // SetImage implements service.Core.

@@ -12,11 +12,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/service"
@@ -54,6 +56,13 @@ func Handler(core service.Core, log *slog.Logger) http.Handler {
 	m.HandleFunc("GET /v1/secrets", h.secrets)
 	m.HandleFunc("PUT /v1/secrets/{name}", h.setSecret)
 	m.HandleFunc("DELETE /v1/secrets/{name}", h.removeSecret)
+	m.HandleFunc("GET /v1/changes", h.changes)
+	m.HandleFunc("GET /v1/changes/diff", h.diff)
+	m.HandleFunc("GET /v1/changes/content", h.content)
+	m.HandleFunc("POST /v1/changes/apply", h.apply)
+	m.HandleFunc("POST /v1/changes/discard", h.discard)
+	m.HandleFunc("GET /v1/checkpoints", h.checkpoints)
+	m.HandleFunc("POST /v1/checkpoints/undo", h.undo)
 	return m
 }
 
@@ -73,18 +82,22 @@ const (
 	codeNotFound = "not_found"
 	codeInvalid  = "invalid"
 	codeRefused  = "refused"
+	codeInUse    = "in_use"
 	codeInternal = "internal"
 )
 
 func (h *handler) fail(w http.ResponseWriter, err error) {
 	status, code := http.StatusInternalServerError, codeInternal
 	switch {
-	case errors.Is(err, tasks.ErrNotFound), errors.Is(err, service.ErrNoSuchAsk):
+	case errors.Is(err, tasks.ErrNotFound), errors.Is(err, service.ErrNoSuchAsk), errors.Is(err, fs.ErrNotExist):
 		status, code = http.StatusNotFound, codeNotFound
 	case errors.Is(err, workspace.ErrRefused):
 		status, code = http.StatusBadRequest, codeRefused
+	case errors.Is(err, changes.ErrInUse):
+		status, code = http.StatusConflict, codeInUse
 	case errors.Is(err, errInvalid), errors.Is(err, egress.ErrInvalidEntry), errors.Is(err, tasks.ErrOffset),
-		errors.Is(err, secrets.ErrInvalid), errors.Is(err, secrets.ErrNoValue):
+		errors.Is(err, secrets.ErrInvalid), errors.Is(err, secrets.ErrNoValue),
+		errors.Is(err, service.ErrBadMode), errors.Is(err, service.ErrNoWorkspace):
 		status, code = http.StatusBadRequest, codeInvalid
 	}
 	writeJSON(w, status, apiError{Error: err.Error(), Code: code})
@@ -164,12 +177,15 @@ func (h *handler) statusAfter(w http.ResponseWriter, r *http.Request, err error)
 type WorkspaceRequest struct {
 	Dir      string `json:"dir"`
 	ReadOnly bool   `json:"read_only"`
+	// Changes is the folder's changes mode: direct, review or auto; ""
+	// keeps the one it has (auto for a new folder).
+	Changes changes.Mode `json:"changes,omitempty"`
 }
 
 func (h *handler) workspace(w http.ResponseWriter, r *http.Request) {
 	var req WorkspaceRequest
 	if h.decode(w, r, &req) {
-		h.statusAfter(w, r, h.core.SetWorkspace(r.Context(), req.Dir, req.ReadOnly))
+		h.statusAfter(w, r, h.core.SetWorkspace(r.Context(), req.Dir, req.ReadOnly, req.Changes))
 	}
 }
 

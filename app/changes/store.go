@@ -1,13 +1,17 @@
 package changes
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
@@ -57,6 +61,10 @@ type Store struct {
 	lock *filelock.Lock
 
 	mu sync.Mutex // orders every call; the lock file orders processes
+
+	// hook, in tests, runs before each change Apply, Undo and recovery
+	// make to the host or the store (step); an error fails that change.
+	hook func(op, path string) error
 }
 
 // record is a pending change as the store keeps it.
@@ -66,6 +74,8 @@ type record struct {
 	Blob string `json:"blob,omitempty"`
 	// Base is the host's path when the store first saw the change.
 	Base Base `json:"base"`
+	// FromBase is a rename's old path (From) when the store first saw it.
+	FromBase *Base `json:"from_base,omitempty"`
 }
 
 // Base is what the host's path was: the change conflicts when it is no
@@ -86,6 +96,41 @@ type pendingManifest struct {
 	// file changed after it may be one the guest never saw.
 	Epoch   time.Time `json:"epoch"`
 	Records []record  `json:"records"`
+	// Written holds the host paths Airlock itself wrote (Apply, Undo) since
+	// Epoch, as it left them: such a path changed after Epoch, but while
+	// it is still exactly so, not by the user (see noteWritten).
+	Written map[string]written `json:"written,omitempty"`
+}
+
+// written is a host path as Airlock left it.
+type written struct {
+	Base
+	// Changed is when it last changed (hostState.changed): the ctime too,
+	// on unix, which the user's next change moves.
+	Changed time.Time `json:"changed"`
+}
+
+// noteWritten records that Airlock has just written the host's path p
+// (Apply, Undo), hash being a file's content (known, so not read again):
+// the guest's layer sees that version only after Airlock wrote it, so a
+// later change there conflicts only if the path is no longer so. Apply
+// and Undo call it for each path they write, then save m.
+func (m *pendingManifest) noteWritten(root *os.Root, p, hash string) error {
+	fi, err := root.Lstat(filepath.FromSlash(p))
+	if notExist(err) {
+		delete(m.Written, p)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("changes: %w", err)
+	}
+	st := stateOf(fi)
+	st.Hash = hash
+	if m.Written == nil {
+		m.Written = map[string]written{}
+	}
+	m.Written[p] = written{st.Base, st.changed}
+	return nil
 }
 
 // Open opens (creating) the store in dir, takes its lock, and finishes or
@@ -212,4 +257,161 @@ func (s *Store) addForgotten(paths []string) error {
 		return fmt.Errorf("changes: forget list: %w", err)
 	}
 	return nil
+}
+
+// pruneBlobs removes the blobs (and temporary files) in pending/blobs/ that
+// no record of m names.
+func (s *Store) pruneBlobs(m pendingManifest) error {
+	keep := make(map[string]bool, len(m.Records))
+	for _, r := range m.Records {
+		keep[r.Blob] = true
+	}
+	des, err := os.ReadDir(s.blobPath(""))
+	for _, de := range des {
+		if !keep[de.Name()] {
+			err = errors.Join(err, os.Remove(s.blobPath(de.Name())))
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("changes: pending blobs: %w", err)
+	}
+	return nil
+}
+
+// hostState is what a host path is now, and when it last changed: the
+// later of its mtime and, on unix, its ctime.
+type hostState struct {
+	Base
+	changed time.Time
+}
+
+// hostBase returns what the host's path p (slash-separated) is now beneath
+// root. A symlink is not followed.
+func hostBase(root *os.Root, p string) (hostState, error) {
+	fi, err := root.Lstat(filepath.FromSlash(p))
+	if notExist(err) {
+		return hostState{}, nil
+	}
+	if err != nil {
+		return hostState{}, err
+	}
+	st := stateOf(fi)
+	if st.Type == File {
+		if st.Hash, err = hashFile(root, p, fi); err != nil {
+			return hostState{}, err
+		}
+	}
+	return st, nil
+}
+
+// stateOf is what fi says of a path, all but a file's hash.
+func stateOf(fi fs.FileInfo) hostState {
+	b := Base{Exists: true, Mode: fi.Mode().Perm(), ModTime: fi.ModTime()}
+	switch {
+	case fi.Mode().IsRegular():
+		b.Type, b.Size = File, fi.Size()
+	case fi.IsDir():
+		b.Type = Dir
+	case fi.Mode()&fs.ModeSymlink != 0:
+		b.Type = Symlink
+	default:
+		b.Type = "other"
+	}
+	changed := fi.ModTime()
+	if ct := changeTime(fi); ct.After(changed) {
+		changed = ct
+	}
+	return hostState{b, changed}
+}
+
+// hashFile returns the SHA-256 of the host's file p, which must still be
+// the file fi.
+func hashFile(root *os.Root, p string, fi fs.FileInfo) (string, error) {
+	f, err := root.Open(filepath.FromSlash(p))
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if now, err := f.Stat(); err != nil || !os.SameFile(fi, now) {
+		return "", fmt.Errorf("%s changed while it was read", p)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// same reports whether two states of a path are the same.
+func (b Base) same(o Base) bool {
+	return b.Exists == o.Exists && b.Type == o.Type && b.Size == o.Size &&
+		b.Mode == o.Mode && b.ModTime.Equal(o.ModTime) && b.Hash == o.Hash
+}
+
+// clockSlack widens "after epoch": file systems keep times coarser than
+// the clock that took the epoch (the kernel's coarse clock lags by a tick;
+// FAT keeps mtimes to 2 s), so a change made just after the epoch may carry
+// a time just before it.
+const clockSlack = 2 * time.Second
+
+// maxConflictWalk bounds the host entries conflicts reads below a folder
+// that a change removes; beyond it the change conflicts.
+const maxConflictWalk = 100_000
+
+// conflicts reports whether the user may have changed the host's path p
+// after the guest first saw it: p (now, from hostBase) is no longer base,
+// or it (or, when the change removes the folder p, anything below it)
+// changed after epoch (less clockSlack), unless it is still exactly what
+// Airlock wrote there (wrote, a manifest's Written).
+//
+// The guest could first read a host file at any time after its layer
+// began (epoch), and the host cannot know when it did: so any change after
+// epoch may be one the guest never saw, and only a path untouched since
+// epoch is safe to overwrite. Times alone are not enough: mtime is set
+// back by tools (touch -d, tar, rsync -t), which is why ctime, which no
+// tool can set, counts too; and a path already pending must also still be
+// what it was when the store first saw it (base), whatever its times say.
+// A change this reading calls a conflict may be none (a chmod, an editor
+// that saves the same bytes), and costs a review; the reverse would cost
+// the user's edit.
+func conflicts(root *os.Root, p string, base Base, now hostState, epoch time.Time, removes bool, wrote map[string]written) (bool, error) {
+	epoch = epoch.Add(-clockSlack)
+	if !now.same(base) {
+		return true, nil
+	}
+	if w, ok := wrote[p]; !ok || !w.same(now.Base) || !w.Changed.Equal(now.changed) {
+		if now.changed.After(epoch) {
+			return true, nil
+		}
+	}
+	if !removes || now.Type != Dir {
+		return false, nil
+	}
+	n := 0
+	conflict := false
+	err := fs.WalkDir(root.FS(), p, func(q string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if n++; n > maxConflictWalk {
+			conflict = true
+			return fs.SkipAll
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if fi.ModTime().After(epoch) || changeTime(fi).After(epoch) {
+			conflict = true
+			return fs.SkipAll
+		}
+		return nil
+	})
+	return conflict, err
+}
+
+// notExist reports whether err says a path does not exist, also when one
+// of its folders is a file.
+func notExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)
 }

@@ -83,6 +83,7 @@ func newRoot(stdio Stdio) *cobra.Command {
 		newTasksCmd(stdio, g), newLogsCmd(stdio, g), newCancelCmd(stdio, g),
 		newEgressCmd(stdio, g), newWorkspaceCmd(stdio, g), newImageCmd(stdio, g), newMCPCmd(stdio, g),
 		newSecretCmd(stdio, g))
+	root.AddCommand(newChangesCmds(stdio, g)...)
 	return root
 }
 

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/tasks"
@@ -51,6 +52,8 @@ func writeStatus(w io.Writer, st service.Status) {
 		ws = "(none)"
 	} else if s.ReadOnly {
 		ws += " (read-only)"
+	} else {
+		ws += " (changes " + string(st.Settings.ChangesMode(s.Workspace)) + ")"
 	}
 	fmt.Fprintf(w, "vm:        %s", s.State)
 	if s.Phase != "" {
@@ -330,27 +333,38 @@ var ruleShort = map[string]string{
 func newWorkspaceCmd(stdio Stdio, g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "workspace", Short: "Choose the folder the sandbox sees"}
 	var readOnly bool
+	var mode string
 	set := &cobra.Command{
 		Use: "set DIR", Short: "Share DIR at /workspace (the VM restarts on it)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if mode != "" {
+				if _, err := changes.ParseMode(mode); err != nil {
+					return fmt.Errorf("--changes: %w", err)
+				}
+			}
 			c, err := g.client(cmd.Context())
 			if err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
 			defer cancel()
-			if err := c.SetWorkspace(ctx, absPath(args[0]), readOnly); err != nil {
+			if err := c.SetWorkspace(ctx, absPath(args[0]), readOnly, changes.Mode(mode)); err != nil {
 				return err
 			}
 			st, err := c.Status(ctx)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(stdio.Out, "workspace: %s (vm %s)\n", st.Session.Workspace, st.Session.State)
+			how := "changes " + string(st.Settings.ChangesMode(st.Session.Workspace))
+			if st.Session.ReadOnly {
+				how = "read-only"
+			}
+			fmt.Fprintf(stdio.Out, "workspace: %s (%s, vm %s)\n", st.Session.Workspace, how, st.Session.State)
 			return nil
 		},
 	}
 	set.Flags().BoolVar(&readOnly, "read-only", false, "share it read-only")
+	set.Flags().StringVar(&mode, "changes", "", "how the folder takes what tasks write: direct (at once), review (you apply), auto (applied when no task runs, undoable); default: the folder's mode, auto for a new one")
 	cmd.AddCommand(set)
 	cmd.AddCommand(newResetDiskCmd(stdio, g))
 	return cmd

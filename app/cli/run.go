@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/service"
@@ -59,6 +60,7 @@ type runFlags struct {
 	inspect       bool
 	image         string
 	keepDisk      bool
+	changes       string
 }
 
 func newRunCmd(stdio Stdio, g *globals) *cobra.Command {
@@ -109,6 +111,7 @@ command runs on its warm VM instead, in milliseconds, and appears in
 	fl.StringVar(&f.upstreamProxy, "upstream-proxy", "", "send every outbound connection through this HTTP proxy (http://[user:pass@]host:port)")
 	fl.BoolVar(&f.inspect, "inspect", false, "terminate TLS for every host, not just those with a secret, so placeholders are caught everywhere")
 	fl.StringVar(&f.image, "image", sandbox.DefaultImage, "guest image: minimal (busybox) or standard (Debian with python3, pip, git, curl, ...)")
+	fl.StringVar(&f.changes, "changes", string(changes.Auto), "how the workspace takes what the command writes: direct (at once), review (held until you apply: airlock changes --workspace DIR), auto (applied when the command ends, undoable with airlock undo --workspace DIR)")
 	fl.BoolVar(&f.keepDisk, "keep-disk", false, "standard image: keep changes outside /workspace (installed packages, home) on the workspace's persistent disk; 'airlock workspace reset-disk' wipes it")
 	_ = fl.MarkHidden("kernel-arg")
 	fl.SetInterspersed(false)
@@ -116,9 +119,27 @@ command runs on its warm VM instead, in milliseconds, and appears in
 }
 
 func run(ctx context.Context, stdio Stdio, f runFlags, argv []string) error {
+	mode, err := changes.ParseMode(f.changes)
+	if err != nil {
+		return fmt.Errorf("--changes: %w", err)
+	}
 	opts, err := f.sandboxOptions(stdio)
 	if err != nil {
 		return err
+	}
+	var held *service.Held
+	if service.Holds(opts.Workspace, mode, opts.ReadOnly) {
+		state, err := stateDir()
+		if err != nil {
+			return err
+		}
+		if held, err = service.OpenHeld(state, opts.Workspace, mode); err != nil {
+			return err
+		}
+		defer held.Close()
+		if err := held.BootOptions(&opts); err != nil {
+			return err
+		}
 	}
 	spec, err := f.spec(argv)
 	if err != nil {
@@ -158,6 +179,18 @@ func run(ctx context.Context, stdio Stdio, f runFlags, argv []string) error {
 		}
 	}()
 
+	if held != nil {
+		// Then, before the command runs, a layer the guest has forgotten
+		// everything of begins its epoch: your edits until now are no
+		// conflicts.
+		if err := held.AfterBoot(ctx, sb.Agent()); err != nil {
+			return err
+		}
+		if err := held.Fresh(); err != nil {
+			return err
+		}
+	}
+
 	streams := client.Stdio{Stdin: stdio.In, Stdout: stdio.Out, Stderr: stdio.Err}
 	if f.tty {
 		restore, resize := attachTerminal(stdio, &spec)
@@ -173,12 +206,49 @@ func run(ctx context.Context, stdio Stdio, f runFlags, argv []string) error {
 		defer cancel()
 	}
 	exit, err := sb.Agent().Exec(ectx, spec, streams)
+	if held != nil {
+		// What the command wrote is in the guest's layer: take it before
+		// the VM goes, even when the command was interrupted.
+		pullHeld(context.WithoutCancel(ctx), stdio, held, sb.Agent())
+	}
 	if ctx.Err() != nil {
 		fmt.Fprintln(stdio.Err, "airlock: interrupted; the task was killed")
 		return exitError{code: 128 + int(syscall.SIGINT)}
 	}
 	state, ex, reason := service.Outcome(exit, err, false, f.timeout)
 	return taskExit(stdio, tasks.Task{ID: spec.ID, State: state, Exit: ex, Reason: reason}, f.timeout)
+}
+
+// pullHeld takes what the guest's layer holds into the folder's pending
+// changes, applies them in auto mode, and says on stderr when changes wait
+// for review. A failure is reported, not fatal: the layer disk keeps the
+// changes and the next run's pull finds them.
+func pullHeld(ctx context.Context, stdio Stdio, h *service.Held, agent *client.Client) {
+	warn := func(err error) { fmt.Fprintf(stdio.Err, "airlock: %s\n", oneLine(err.Error())) }
+	sum, err := h.Pull(ctx, agent)
+	if err != nil {
+		warn(err)
+		return
+	}
+	for _, r := range sum.Refused {
+		fmt.Fprintf(stdio.Err, "airlock: changes: %s is not carried to the folder: %s\n", printable.String(r.Path), printable.String(r.Reason))
+	}
+	if h.Mode == changes.Auto {
+		if _, err := h.Store.Apply(h.Workspace, nil, changes.ApplyOptions{Auto: true}); err != nil {
+			warn(err)
+		} else if err := h.Settle(ctx, agent); err != nil {
+			warn(err)
+		}
+	}
+	pending, err := h.Store.List()
+	if err != nil {
+		warn(err)
+		return
+	}
+	if len(pending) > 0 {
+		ws := printable.String(h.Workspace)
+		fmt.Fprintf(stdio.Err, "airlock: %d change(s) wait for review; see them with: airlock changes --workspace %s\n", len(pending), ws)
+	}
 }
 
 func (f runFlags) sandboxOptions(stdio Stdio) (sandbox.Options, error) {

@@ -20,7 +20,7 @@ import (
 // ephemeral VM even when a service is running.
 var vmShapingFlags = []string{"workspace", "read-only", "tty", "cpus", "memory", "boot-timeout", "image-dir",
 	"console-log", "kernel-arg", "allow", "deny", "map-host", "egress-log", "ephemeral",
-	"upstream-ca", "upstream-proxy", "inspect", "image", "keep-disk"}
+	"upstream-ca", "upstream-proxy", "inspect", "image", "keep-disk", "changes"}
 
 // useService returns a client of the running service when run can use it.
 func useService(cmd *cobra.Command, g *globals) *api.Client {
@@ -74,6 +74,11 @@ func runViaService(ctx context.Context, stdio Stdio, c *api.Client, f runFlags, 
 	}
 	if t, err = c.Wait(ctx, t.ID); err != nil {
 		return err
+	}
+	// The service pulled what the task changed before it said the task
+	// ended: say when some of it waits for review.
+	if l, err := c.Changes(ctx); err == nil && len(l.Entries) > 0 {
+		fmt.Fprintf(stdio.Err, "airlock: %d change(s) wait for review; see them with: airlock changes\n", len(l.Entries))
 	}
 	return taskExit(stdio, t, f.timeout)
 }

@@ -66,16 +66,27 @@ func (g *globals) client(ctx context.Context) (*api.Client, error) {
 func newServeCmd(stdio Stdio, g *globals) *cobra.Command {
 	var httpAddr string
 	var noBoot bool
+	var parentPID int
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the Airlock service headless: a warm VM, the control API, task history",
 		Long: `Runs the host core in the foreground: keeps one VM warm for the workspace in the
 settings, serves the control API on a private unix socket (what the other
 commands and 'airlock mcp' use), and with --http also on a loopback port for the
-browser UI, guarded by a random token. Ctrl-C stops it and the VM.`,
+browser UI, guarded by a random token. Ctrl-C stops it and the VM, and so
+does the end of the process named by --parent-pid (the desktop app passes its
+own, so that an app that crashed leaves no helper running).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if cmd.Flags().Changed("parent-pid") {
+				pctx, stop, err := watchParent(ctx, parentPID, parentPoll)
+				if err != nil {
+					return err
+				}
+				defer stop()
+				ctx = pctx
+			}
 			sock, err := g.socketPath()
 			if err != nil {
 				return err
@@ -123,6 +134,9 @@ browser UI, guarded by a random token. Ctrl-C stops it and the VM.`,
 			}
 			select {
 			case <-ctx.Done():
+				if cause := context.Cause(ctx); cause != ctx.Err() {
+					fmt.Fprintf(stdio.Err, "airlock: %s; stopping\n", cause)
+				}
 				return nil
 			case err := <-errc:
 				return err
@@ -131,6 +145,7 @@ browser UI, guarded by a random token. Ctrl-C stops it and the VM.`,
 	}
 	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the API and browser UI on this loopback address (127.0.0.1:PORT)")
 	cmd.Flags().BoolVar(&noBoot, "no-boot", false, "do not boot the VM until the first task or `airlock start`")
+	cmd.Flags().IntVar(&parentPID, "parent-pid", 0, "stop, and stop the VM, when the process with this id ends")
 	return cmd
 }
 

@@ -84,7 +84,7 @@ func newApp(cfg Config, be backend) *App {
 	}
 	a := &App{cfg: cfg, log: cfg.Logger, be: be}
 	a.handler = Handler(be.core, be.err, cfg.UI, StreamsSupported(cfg.GOOS), cfg.Logger)
-	a.tray = newTray(trayActions{show: a.ShowWindow, toggle: a.ToggleVM, quit: a.Quit})
+	a.tray = newTray(trayActions{show: a.ShowWindow, review: a.ShowChanges, toggle: a.ToggleVM, quit: a.Quit})
 	if be.helper != nil {
 		a.handler = helperGate(a.handler, be.helper.Status)
 		a.tray.down = func() (trayView, bool) { return helperView(be.helper.Status()) }
@@ -218,6 +218,15 @@ func (a *App) runtime() Runtime {
 func (a *App) ShowWindow() {
 	if rt := a.runtime(); rt != nil {
 		rt.ShowWindow()
+	}
+}
+
+// ShowChanges brings the window back on its Changes screen (the tray's
+// item when changes wait for review).
+func (a *App) ShowChanges() {
+	if rt := a.runtime(); rt != nil {
+		rt.ShowWindow()
+		rt.ShowScreen("changes")
 	}
 }
 

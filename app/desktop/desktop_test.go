@@ -175,21 +175,21 @@ func TestViewOf(t *testing.T) {
 		want trayView
 	}{
 		{"running", st(session.StateRunning, "", "/home/u/reports", false, 0), nil,
-			trayView{"Sandbox: running", "Folder: reports", "Stop sandbox", true, "Airlock: running · reports"}},
+			trayView{"Sandbox: running", "Folder: reports", "Stop sandbox", true, "Airlock: running · reports", "", false}},
 		{"tasks and read-only", st(session.StateRunning, "", "/home/u/reports/", true, 3), nil,
-			trayView{"Sandbox: running · 3 tasks", "Folder: reports (read-only)", "Stop sandbox", true, "Airlock: running · reports"}},
+			trayView{"Sandbox: running · 3 tasks", "Folder: reports (read-only)", "Stop sandbox", true, "Airlock: running · reports", "", false}},
 		{"one task", st(session.StateRunning, "", `C:\Users\u\Reports`, false, 1), nil,
-			trayView{"Sandbox: running · 1 task", "Folder: Reports", "Stop sandbox", true, "Airlock: running · Reports"}},
+			trayView{"Sandbox: running · 1 task", "Folder: Reports", "Stop sandbox", true, "Airlock: running · Reports", "", false}},
 		{"booting", st(session.StateStarting, session.PhaseWaitingForGuest, "/w", false, 0), nil,
-			trayView{"Sandbox: starting (waiting for guest)", "Folder: w", "Stop sandbox", true, "Airlock: starting · w"}},
+			trayView{"Sandbox: starting (waiting for guest)", "Folder: w", "Stop sandbox", true, "Airlock: starting · w", "", false}},
 		{"stopped, no folder", st(session.StateStopped, "", "", false, 0), nil,
-			trayView{"Sandbox: stopped", "No folder chosen", "Start sandbox", true, "Airlock: stopped"}},
+			trayView{"Sandbox: stopped", "No folder chosen", "Start sandbox", true, "Airlock: stopped", "", false}},
 		{"stopping", st(session.StateStopping, "", "", false, 0), nil,
-			trayView{"Sandbox: stopping", "No folder chosen", "Stop sandbox", false, "Airlock: stopping"}},
+			trayView{"Sandbox: stopping", "No folder chosen", "Stop sandbox", false, "Airlock: stopping", "", false}},
 		{"failed", st(session.StateFailed, "", "/w", false, 0), nil,
-			trayView{"Sandbox: failed (see the window)", "Folder: w", "Start sandbox", true, "Airlock: failed · w"}},
+			trayView{"Sandbox: failed (see the window)", "Folder: w", "Start sandbox", true, "Airlock: failed · w", "", false}},
 		{"unreachable", service.Status{}, errors.New("dial unix: connection refused\nmore"),
-			trayView{"Airlock: unavailable", "dial unix: connection refused", "Start sandbox", false, "Airlock: unavailable"}},
+			trayView{"Airlock: unavailable", "dial unix: connection refused", "Start sandbox", false, "Airlock: unavailable", "", false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := viewOf(tc.st, tc.err); got != tc.want {
@@ -212,8 +212,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestTrayMenu(t *testing.T) {
 	var shown, toggled, quit chan struct{} = make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
+	reviewed := make(chan struct{}, 1)
 	tr := newTray(trayActions{
 		show:   func() { shown <- struct{}{} },
+		review: func() { reviewed <- struct{}{} },
 		toggle: func() { toggled <- struct{}{} },
 		quit:   func() { quit <- struct{}{} },
 	})
@@ -226,7 +228,7 @@ func TestTrayMenu(t *testing.T) {
 		title, _ := it.State()
 		titles = append(titles, title)
 	}
-	want := []string{"Sandbox: stopped", "No folder chosen", "Open Airlock", "Start sandbox", "Quit Airlock"}
+	want := []string{"Sandbox: stopped", "No folder chosen", "Open Airlock", "Start sandbox", "No changes to review", "Quit Airlock"}
 	if !slices.Equal(titles, want) || h.seps != 2 || h.Tooltip() != "Airlock: stopped" {
 		t.Fatalf("menu = %q (%d separators, tooltip %q), want %q", titles, h.seps, h.Tooltip(), want)
 	}
@@ -238,7 +240,15 @@ func TestTrayMenu(t *testing.T) {
 		title, enabled := h.items[3].State()
 		return title == "Stop sandbox" && !enabled
 	})
-	for i, ch := range map[int]chan struct{}{2: shown, 3: toggled, 4: quit} {
+	if _, enabled := h.items[4].State(); enabled {
+		t.Error("review is clickable with no changes")
+	}
+	tr.show(withChanges(trayView{Status: "Sandbox: running", Toggle: "Stop sandbox", CanToggle: true, Tooltip: "Airlock: running"}, 3, true))
+	waitFor(t, "the changes to review", func() bool {
+		title, enabled := h.items[4].State()
+		return title == "Review 3 changes…" && enabled && h.Tooltip() == "Airlock: running · 3 changes to review"
+	})
+	for i, ch := range map[int]chan struct{}{2: shown, 3: toggled, 4: reviewed, 5: quit} {
 		h.items[i].clicks <- struct{}{}
 		select {
 		case <-ch:
@@ -269,6 +279,17 @@ func TestAppLifecycle(t *testing.T) {
 	core.events <- service.Event{Kind: "session"}
 	waitFor(t, "the tray to follow the session", func() bool { s, _ := h.items[0].State(); return s == "Sandbox: running" })
 
+	// Changes waiting for review: the tray counts them, and its item opens
+	// the window on the Changes screen.
+	core.setPending(2)
+	core.events <- service.Event{Kind: "changes", Type: "changes"}
+	waitFor(t, "the tray to count the changes", func() bool { s, en := h.items[4].State(); return s == "Review 2 changes…" && en })
+	h.items[4].clicks <- struct{}{}
+	waitFor(t, "the window on the Changes screen", func() bool {
+		c := rt.Calls()
+		return len(c) >= 2 && c[len(c)-2] == "show" && c[len(c)-1] == "screen changes"
+	})
+
 	b := a.Bindings()
 	if dir, err := b.ChooseFolder("Choose a folder", "/home/u"); err != nil || dir != "/home/u/new" {
 		t.Fatalf("ChooseFolder = %q, %v", dir, err)
@@ -279,7 +300,7 @@ func TestAppLifecycle(t *testing.T) {
 	if b.Streams() {
 		t.Error("Streams() = true on linux")
 	}
-	if got, want := rt.Calls(), []string{"choose Choose a folder /home/u", "show", "quit"}; !slices.Equal(got, want) {
+	if got, want := rt.Calls(), []string{"show", "screen changes", "choose Choose a folder /home/u", "show", "quit"}; !slices.Equal(got, want) {
 		t.Fatalf("runtime calls = %q, want %q", got, want)
 	}
 

@@ -3,10 +3,12 @@ package desktop
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/session"
 	"github.com/airlock-sandbox/airlock/app/settings"
@@ -23,6 +25,7 @@ type fakeCore struct {
 	events  chan service.Event
 	subbed  chan struct{}
 	statusN int
+	pending int
 }
 
 func newFakeCore(state session.State, workspace string) *fakeCore {
@@ -34,6 +37,23 @@ func newFakeCore(state session.State, workspace string) *fakeCore {
 		events: make(chan service.Event, 8),
 		subbed: make(chan struct{}, 8),
 	}
+}
+
+func (f *fakeCore) setPending(n int) {
+	f.mu.Lock()
+	f.pending = n
+	f.mu.Unlock()
+}
+
+// Changes lists pending made-up changes.
+func (f *fakeCore) Changes(context.Context) (service.ChangesList, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := service.ChangesList{Mode: "review"}
+	for i := range f.pending {
+		l.Entries = append(l.Entries, changes.Entry{Path: fmt.Sprintf("f%d", i), Kind: changes.Added})
+	}
+	return l, nil
 }
 
 func (f *fakeCore) setState(s session.State) {
@@ -109,6 +129,9 @@ func (r *fakeRuntime) Calls() []string {
 
 func (r *fakeRuntime) ShowWindow() { r.record("show") }
 func (r *fakeRuntime) Quit()       { r.record("quit") }
+func (r *fakeRuntime) ShowScreen(screen string) {
+	r.record("screen " + screen)
+}
 func (r *fakeRuntime) ChooseFolder(title, dir string) (string, error) {
 	r.record("choose " + title + " " + dir)
 	return r.folder, nil

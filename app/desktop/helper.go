@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -126,9 +127,10 @@ func FindHelper(exe, goos string) (string, error) {
 }
 
 // helperArgs are the helper's arguments: `airlock serve` on the app's
-// control socket.
-func helperArgs(socket string, noBoot, verbose bool) []string {
-	args := []string{"--socket", socket, "serve"}
+// control socket, stopping when the app (process appPID) ends, so that an
+// app that crashed, or was killed, leaves no helper and no VM behind.
+func helperArgs(socket string, appPID int, noBoot, verbose bool) []string {
+	args := []string{"--socket", socket, "serve", "--parent-pid", strconv.Itoa(appPID)}
 	if noBoot {
 		args = append(args, "--no-boot")
 	}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -107,7 +108,7 @@ func newFakeHelper(t *testing.T, mode string) *fakeHelperEnv {
 	dir := t.TempDir()
 	e := &fakeHelperEnv{sock: filepath.Join(dir, "run", "airlock.sock"), log: filepath.Join(dir, "helper.log")}
 	client := api.NewClient(e.sock)
-	e.sup = newSupervisor(exe, helperArgs(e.sock, true, false), client.Ping, nil)
+	e.sup = newSupervisor(exe, helperArgs(e.sock, os.Getpid(), true, false), client.Ping, nil)
 	e.sup.env = append(os.Environ(), "AIRLOCK_FAKE_HELPER="+mode, "AIRLOCK_FAKE_HELPER_LOG="+e.log)
 	e.sup.t = helperTimeouts{Ready: 10 * time.Second, Poll: 20 * time.Millisecond, Grace: 5 * time.Second}
 	t.Cleanup(func() {
@@ -230,11 +231,11 @@ func TestHelperArgs(t *testing.T) {
 		noBoot, verbose bool
 		want            []string
 	}{
-		{false, false, []string{"--socket", "/s", "serve"}},
-		{true, false, []string{"--socket", "/s", "serve", "--no-boot"}},
-		{true, true, []string{"--socket", "/s", "serve", "--no-boot", "-v"}},
+		{false, false, []string{"--socket", "/s", "serve", "--parent-pid", "42"}},
+		{true, false, []string{"--socket", "/s", "serve", "--parent-pid", "42", "--no-boot"}},
+		{true, true, []string{"--socket", "/s", "serve", "--parent-pid", "42", "--no-boot", "-v"}},
 	} {
-		if got := helperArgs("/s", tc.noBoot, tc.verbose); !slices.Equal(got, tc.want) {
+		if got := helperArgs("/s", 42, tc.noBoot, tc.verbose); !slices.Equal(got, tc.want) {
 			t.Errorf("helperArgs(%v, %v) = %q, want %q", tc.noBoot, tc.verbose, got, tc.want)
 		}
 	}
@@ -323,7 +324,7 @@ func TestSupervisorStartsAndStops(t *testing.T) {
 	if err := e.sup.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.lines(); len(got) != 2 || !strings.HasPrefix(got[0], "start_--socket") || !strings.HasSuffix(got[0], "serve_--no-boot") || got[1] != "stopped" {
+	if got := e.lines(); len(got) != 2 || !strings.HasPrefix(got[0], "start_--socket") || !strings.HasSuffix(got[0], "serve_--parent-pid_"+strconv.Itoa(os.Getpid())+"_--no-boot") || got[1] != "stopped" {
 		t.Fatalf("helper log = %q, want one start and a stop in order", got)
 	}
 	if e.sup.Status().State != HelperStopped {

@@ -80,7 +80,7 @@ func openHelper(cfg Config) backend {
 	if err == nil {
 		path, err = FindHelper(exe, cfg.GOOS)
 	}
-	sup := newSupervisor(path, helperArgs(sock, cfg.NoBoot, cfg.Verbose), client.Ping, cfg.Logger)
+	sup := newSupervisor(path, helperArgs(sock, os.Getpid(), cfg.NoBoot, cfg.Verbose), client.Ping, cfg.Logger)
 	if err != nil {
 		// A service started another way (airlock serve) is still used.
 		cfg.Logger.Warn("no Airlock helper", "err", err)

@@ -29,7 +29,7 @@ type trayItem interface {
 
 // trayActions are what the tray's items do.
 type trayActions struct {
-	show, toggle, quit func()
+	show, review, toggle, quit func()
 }
 
 // trayView is what the tray shows; viewOf derives it from a Status.
@@ -39,6 +39,8 @@ type trayView struct {
 	Toggle    string // "Start sandbox" or "Stop sandbox"
 	CanToggle bool
 	Tooltip   string
+	Changes   string // "Review 3 changes…", or that none wait
+	CanReview bool
 }
 
 // tray keeps the menu in step with the service. Its items are made once
@@ -69,8 +71,8 @@ type tray struct {
 
 // trayMenu are the items ready made.
 type trayMenu struct {
-	host                   trayHost
-	status, folder, toggle trayItem
+	host                            trayHost
+	status, folder, toggle, changes trayItem
 }
 
 func newTray(act trayActions) *tray {
@@ -91,6 +93,7 @@ func (t *tray) ready(host trayHost) {
 	host.AddSeparator()
 	open := host.AddItem("Open Airlock")
 	m.toggle = host.AddItem("")
+	m.changes = host.AddItem("")
 	host.AddSeparator()
 	quit := host.AddItem("Quit Airlock")
 	t.mu.Lock()
@@ -100,6 +103,11 @@ func (t *tray) ready(host trayHost) {
 	go t.painter(m, v)
 	go forEachClick(open, t.act.show)
 	go forEachClick(m.toggle, func() { go t.act.toggle() })
+	go forEachClick(m.changes, func() {
+		if t.act.review != nil {
+			t.act.review()
+		}
+	})
 	go forEachClick(quit, t.act.quit)
 }
 
@@ -158,6 +166,16 @@ func (m *trayMenu) paint(v trayView) {
 	} else {
 		m.toggle.Disable()
 	}
+	title := v.Changes
+	if title == "" {
+		title = "No changes to review"
+	}
+	m.changes.SetTitle(title)
+	if v.CanReview {
+		m.changes.Enable()
+	} else {
+		m.changes.Disable()
+	}
 }
 
 // refreshSoon makes follow read the status again now; it never waits.
@@ -173,7 +191,8 @@ func (t *tray) refreshSoon() {
 const refreshEvery = 5 * time.Second
 
 // follow keeps the tray current until ctx is done: it re-reads the status
-// on each session or task event, and every refreshEvery.
+// and the pending changes on each session, task or changes event, and
+// every refreshEvery.
 func (t *tray) follow(ctx context.Context, core service.Core) {
 	refresh := func() {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -188,7 +207,15 @@ func (t *tray) follow(ctx context.Context, core service.Core) {
 				return
 			}
 		}
-		t.show(viewOf(st, err))
+		pending := 0
+		if err == nil && st.Settings.Workspace != "" {
+			// No store to read (no folder, another process holds it) is
+			// nothing to review here.
+			if l, cerr := core.Changes(sctx); cerr == nil {
+				pending = len(l.Entries)
+			}
+		}
+		t.show(withChanges(viewOf(st, err), pending, err == nil))
 	}
 	tick := time.NewTicker(refreshEvery)
 	defer tick.Stop()
@@ -265,6 +292,24 @@ func viewOf(st service.Status, err error) trayView {
 	default:
 		v.Workspace = "Folder: " + name
 		v.Tooltip = "Airlock: " + string(s.State) + " · " + name
+	}
+	return v
+}
+
+// withChanges adds what waits for review to v: the count in the menu
+// item that opens the Changes screen, and in the tooltip.
+func withChanges(v trayView, pending int, available bool) trayView {
+	switch {
+	case !available:
+		v.Changes = "Changes"
+	case pending == 0:
+		v.Changes = "No changes to review"
+	case pending == 1:
+		v.Changes, v.CanReview = "Review 1 change…", true
+		v.Tooltip += " · 1 change to review"
+	default:
+		v.Changes, v.CanReview = fmt.Sprintf("Review %d changes…", pending), true
+		v.Tooltip += fmt.Sprintf(" · %d changes to review", pending)
 	}
 	return v
 }

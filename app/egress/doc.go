@@ -9,7 +9,11 @@
 // ServeHTTPProxy, and SOCKS5 (CONNECT by name, IPv4 or IPv6; no-auth and
 // username/password) with ServeSOCKS, each on any net.Listener: in
 // production the machine's transport listener for guest/api.PortEgressHTTP
-// and PortEgressSOCKS, never a host TCP port.
+// and PortEgressSOCKS, never a host TCP port. The guest's forwarder frames
+// its streams (guest/api/egresswire), so that a half-close travels as a
+// record on every backend, vz's sockets without CloseWrite included; a
+// stream without the framing's preamble (a TCP client, a test) is served
+// as it is.
 //
 //	g, err := egress.New(egress.Config{Allow: allow, Deny: deny, MapHosts: pins, LogFile: path})
 //	go g.ServeHTTPProxy(httpL)

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/guest/api/egresswire"
 )
 
 // ErrClosed is returned by the Serve methods after Close.
@@ -316,7 +318,10 @@ func (g *Gate) serve(l net.Listener, proto Protocol, handle func(net.Conn)) erro
 		g.wg.Go(func() {
 			defer g.guestConns.Add(-1)
 			defer g.untrack(nil, c)
-			handle(c)
+			// The guest's forwarder frames its streams, so that a
+			// half-close crosses every transport the same way; a plain
+			// stream (a TCP client) passes through unchanged.
+			handle(egresswire.Server(c))
 		})
 	}
 }

@@ -5,18 +5,23 @@ import (
 	"net"
 	"net/http"
 	"sync"
+
+	"github.com/airlock-sandbox/airlock/guest/api/egresswire"
 )
 
-// closeWriter is a connection that can be half-closed (TCP, vsock and the
-// transport's streams can).
+// closeWriter is a connection that can be half-closed (TCP, and the guest's
+// framed streams whatever their transport, egresswire.Conn).
 type closeWriter interface{ CloseWrite() error }
 
 // relay copies bytes both ways between the guest side (reading from
 // clientR, which may hold bytes already buffered from client) and the
 // upstream until both directions end. When one direction reaches EOF its
-// destination is half-closed, so the other can finish; a connection that
-// cannot be half-closed is closed instead. An error in either direction
-// closes both. It returns the bytes copied guest→upstream and back.
+// destination is half-closed, so the other can finish: the guest's stream
+// carries its half-close as a record (egresswire), so this holds on every
+// backend, vz's sockets without CloseWrite included. A connection that
+// cannot be half-closed (a plain stream over such a transport) is closed
+// instead. An error in either direction closes both. It returns the bytes
+// copied guest→upstream and back.
 func relay(client net.Conn, clientR io.Reader, upstream net.Conn) (up, down int64) {
 	var wg sync.WaitGroup
 	var once sync.Once
@@ -57,8 +62,13 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &
 // reader then pays 1.4-2.4 times as much to read the spliced pages, so a
 // GiB cost the three parties as much CPU or more (0.9-1.4 s against
 // 0.9-1.0 s) and a splicing relay was a third slower (BenchmarkDownload).
-// The wrappers hide ReaderFrom and WriterTo so io.CopyBuffer uses buf.
+// The wrappers hide ReaderFrom and WriterTo so io.CopyBuffer uses buf. To
+// the guest's framed stream it copies with the stream's own ReadFrom,
+// which reads each step straight into the record it sends.
 func copyConn(dst io.Writer, src io.Reader) (int64, error) {
+	if fw, ok := dst.(*egresswire.Conn); ok {
+		return fw.ReadFrom(src)
+	}
 	bp := relayBufs.Get().(*[]byte)
 	defer relayBufs.Put(bp)
 	return io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *bp)

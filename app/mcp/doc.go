@@ -17,6 +17,9 @@
 // otherwise widen its own sandbox: only the user widens it, in the app or
 // with `airlock egress allow` and `airlock workspace set`. The egress_log
 // tool exists so the agent can tell its user which host to allow and why.
+// Likewise list_changes shows the changes that wait for the user's review,
+// and no tool applies, discards or undoes them: an agent cannot approve its
+// own changes.
 //
 // # Output of run_command
 //

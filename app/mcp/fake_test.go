@@ -3,10 +3,12 @@ package mcp
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/settings"
@@ -32,6 +34,7 @@ type fakeCore struct {
 	order     []string
 	status    service.Status
 	decisions []egress.Decision
+	pending   []changes.Entry
 	changed   chan struct{} // closed and replaced when a log or state changes
 }
 
@@ -241,7 +244,7 @@ func (f *fakeCore) RestartVM(context.Context) error              { return f.forb
 func (f *fakeCore) SetImage(context.Context, string, bool) error { return nil }
 func (f *fakeCore) ResetDisk(context.Context) error              { return nil }
 
-func (f *fakeCore) SetWorkspace(context.Context, string, bool) error {
+func (f *fakeCore) SetWorkspace(context.Context, string, bool, changes.Mode) error {
 	return f.forbid("SetWorkspace")
 }
 func (f *fakeCore) EgressRule(context.Context, string, string) (settings.Settings, error) {
@@ -267,3 +270,29 @@ func (f *fakeCore) SetSecret(context.Context, service.SecretRequest) (service.Se
 	return service.SecretInfo{}, f.forbid("SetSecret")
 }
 func (f *fakeCore) RemoveSecret(context.Context, string) error { return f.forbid("RemoveSecret") }
+
+// Changes lists the canned pending changes.
+func (f *fakeCore) Changes(context.Context) (service.ChangesList, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return service.ChangesList{Mode: changes.Review, Entries: f.pending}, nil
+}
+
+// The change calls but Changes are forbidden: an agent must never
+// approve, drop or take back its own changes.
+func (f *fakeCore) Diff(context.Context, []string, io.Writer) error { return f.forbid("Diff") }
+func (f *fakeCore) Content(context.Context, string) (io.ReadCloser, changes.Entry, error) {
+	return nil, changes.Entry{}, f.forbid("Content")
+}
+func (f *fakeCore) Apply(context.Context, []string, bool) (changes.ApplyResult, error) {
+	return changes.ApplyResult{}, f.forbid("Apply")
+}
+func (f *fakeCore) Discard(context.Context, []string) ([]string, error) {
+	return nil, f.forbid("Discard")
+}
+func (f *fakeCore) Checkpoints(context.Context) (service.CheckpointList, error) {
+	return service.CheckpointList{}, f.forbid("Checkpoints")
+}
+func (f *fakeCore) Undo(context.Context, string) (changes.Checkpoint, error) {
+	return changes.Checkpoint{}, f.forbid("Undo")
+}

@@ -17,6 +17,7 @@ func TestImports(t *testing.T) {
 		"github.com/airlock-sandbox/airlock/app/service":        true, // Core and its request types
 		"github.com/airlock-sandbox/airlock/app/tasks":          true, // Task, Chunk
 		"github.com/airlock-sandbox/airlock/app/egress":         true, // Decision
+		"github.com/airlock-sandbox/airlock/app/changes":        true, // Entry, Mode (types only)
 		"github.com/airlock-sandbox/airlock/internal/printable": true, // escapes what the guest wrote
 		"github.com/airlock-sandbox/airlock/guest/api":          true, // /workspace, the task user
 		"github.com/modelcontextprotocol/go-sdk/mcp":            true,

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/session"
@@ -80,14 +81,15 @@ func TestToolList(t *testing.T) {
 			t.Errorf("%s: description, input or output schema missing", tool.Name)
 		}
 		// Nothing that could widen the sandbox.
-		for _, word := range []string{"allow", "deny", "rule", "workspace", "setting", "start_vm", "stop", "restart"} {
+		for _, word := range []string{"allow", "deny", "rule", "workspace", "setting", "start_vm", "stop", "restart",
+			"apply", "discard", "undo", "checkpoint", "approve", "accept", "revert", "reject"} {
 			if strings.Contains(tool.Name, word) {
 				t.Errorf("tool %s looks like it changes the sandbox (%q)", tool.Name, word)
 			}
 		}
 	}
 	slices.Sort(names)
-	want := []string{"cancel_task", "egress_log", "list_tasks", "read_task_output", "run_command", "sandbox_status", "start_task", "task_status"}
+	want := []string{"cancel_task", "egress_log", "list_changes", "list_tasks", "read_task_output", "run_command", "sandbox_status", "start_task", "task_status"}
 	if !slices.Equal(names, want) {
 		t.Errorf("tools = %v, want %v", names, want)
 	}
@@ -465,5 +467,42 @@ func TestClipCutsAtLines(t *testing.T) {
 		strings.Repeat("d", 30) + "\n" + strings.Repeat("e", 9) + "\n"
 	if text != want || omitted != 52 || from != 0 {
 		t.Errorf("text = %q, omitted %d, from %d", text, omitted, from)
+	}
+}
+
+// TestListChanges: list_changes reports the pending changes with escaped
+// paths and never calls what would apply, discard or undo them.
+func TestListChanges(t *testing.T) {
+	f := newFake()
+	f.pending = []changes.Entry{
+		{Path: "report.md", Kind: changes.Modified, Type: changes.File, Size: 120, Text: true, LinesAdded: 3, LinesRemoved: 1},
+		{Path: "evil\x1b]0;pwned\x07.txt", Kind: changes.Added, Type: changes.File, Size: 5},
+		{Path: "old.csv", Kind: changes.Deleted},
+	}
+	cs := connect(t, f, Options{})
+	var res ChangesResult
+	_, isErr := call(t, context.Background(), cs, "list_changes", map[string]any{}, &res)
+	if isErr {
+		t.Fatal("list_changes failed")
+	}
+	if res.Mode != "review" || res.Pending != 3 || len(res.Changes) != 3 {
+		t.Fatalf("got %+v", res)
+	}
+	if c := res.Changes[0]; c.Path != "report.md" || c.Kind != "modified" || c.Size != 120 || c.LinesAdded != 3 || c.LinesRemoved != 1 {
+		t.Errorf("first = %+v", c)
+	}
+	if strings.ContainsAny(res.Changes[1].Path, "\x1b\x07") {
+		t.Errorf("guest path not escaped: %q", res.Changes[1].Path)
+	}
+	var limited ChangesResult
+	call(t, context.Background(), cs, "list_changes", map[string]any{"limit": 1}, &limited)
+	if len(limited.Changes) != 1 || limited.Pending != 3 || !strings.Contains(limited.Note, "first 1 of 3") {
+		t.Errorf("limit 1: %+v", limited)
+	}
+	if _, isErr := call(t, context.Background(), cs, "list_changes", map[string]any{"limit": 5000}, nil); !isErr {
+		t.Error("limit 5000 accepted")
+	}
+	if len(f.forbidden) > 0 {
+		t.Errorf("tools called %v", f.forbidden)
 	}
 }

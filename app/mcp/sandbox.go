@@ -28,6 +28,7 @@ type SandboxStatus struct {
 	WorkspaceGuestPath string   `json:"workspace_guest_path"`
 	WorkspaceHostPath  string   `json:"workspace_host_path" jsonschema:"the user's folder on their computer that the sandbox sees"`
 	ReadOnly           bool     `json:"read_only" jsonschema:"the workspace is mounted read-only"`
+	ChangesMode        string   `json:"changes_mode,omitempty" jsonschema:"direct: writes reach the user's folder at once; review: they wait for the user (list_changes); auto: applied when no task runs, undoable"`
 	CPUs               int      `json:"cpus"`
 	MemoryMiB          int      `json:"memory_mib"`
 	TaskUser           string   `json:"task_user"`
@@ -55,6 +56,9 @@ func (h *handlers) sandboxStatus(ctx context.Context, _ *sdk.CallToolRequest, _ 
 		EgressAllow:  nonNil(set.Allow), EgressDeny: nonNil(set.Deny),
 		Note: "Only the user can change the workspace, its read-only mode, the VM size or the egress lists (in the Airlock app, " +
 			"or with `airlock egress allow HOST` / `airlock workspace set DIR`); this server cannot.",
+	}
+	if set.Workspace != "" && !set.ReadOnly {
+		res.ChangesMode = string(set.ChangesMode(set.Workspace))
 	}
 	if set.Workspace == "" {
 		res.Note = "No workspace folder is chosen yet: ask the user to choose one in Airlock. " + res.Note

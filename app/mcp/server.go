@@ -188,6 +188,14 @@ func (h *handlers) register(s *sdk.Server) {
 			"Use denied_only after a failed download or request to find the host that was refused, then ask the user to allow it (you cannot).",
 		Annotations: readOnly,
 	}, h.egressLog)
+	sdk.AddTool(s, &sdk.Tool{
+		Name:  "list_changes",
+		Title: "List pending changes",
+		Description: "List what tasks changed in /workspace that waits for the user's review (review and auto modes hold changes until the user applies them): " +
+			"path, kind (added, modified, deleted, renamed, mode), size, lines added and removed. Use it to tell the user what you changed. " +
+			"Read-only: only the user can apply, discard or undo changes.",
+		Annotations: readOnly,
+	}, h.listChanges)
 }
 
 func seconds(d time.Duration) string { return fmt.Sprintf("%d seconds", int64(d/time.Second)) }

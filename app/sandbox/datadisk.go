@@ -24,15 +24,21 @@ var ErrDataDiskInUse = errors.New("the persistent disk is in use by another runn
 // path for as long as it runs (released by Unlock, or by the operating
 // system when the process dies).
 func LockDataDisk(path string) (*filelock.Lock, error) {
+	return lockDisk(path, "persistent disk", ErrDataDiskInUse)
+}
+
+// lockDisk takes the lock a VM holds on the disk at path (what, for
+// errors) while it runs; one held already is inUse.
+func lockDisk(path, what string, inUse error) (*filelock.Lock, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("sandbox: persistent disk: %w", err)
+		return nil, fmt.Errorf("sandbox: %s: %w", what, err)
 	}
 	l, err := filelock.TryLock(path + ".lock")
 	if errors.Is(err, filelock.ErrLocked) {
-		return nil, fmt.Errorf("sandbox: %s: %w", path, ErrDataDiskInUse)
+		return nil, fmt.Errorf("sandbox: %s: %w", path, inUse)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: persistent disk: %w", err)
+		return nil, fmt.Errorf("sandbox: %s: %w", what, err)
 	}
 	return l, nil
 }
@@ -54,22 +60,29 @@ func DataDiskPath(stateDir, ws string) string {
 // (the guest formats such a disk on first boot) and ends in a fixed-VHD
 // footer, so every backend can attach it. An existing file is kept.
 func EnsureDataDisk(path string, size int64) error {
+	return ensureBlankDisk(path, size, api.BlankDiskMagic, "persistent disk")
+}
+
+// ensureBlankDisk creates the disk at path when it does not exist: a
+// sparse file of size bytes that starts with magic and ends in a fixed-VHD
+// footer. what names the disk in errors.
+func ensureBlankDisk(path string, size int64, magic, what string) error {
 	if _, err := os.Stat(path); err == nil {
 		return nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("sandbox: persistent disk: %w", err)
+		return fmt.Errorf("sandbox: %s: %w", what, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("sandbox: persistent disk: %w", err)
+		return fmt.Errorf("sandbox: %s: %w", what, err)
 	}
 	tmp := path + ".new"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
-		return fmt.Errorf("sandbox: persistent disk: %w", err)
+		return fmt.Errorf("sandbox: %s: %w", what, err)
 	}
 	err = markSparse(f)
 	if err == nil {
-		_, err = f.WriteString(api.BlankDiskMagic)
+		_, err = f.WriteString(magic)
 	}
 	if err == nil {
 		err = f.Truncate(size)
@@ -87,7 +100,7 @@ func EnsureDataDisk(path string, size int64) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("sandbox: persistent disk: %w", err)
+		return fmt.Errorf("sandbox: %s: %w", what, err)
 	}
 	return nil
 }
@@ -96,16 +109,21 @@ func EnsureDataDisk(path string, size int64) error {
 // starts from the image's root disk alone. A missing disk is no error; a
 // disk a running VM uses is refused with ErrDataDiskInUse.
 func ResetDataDisk(path string) error {
+	return resetDisk(path, "persistent disk", ErrDataDiskInUse)
+}
+
+// resetDisk deletes the disk at path under its lock (see lockDisk).
+func resetDisk(path, what string, inUse error) error {
 	if _, err := os.Stat(filepath.Dir(path)); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	l, err := LockDataDisk(path)
+	l, err := lockDisk(path, what, inUse)
 	if err != nil {
 		return err
 	}
 	defer l.Unlock()
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("sandbox: reset persistent disk: %w", err)
+		return fmt.Errorf("sandbox: reset %s: %w", what, err)
 	}
 	return nil
 }

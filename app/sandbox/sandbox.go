@@ -58,6 +58,17 @@ type Options struct {
 	// Workspace) (created blank when missing, see EnsureDataDisk); ""
 	// keeps that layer in memory, empty every boot.
 	DiskDir string
+	// Changes holds the guest's changes to the workspace on a layer (the
+	// overlay of api.BootConfig.Changes): the hypervisor shares the folder
+	// read-only, and the layer disk LayerDisk (created blank when missing,
+	// LayerDiskSize bytes; see EnsureLayerDisk) holds what tasks change,
+	// which the host reads with the agent's ExportLayer. Not with ReadOnly.
+	Changes bool
+	// LayerDisk is the changes layer disk's path (LayerDiskPath), locked
+	// while the VM runs; LayerDiskSize the size of a new one (0:
+	// DefaultLayerDiskSize).
+	LayerDisk     string
+	LayerDiskSize int64
 	// RunDir is a private folder for runtime files; a temporary one is made
 	// (and removed on Close) when empty.
 	RunDir string
@@ -109,6 +120,7 @@ type Sandbox struct {
 	listeners []net.Listener // egress listeners, closed on Close
 	stopClock context.CancelFunc
 	diskLock  *filelock.Lock // held on the persistent disk while the VM runs
+	layerLock *filelock.Lock // held on the changes layer disk while the VM runs
 	log       *slog.Logger
 
 	closeOnce sync.Once
@@ -181,6 +193,7 @@ func start(ctx context.Context, o Options, initBy time.Duration) (_ *Sandbox, er
 		}
 		if err != nil {
 			s.diskLock.Unlock()
+			s.layerLock.Unlock()
 		}
 	}()
 	if o.ConsoleLog == "" {
@@ -206,6 +219,11 @@ func start(ctx context.Context, o Options, initBy time.Duration) (_ *Sandbox, er
 	} else if o.DiskDir != "" {
 		return nil, fmt.Errorf("sandbox: a persistent disk needs an image with a root disk (standard); the %s image has none", o.Image.Name)
 	}
+	if o.Changes {
+		if disks, err = s.attachLayer(o, &boot, disks); err != nil {
+			return nil, err
+		}
+	}
 	cfg := vm.Config{
 		Kernel: o.Image.Kernel, Initrd: o.Image.Initrd, KernelHZ: o.Image.KernelHZ,
 		Cmdline: append(boot.Args(), o.KernelArgs...),
@@ -214,7 +232,9 @@ func start(ctx context.Context, o Options, initBy time.Duration) (_ *Sandbox, er
 		Disks: disks, ReclaimMemory: o.ReclaimMemory,
 	}
 	if o.Workspace != "" {
-		cfg.Share = &vm.Share{HostPath: o.Workspace, ReadOnly: o.ReadOnly}
+		// With changes held the hypervisor keeps the folder read-only:
+		// even guest root cannot write it.
+		cfg.Share = &vm.Share{HostPath: o.Workspace, ReadOnly: o.ReadOnly || o.Changes}
 	}
 	if s.m, err = o.NewMachine(cfg); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
@@ -453,7 +473,12 @@ func (s *Sandbox) Close(ctx context.Context) error { return s.close(ctx, false) 
 // before its answer flushes anything else. A
 // machine with a persistent disk still powers off in order: its file
 // system is unmounted cleanly.
-func (s *Sandbox) CloseIdle(ctx context.Context) error { return s.close(ctx, s.diskLock == nil) }
+//
+// So does a machine with a changes layer: its layer's file system (which
+// has no journal) is unmounted cleanly before the power-off.
+func (s *Sandbox) CloseIdle(ctx context.Context) error {
+	return s.close(ctx, s.diskLock == nil && s.layerLock == nil)
+}
 
 // close shuts the sandbox down once; later calls, of either kind, wait for
 // the first and return its error.
@@ -489,6 +514,7 @@ func (s *Sandbox) shutdown(ctx context.Context, synced bool) error {
 		// A machine that would not stop may still write to the disk; its
 		// lock then goes with this process.
 		s.diskLock.Unlock()
+		s.layerLock.Unlock()
 	}
 	if s.ownRunDir {
 		os.RemoveAll(s.runDir)
@@ -524,4 +550,31 @@ func (s *Sandbox) stopMachine() error {
 		return fmt.Errorf("sandbox: stop machine: %w", err)
 	}
 	return nil
+}
+
+// attachLayer locks the changes layer disk (creating it blank when
+// missing), tells the guest to hold its changes on it, and adds it to
+// disks.
+func (s *Sandbox) attachLayer(o Options, boot *api.BootConfig, disks []vm.Disk) ([]vm.Disk, error) {
+	switch {
+	case o.Workspace == "":
+		return nil, errors.New("sandbox: holding changes needs a workspace")
+	case o.ReadOnly:
+		return nil, errors.New("sandbox: a read-only workspace has no changes to hold; ask for one or the other")
+	case o.LayerDisk == "" || !filepath.IsAbs(o.LayerDisk):
+		return nil, fmt.Errorf("sandbox: holding changes needs the layer disk's absolute path (LayerDiskPath), not %q", o.LayerDisk)
+	}
+	size := o.LayerDiskSize
+	if size == 0 {
+		size = DefaultLayerDiskSize
+	}
+	var err error
+	if s.layerLock, err = LockLayerDisk(o.LayerDisk); err != nil {
+		return nil, err
+	}
+	if err := EnsureLayerDisk(o.LayerDisk, size); err != nil {
+		return nil, err
+	}
+	boot.Changes = true
+	return append(disks, vm.Disk{Path: o.LayerDisk, Format: vm.DiskRawVHD}), nil
 }

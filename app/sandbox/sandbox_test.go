@@ -476,6 +476,7 @@ func TestCloseIdle(t *testing.T) {
 		{"CloseIdle stops after the answer", true, false, false},
 		// Its file system is unmounted cleanly.
 		{"CloseIdle with a persistent disk waits", true, true, true},
+		{"CloseIdle with a changes layer waits", true, true, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a := &slowOffAgent{fakeAgent: fakeAgent{off: make(chan struct{})}, delay: time.Second}
@@ -492,7 +493,12 @@ func TestCloseIdle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tt.disk {
+			switch {
+			case tt.disk && strings.Contains(tt.name, "layer"):
+				if sb.layerLock, err = LockLayerDisk(filepath.Join(t.TempDir(), "layer.img")); err != nil {
+					t.Fatal(err)
+				}
+			case tt.disk:
 				if sb.diskLock, err = LockDataDisk(filepath.Join(t.TempDir(), "data.img")); err != nil {
 					t.Fatal(err)
 				}

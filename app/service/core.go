@@ -2,8 +2,10 @@ package service
 
 import (
 	"context"
+	"io"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/session"
 	"github.com/airlock-sandbox/airlock/app/settings"
@@ -19,7 +21,10 @@ type Core interface {
 	StartVM(ctx context.Context) error
 	StopVM(ctx context.Context) error
 	RestartVM(ctx context.Context) error
-	SetWorkspace(ctx context.Context, dir string, readOnly bool) error
+	// SetWorkspace shares dir from now on, read-only or not, taking the
+	// guest's writes in mode ("" keeps the folder's mode; auto for a new
+	// one).
+	SetWorkspace(ctx context.Context, dir string, readOnly bool, mode changes.Mode) error
 	SetImage(ctx context.Context, image string, keepDisk bool) error
 	ResetDisk(ctx context.Context) error
 
@@ -48,6 +53,24 @@ type Core interface {
 	// in the request, and is never returned.
 	SetSecret(ctx context.Context, req SecretRequest) (SecretInfo, error)
 	RemoveSecret(ctx context.Context, name string) error
+
+	// Changes lists the workspace's pending changes (review and auto
+	// modes hold the guest's writes until they are applied).
+	Changes(ctx context.Context) (ChangesList, error)
+	// Diff writes a unified diff of the pending changes to paths (all when
+	// none) to w.
+	Diff(ctx context.Context, paths []string, w io.Writer) error
+	// Content opens the new content of one pending file.
+	Content(ctx context.Context, path string) (io.ReadCloser, changes.Entry, error)
+	// Apply carries pending changes (all when paths is empty) into the
+	// folder as one checkpoint; force applies conflicting ones too.
+	Apply(ctx context.Context, paths []string, force bool) (changes.ApplyResult, error)
+	// Discard drops pending changes (all when paths is empty).
+	Discard(ctx context.Context, paths []string) ([]string, error)
+	// Checkpoints lists the applications Undo can take back, newest first.
+	Checkpoints(ctx context.Context) (CheckpointList, error)
+	// Undo restores the folder to before checkpoint id ("" the newest).
+	Undo(ctx context.Context, id string) (changes.Checkpoint, error)
 }
 
 // SecretInfo describes one secret without its value.

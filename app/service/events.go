@@ -9,14 +9,18 @@ import (
 )
 
 // Event is one thing that happened in the service: exactly one of Session,
-// Task and Egress is set, as Kind says. Task output events locate the
+// Task, Egress, Ask and Pending is set, as Kind says. A "changes" event
+// (Type "changes" too, for readers that look there) carries the number of
+// pending changes whenever the pending set may have changed. Task output events locate the
 // output in the task's log (read it with Logs); they do not carry it.
 type Event struct {
-	Kind    string           `json:"kind"` // "session", "task", "egress", "ask", "ask-answered" or "lag"
+	Kind    string           `json:"kind"` // "session", "task", "egress", "ask", "ask-answered", "changes" or "lag"
+	Type    string           `json:"type,omitempty"`
 	Session *session.Event   `json:"session,omitempty"`
 	Task    *tasks.Event     `json:"task,omitempty"`
 	Egress  *egress.Decision `json:"egress,omitempty"`
 	Ask     *Ask             `json:"ask,omitempty"`
+	Pending *int             `json:"pending,omitempty"`
 }
 
 // Events merges the session's state changes, task changes and egress
@@ -30,6 +34,7 @@ func (s *Service) Events(ctx context.Context, answer bool) (<-chan Event, error)
 	ts := s.store.Subscribe(ctx, 256)
 	te := ts.C
 	ee := s.gate.Subscribe(ctx)
+	ce := s.subscribeChanges(ctx)
 	out := make(chan Event, 64)
 	go func() {
 		defer cancel()
@@ -42,7 +47,7 @@ func (s *Service) Events(ctx context.Context, answer bool) (<-chan Event, error)
 				return false
 			}
 		}
-		for se != nil || te != nil || ee != nil || ae != nil {
+		for se != nil || te != nil || ee != nil || ae != nil || ce != nil {
 			var e Event
 			select {
 			case <-ctx.Done():
@@ -70,6 +75,12 @@ func (s *Service) Events(ctx context.Context, answer bool) (<-chan Event, error)
 			case v, ok := <-ae:
 				if !ok {
 					ae = nil
+					continue
+				}
+				e = v
+			case v, ok := <-ce:
+				if !ok {
+					ce = nil
 					continue
 				}
 				e = v

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/settings"
 	"github.com/airlock-sandbox/airlock/app/tasks"
 )
@@ -51,6 +52,9 @@ func TestWorkspaceQuota(t *testing.T) {
 	os.Chmod(ws, 0o777)
 	st := settings.Default()
 	st.Workspace, st.WorkspaceQuotaMiB = ws, 1
+	// The quota bounds what reaches the folder as the guest writes it:
+	// direct mode's (held changes are bounded by their store instead).
+	st = st.WithChangesMode(ws, changes.Direct)
 	if err := settings.Save(filepath.Join(w.dir, "settings.json"), st, settings.Validators{}); err != nil {
 		t.Fatal(err)
 	}

@@ -74,6 +74,7 @@ func (s *Service) Run(_ context.Context, req RunRequest) (tasks.Task, error) {
 	s.running[t.ID] = r
 	s.wg.Add(1)
 	s.mu.Unlock()
+	s.taskBegins()
 	go func() {
 		defer s.wg.Done()
 		defer close(r.done)
@@ -89,12 +90,32 @@ func (s *Service) Run(_ context.Context, req RunRequest) (tasks.Task, error) {
 // execute runs one task to its end and records how it ended. A task whose
 // VM dies before the guest started it is run on the next VM instead: it was
 // never running, so nothing is lost.
+//
+// What the task changed in a held workspace is pulled from the VM (and in
+// auto mode applied) before the task is reported finished.
 func (s *Service) execute(ctx context.Context, id string, req RunRequest, secretEnv []string, r *runningTask) {
+	var agent *client.Client // the VM the task ran on
+	ended := false
+	finish := func(state tasks.State, exit tasks.Exit, reason string) {
+		ended = true
+		if state == tasks.Lost {
+			// The VM is gone or does not answer: its layer stays on its
+			// disk and the next task's pull finds it.
+			agent = nil
+		}
+		s.taskEnds(agent)
+		s.finish(id, state, exit, reason)
+	}
+	defer func() {
+		if !ended {
+			s.taskEnds(nil)
+		}
+	}()
 	// A task wants a VM: boot one when none is running or wanted (a failed
 	// session is retried too, so the user's next task is its next chance).
 	if st := s.sess.Status().State; st == session.StateStopped || st == session.StateFailed {
 		if err := s.sess.Start(ctx); err != nil {
-			s.finish(id, tasks.Lost, tasks.Exit{}, "no VM to run on: "+err.Error())
+			finish(tasks.Lost, tasks.Exit{}, "no VM to run on: "+err.Error())
 			return
 		}
 	}
@@ -110,11 +131,12 @@ func (s *Service) execute(ctx context.Context, id string, req RunRequest, secret
 	}
 	lastGen, lastRestarts := 0, 0
 	for attempt := 0; ; attempt++ {
-		agent, gen, err := s.agentAfter(ctx, lastGen, lastRestarts)
+		a, gen, err := s.agentAfter(ctx, lastGen, lastRestarts)
 		if err != nil {
-			s.finish(id, tasks.Lost, tasks.Exit{}, "no VM to run on: "+err.Error())
+			finish(tasks.Lost, tasks.Exit{}, "no VM to run on: "+err.Error())
 			return
 		}
+		agent = a
 		s.mu.Lock()
 		r.generation = gen
 		s.mu.Unlock()
@@ -141,7 +163,8 @@ func (s *Service) execute(ctx context.Context, id string, req RunRequest, secret
 		cancelled, started := r.cancelled, r.started
 		s.mu.Unlock()
 		if hostTimedOut && !cancelled {
-			s.finish(id, tasks.TimedOut, tasks.Exit{Signal: int(syscall.SIGKILL)}, fmt.Sprintf(
+			agent = nil // the guest does not answer: the next task's pull finds its layer
+			finish(tasks.TimedOut, tasks.Exit{Signal: int(syscall.SIGKILL)}, fmt.Sprintf(
 				"timed out after %s: the guest did not end the task within %s more, so the host stopped waiting (is the VM frozen? see `airlock status`)",
 				req.Timeout, HostTimeoutGrace))
 			return
@@ -154,7 +177,7 @@ func (s *Service) execute(ctx context.Context, id string, req RunRequest, secret
 			lastGen, lastRestarts = gen, restarts
 			continue
 		}
-		s.record(id, req, exit, err, cancelled)
+		finish(Outcome(exit, err, cancelled, req.Timeout))
 		return
 	}
 }
@@ -195,12 +218,6 @@ func (s *Service) agentAfter(ctx context.Context, after, restarts int) (*client.
 // agent broke, rather than the agent refusing the task.
 func isTransport(err error) bool {
 	return status.Code(errors.Unwrap(err)) == codes.Unavailable || errors.Is(err, client.ErrNoExit)
-}
-
-// record turns how Exec ended into the task's final state.
-func (s *Service) record(id string, req RunRequest, exit client.Exit, err error, cancelled bool) {
-	state, ex, reason := Outcome(exit, err, cancelled, req.Timeout)
-	s.finish(id, state, ex, reason)
 }
 
 // Outcome maps how an Exec call ended to a task's final state, exit status

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/secrets"
@@ -69,6 +70,7 @@ type Service struct {
 
 	asks  asks
 	quota quotaWatch
+	chg   held
 
 	mu       sync.Mutex
 	settings settings.Settings
@@ -161,8 +163,12 @@ func Open(cfg Config) (*Service, error) {
 		}
 		opts.Workspace, opts.UID, opts.GID = f.Path, f.UID, f.GID
 	}
+	start := cfg.Start
+	if start == nil {
+		start = session.StartSandbox
+	}
 	s.sess = session.New(session.Config{
-		Sandbox: opts, RunDir: filepath.Join(cfg.StateDir, "run"), Start: cfg.Start,
+		Sandbox: opts, RunDir: filepath.Join(cfg.StateDir, "run"), Start: s.startHeld(start),
 		Resolve: cfg.Resolve, Logger: cfg.Logger, OnLost: s.onLost,
 	})
 	s.startQuota()
@@ -185,7 +191,7 @@ func (s *Service) Close(ctx context.Context) error {
 	s.quota.stop()
 	err := s.sess.Close(ctx)
 	s.wg.Wait()
-	return errors.Join(err, s.gate.Close(), s.store.Close())
+	return errors.Join(err, s.closeHeld(), s.gate.Close(), s.store.Close())
 }
 
 // Status reports the session, the settings and the task counts.
@@ -214,15 +220,36 @@ func (s *Service) StopVM(ctx context.Context) error { return s.sess.Stop(ctx) }
 // RestartVM replaces the VM with a fresh one.
 func (s *Service) RestartVM(ctx context.Context) error { return s.sess.Restart(ctx) }
 
-// SetWorkspace validates dir, saves it in the settings, and restarts the
-// session on it. A refused folder changes nothing.
-func (s *Service) SetWorkspace(ctx context.Context, dir string, readOnly bool) error {
+// SetWorkspace validates dir, saves it in the settings with its changes
+// mode (mode "" keeps the folder's: auto for a new one), and restarts the
+// session on it. A refused folder or mode changes nothing; so does a
+// folder whose held changes another process has open.
+func (s *Service) SetWorkspace(ctx context.Context, dir string, readOnly bool, mode changes.Mode) error {
+	if err := checkMode(mode); err != nil {
+		return err
+	}
 	f, err := s.cfg.Resolve(dir)
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
+	if mode == "" {
+		mode = s.settings.ChangesMode(f.Path)
+	}
+	s.mu.Unlock()
+	if Holds(f.Path, mode, readOnly) {
+		// Take the folder's store now: another process holding it is
+		// refused before anything changes.
+		s.chg.mu.Lock()
+		_, err := s.heldFor(f.Path, mode)
+		s.chg.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
 	if err := s.updateSettings(func(st *settings.Settings) error {
 		st.Workspace, st.ReadOnly = f.Path, readOnly
+		*st = st.WithChangesMode(f.Path, mode)
 		return nil
 	}); err != nil {
 		return err

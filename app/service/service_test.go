@@ -33,6 +33,9 @@ type world struct {
 	boots   int
 	noExec  int // boots up to this one serve agent calls but no task streams
 	service *Service
+	// upper, when set, plays the guest's changes layer: the agent exports
+	// and forgets what is in it, as the guest's overlay's upper folder.
+	upper string
 }
 
 func newWorld(t *testing.T) *world {
@@ -82,13 +85,28 @@ func (w *world) boot(ctx context.Context, g *vmtest.Guest) error {
 	}
 	off := make(chan struct{})
 	var once sync.Once
-	srv := agent.New(agent.Config{
+	cfg := agent.Config{
 		UserHome: w.home, WorkspaceDir: w.home,
 		SetClock: func(time.Time) error { return nil },
 		PowerOff: func(bool) error { once.Do(func() { close(off) }); return nil },
-	})
+	}
+	w.mu.Lock()
+	upper := w.upper
+	w.mu.Unlock()
+	if upper != "" {
+		cfg.LayerUpper, cfg.LayerLower, cfg.RefreshLayer = upper, w.home, func() error { return nil }
+	}
+	srv := agent.New(cfg)
 	go srv.ServeAgent(l)
 	defer l.Close()
+	if upper != "" {
+		ll, err := g.Listen(api.PortLayer)
+		if err != nil {
+			return err
+		}
+		defer ll.Close()
+		go srv.ServeLayer(ll)
+	}
 	w.mu.Lock()
 	serveExec := w.boots > w.noExec
 	w.mu.Unlock()
@@ -323,7 +341,7 @@ func TestEgressRulesAndWorkspace(t *testing.T) {
 	if err != nil || len(st.Allow) != 1 || len(st.Deny) != 0 {
 		t.Fatalf("rules %+v %v", st, err)
 	}
-	if err := w.service.SetWorkspace(ctx, "/", false); err == nil {
+	if err := w.service.SetWorkspace(ctx, "/", false, ""); err == nil {
 		t.Fatal("sharing / was accepted")
 	}
 	b, err := os.ReadFile(filepath.Join(w.dir, "settings.json"))

@@ -101,6 +101,7 @@ var fields = map[string]func(*Settings) any{
 	"image":                func(s *Settings) any { return &s.Image },
 	"keep_disk":            func(s *Settings) any { return &s.KeepDisk },
 	"tool_config_writable": func(s *Settings) any { return &s.ToolConfigWritable },
+	"changes":              func(s *Settings) any { return &s.Changes },
 
 	"egress_log_max_mib":  func(s *Settings) any { return &s.EgressLogMaxMiB },
 	"task_log_max_mib":    func(s *Settings) any { return &s.TaskLogMaxMiB },

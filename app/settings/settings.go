@@ -12,9 +12,12 @@ package settings
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/app/changes"
 )
 
 // Settings is the content of settings.json.
@@ -55,6 +58,11 @@ type Settings struct {
 	// .git/hooks, .envrc, .vscode, .idea. Elsewhere they are read-only to
 	// tasks.
 	ToolConfigWritable []string `json:"tool_config_writable,omitempty"`
+	// Changes maps workspaces (absolute paths) to how they take the
+	// guest's writes: "direct", "review" or "auto" (changes.Mode). A
+	// workspace not listed is in auto mode. ReadOnly wins over any mode:
+	// a read-only share has no changes to hold.
+	Changes map[string]changes.Mode `json:"changes,omitempty"`
 	// Bounds on what the guest can make Airlock write to the host's disk;
 	// see DiskBounds.
 	DiskBounds
@@ -185,6 +193,25 @@ func (s Settings) Validate(v Validators) error {
 			}
 		}
 	}
+	if len(s.Changes) > MaxEntries {
+		bad("changes", -1, fmt.Errorf("%d entries, at most %d are allowed", len(s.Changes), MaxEntries))
+	} else {
+		dirs := make([]string, 0, len(s.Changes))
+		for dir := range s.Changes {
+			dirs = append(dirs, dir)
+		}
+		slices.Sort(dirs) // one order for the messages
+		for _, dir := range dirs {
+			if !filepath.IsAbs(dir) {
+				bad("changes", -1, fmt.Errorf("%q is not an absolute path", dir))
+			} else if _, err := changes.ParseMode(string(s.Changes[dir])); err != nil || s.Changes[dir] == "" {
+				if err == nil {
+					err = errors.New(`changes mode must be "direct", "review" or "auto", not ""`)
+				}
+				bad("changes", -1, fmt.Errorf("%s: %w", dir, err))
+			}
+		}
+	}
 	if s.KeepDisk && s.Image != "standard" {
 		bad("keep_disk", -1, errors.New(`only the "standard" image has a disk to keep`))
 	}
@@ -251,6 +278,25 @@ func (s Settings) Validate(v Validators) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ChangesMode is how workspace ws takes the guest's writes: its entry in
+// Changes, else Auto (the default for a new workspace).
+func (s Settings) ChangesMode(ws string) changes.Mode {
+	if m, ok := s.Changes[ws]; ok && m != "" {
+		return m
+	}
+	return changes.Auto
+}
+
+// WithChangesMode returns a copy of s whose Changes sets ws to mode; the
+// map is copied, so s's own is never changed.
+func (s Settings) WithChangesMode(ws string, mode changes.Mode) Settings {
+	m := make(map[string]changes.Mode, len(s.Changes)+1)
+	maps.Copy(m, s.Changes)
+	m[ws] = mode
+	s.Changes = m
+	return s
 }
 
 // mapHostShape checks NAME=ADDR even without the egress parser, then runs it.

@@ -78,7 +78,7 @@ func TestLoadErrors(t *testing.T) {
 		{"deny empty entry", `{"deny": [""]}`, `settings.json: "deny"[0]: empty entry`},
 		{"map_hosts shape", `{"map_hosts": ["a.com"]}`, `settings.json: "map_hosts"[0]: "a.com" is not NAME=ADDR`},
 		{"map_hosts empty addr", `{"map_hosts": ["a.com="]}`, `settings.json: "map_hosts"[0]: "a.com=" is not NAME=ADDR`},
-		{"unknown field", `{"cpus": 2, "proxy": "x", "Cpus": 3}`, `settings.json: unknown field "Cpus", "proxy"; known fields are allow, cpus, deny, egress_log_max_mib, image, inspect, keep_disk, map_hosts, memory_mib, read_only, secrets, task_log_max_mib, tool_config_writable, upstream_cas, upstream_proxy, workspace, workspace_quota_mib`},
+		{"unknown field", `{"cpus": 2, "proxy": "x", "Cpus": 3}`, `settings.json: unknown field "Cpus", "proxy"; known fields are allow, changes, cpus, deny, egress_log_max_mib, image, inspect, keep_disk, map_hosts, memory_mib, read_only, secrets, task_log_max_mib, tool_config_writable, upstream_cas, upstream_proxy, workspace, workspace_quota_mib`},
 		{"syntax", "{\n  \"cpus\": 2,\n}", `settings.json: line 3, column 1: invalid character '}' looking for beginning of object key string`},
 		{"empty", ``, `settings.json: empty file`},
 		{"not an object", `[1]`, `settings.json: not a JSON object`},
@@ -270,5 +270,34 @@ func TestDiskBoundsSettings(t *testing.T) {
 	}
 	if data, _ := Encode(Default()); strings.Contains(string(data), "_mib\": 0") {
 		t.Errorf("zero bounds are written out:\n%s", data)
+	}
+}
+
+// TestChangesMode: a workspace's mode comes from "changes", auto when it
+// is not listed; a bad mode or a relative folder is refused by name.
+func TestChangesMode(t *testing.T) {
+	s, err := Load(writeFile(t, `{"changes": {"/home/u/a": "review", "/home/u/b": "direct"}}`), Validators{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ws, want := range map[string]string{"/home/u/a": "review", "/home/u/b": "direct", "/home/u/c": "auto"} {
+		if got := s.ChangesMode(ws); string(got) != want {
+			t.Errorf("ChangesMode(%s) = %s, want %s", ws, got, want)
+		}
+	}
+	s2 := s.WithChangesMode("/home/u/c", "review")
+	if s.ChangesMode("/home/u/c") != "auto" || s2.ChangesMode("/home/u/c") != "review" || s2.ChangesMode("/home/u/a") != "review" {
+		t.Errorf("WithChangesMode: %v then %v", s.Changes, s2.Changes)
+	}
+	for content, want := range map[string]string{
+		`{"changes": {"/x": "sometimes"}}`: `"changes": /x: changes mode must be "direct", "review" or "auto", not "sometimes"`,
+		`{"changes": {"/x": ""}}`:          `"changes": /x: changes mode must be`,
+		`{"changes": {"x": "review"}}`:     `"changes": "x" is not an absolute path`,
+		`{"changes": ["review"]}`:          `"changes": want`,
+	} {
+		_, err := Load(writeFile(t, content), Validators{})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want %q", content, err, want)
+		}
 	}
 }

@@ -14,11 +14,7 @@ import (
 
 // Options say which binaries to check, for which target.
 type Options struct {
-	GOOS, GOARCH string
-	// Tags are comma-separated build tags.
-	Tags string
-	// Dir is where go list runs (the module, or a folder inside it).
-	Dir string
+	golist.Target
 	// Patterns are go list package patterns; every main package among them
 	// is a binary to check.
 	Patterns []string
@@ -177,5 +173,5 @@ func packageDefs(p *listed) (map[Symbol]string, error) {
 // goList runs go list -deps for the target; it downloads modules it needs
 // (their C sources are read from the module cache).
 func goList(ctx context.Context, o Options) ([]*listed, error) {
-	return golist.Deps[listed](ctx, golist.Target{GOOS: o.GOOS, GOARCH: o.GOARCH, Tags: o.Tags, Dir: o.Dir}, o.Patterns)
+	return golist.Deps[listed](ctx, o.Target, o.Patterns)
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/airlock-sandbox/airlock/build/internal/golist"
+
 	"bytes"
 	"context"
 	"os"
@@ -74,7 +76,7 @@ func TestCatchesVzWithWails(t *testing.T) {
 	for _, arch := range []string{"arm64", "amd64"} {
 		t.Run(arch, func(t *testing.T) {
 			bins, err := Check(context.Background(), Options{
-				GOOS: "darwin", GOARCH: arch, Tags: "desktop,production", Dir: "../..",
+				Target:   golist.Target{GOOS: "darwin", GOARCH: arch, Tags: "desktop,production", Dir: "../.."},
 				Patterns: []string{"./build/linkcheck/testdata/vzwails"},
 			})
 			if err != nil {
@@ -112,7 +114,7 @@ func TestModule(t *testing.T) {
 	for _, arch := range []string{"arm64", "amd64"} {
 		t.Run(arch, func(t *testing.T) {
 			bins, err := Check(context.Background(), Options{
-				GOOS: "darwin", GOARCH: arch, Tags: "desktop,production", Dir: "../..", Patterns: []string{"./..."},
+				Target: golist.Target{GOOS: "darwin", GOARCH: arch, Tags: "desktop,production", Dir: "../.."}, Patterns: []string{"./..."},
 			})
 			if err != nil {
 				t.Fatal(err)

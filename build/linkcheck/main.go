@@ -35,25 +35,21 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/build/internal/golist"
 )
 
 func main() {
 	var o Options
-	var arches string
 	var verbose bool
-	flag.StringVar(&o.GOOS, "os", "darwin", "target GOOS")
-	flag.StringVar(&arches, "arch", "arm64,amd64", "comma-separated target GOARCH list")
-	flag.StringVar(&o.Tags, "tags", "", "comma-separated build tags (as for go build -tags)")
-	flag.StringVar(&o.Dir, "C", "", "run go list in this folder (default: the current one)")
+	targets := golist.Flags(flag.CommandLine)
 	flag.BoolVar(&verbose, "v", false, "also list every C symbol of every binary")
 	flag.Parse()
-	o.Patterns = flag.Args()
-	if len(o.Patterns) == 0 {
-		o.Patterns = []string{"./..."}
-	}
+	ts, patterns := targets()
+	o.Patterns = patterns
 	ok := true
-	for _, arch := range strings.Split(arches, ",") {
-		o.GOARCH = strings.TrimSpace(arch)
+	for _, t := range ts {
+		o.Target = t
 		bins, err := Check(context.Background(), o)
 		if err != nil {
 			fmt.Printf("linkcheck %s/%s: %v\n", o.GOOS, o.GOARCH, err)

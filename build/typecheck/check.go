@@ -17,11 +17,7 @@ import (
 
 // Options say what to check.
 type Options struct {
-	GOOS, GOARCH string
-	// Tags are comma-separated build tags.
-	Tags string
-	// Dir is where go list runs (the module, or a folder inside it).
-	Dir string
+	golist.Target
 	// Patterns are go list package patterns, such as ./... .
 	Patterns []string
 	Verbose  bool
@@ -135,7 +131,7 @@ func Check(ctx context.Context, o Options) (*Result, error) {
 // goList runs go list -deps for the target; packages come dependencies
 // first.
 func goList(ctx context.Context, o Options, patterns []string) ([]*listed, error) {
-	return golist.Deps[listed](ctx, golist.Target{GOOS: o.GOOS, GOARCH: o.GOARCH, Tags: o.Tags, Dir: o.Dir}, patterns)
+	return golist.Deps[listed](ctx, o.Target, patterns)
 }
 
 type checker struct {

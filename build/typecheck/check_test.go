@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/airlock-sandbox/airlock/build/internal/golist"
+
 	"context"
 	"strings"
 	"testing"
@@ -14,7 +16,7 @@ func TestCatchesWrongVzCall(t *testing.T) {
 	for _, arch := range []string{"arm64", "amd64"} {
 		t.Run(arch, func(t *testing.T) {
 			res, err := Check(context.Background(), Options{
-				GOOS: "darwin", GOARCH: arch, Dir: "../..",
+				Target:   golist.Target{GOOS: "darwin", GOARCH: arch, Dir: "../.."},
 				Patterns: []string{"./build/typecheck/testdata/vzgood", "./build/typecheck/testdata/vzbad"},
 			})
 			if err != nil {
@@ -55,7 +57,7 @@ func TestDarwinBackend(t *testing.T) {
 	for _, arch := range []string{"arm64", "amd64"} {
 		t.Run(arch, func(t *testing.T) {
 			res, err := Check(context.Background(), Options{
-				GOOS: "darwin", GOARCH: arch, Dir: "../..", Tags: "e2e",
+				Target:   golist.Target{GOOS: "darwin", GOARCH: arch, Tags: "e2e", Dir: "../.."},
 				Patterns: []string{"./vm/vz/...", "./vm/platform"},
 			})
 			if err != nil {
@@ -72,7 +74,8 @@ func TestDarwinBackend(t *testing.T) {
 }
 
 func TestUnknownArch(t *testing.T) {
-	if _, err := Check(context.Background(), Options{GOOS: "darwin", GOARCH: "pdp11", Dir: "../..", Patterns: []string{"./vm"}}); err == nil {
+	if _, err := Check(context.Background(), Options{
+		Target: golist.Target{GOOS: "darwin", GOARCH: "pdp11", Dir: "../.."}, Patterns: []string{"./vm"}}); err == nil {
 		t.Error("no error for an unknown architecture")
 	}
 }

@@ -29,24 +29,20 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/build/internal/golist"
 )
 
 func main() {
 	var o Options
-	var arches string
-	flag.StringVar(&o.GOOS, "os", "darwin", "target GOOS")
-	flag.StringVar(&arches, "arch", "arm64,amd64", "comma-separated target GOARCH list")
-	flag.StringVar(&o.Tags, "tags", "", "comma-separated build tags (as for go build -tags)")
-	flag.StringVar(&o.Dir, "C", "", "run go list in this folder (default: the current one)")
+	targets := golist.Flags(flag.CommandLine)
 	flag.BoolVar(&o.Verbose, "v", false, "also report how many dependencies had errors")
 	flag.Parse()
-	o.Patterns = flag.Args()
-	if len(o.Patterns) == 0 {
-		o.Patterns = []string{"./..."}
-	}
+	ts, patterns := targets()
+	o.Patterns = patterns
 	failed := false
-	for _, arch := range strings.Split(arches, ",") {
-		o.GOARCH = strings.TrimSpace(arch)
+	for _, t := range ts {
+		o.Target = t
 		if !run(context.Background(), o, os.Stdout) {
 			failed = true
 		}

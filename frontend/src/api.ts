@@ -44,6 +44,8 @@ export interface Settings {
   inspect?: boolean;
   image?: string;
   keep_disk?: boolean;
+  /** changes maps workspaces to how they take the sandbox's writes; a folder not listed is auto. */
+  changes?: Record<string, ChangesMode>;
 }
 
 /** SecretMeta is what the settings keep of a secret: never its value. */
@@ -147,8 +149,62 @@ export interface RunRequest {
   stdin?: string;
 }
 
+export type ChangesMode = "direct" | "review" | "auto";
+
+export type ChangeKind = "added" | "modified" | "deleted" | "renamed" | "mode";
+
+/** ChangeEntry is one pending change (app/changes.Entry); every string in it is the guest's. */
+export interface ChangeEntry {
+  path: string;
+  kind: ChangeKind | string;
+  from?: string;
+  type?: "file" | "dir" | "symlink" | string;
+  mode?: number;
+  size: number;
+  mtime?: string;
+  link?: string;
+  text?: boolean;
+  lines_added?: number;
+  lines_removed?: number;
+  host_runs?: boolean;
+  conflict?: boolean;
+}
+
+export interface ChangesUsage {
+  pending_bytes: number;
+  checkpoint_bytes: number;
+  limit_bytes: number;
+}
+
+export interface Changes {
+  mode: ChangesMode;
+  entries: ChangeEntry[] | null;
+  usage?: ChangesUsage;
+}
+
+export interface Checkpoint {
+  id: string;
+  time: string;
+  paths: string[] | null;
+  bytes: number;
+  undone?: boolean;
+  summary: string;
+}
+
+export interface ApplyResult {
+  checkpoint?: string;
+  applied: string[] | null;
+  conflicts?: string[] | null;
+  refused?: { path: string; reason: string }[] | null;
+}
+
 export interface Event {
-  kind: "session" | "task" | "egress" | "ask" | "ask-answered" | "lag" | string;
+  kind: "session" | "task" | "egress" | "ask" | "ask-answered" | "lag" | "changes" | string;
+  /** type is accepted as a synonym of kind for the changes event. */
+  type?: string;
+  /** pending counts the waiting changes (changes events). */
+  pending?: number;
+  changes?: { pending?: number };
   session?: { kind: "state" | "lost" | "reconnected" | "lag"; time: string; status?: SessionStatus; generation?: number; error?: string };
   task?: { kind: "created" | "state" | "output" | "removed"; task: Task };
   egress?: Decision;
@@ -253,6 +309,53 @@ async function call<T>(method: string, path: string, body?: unknown, signal?: Ab
     throw new ApiError(err?.error ?? (text.trim() || res.statusText), res.status, err?.code ?? "http");
   }
   return data as T;
+}
+
+/** callRaw answers a GET's body as a Response, after the same checks as call. */
+async function callRaw(path: string, signal?: AbortSignal): Promise<Response> {
+  let res: Response;
+  try {
+    res = await fetch(base() + path, { headers: headers(), credentials: "same-origin", signal });
+  } catch (e) {
+    if ((e as Error).name === "AbortError") throw e;
+    throw new ApiError("Airlock is not answering. Is it still running?", 0, "unreachable");
+  }
+  if (!res.ok) {
+    const text = await res.text();
+    let err: { error?: string; code?: string } | undefined;
+    try {
+      err = JSON.parse(text);
+    } catch {
+      /* not JSON */
+    }
+    throw new ApiError(err?.error ?? (text.trim() || res.statusText), res.status, err?.code ?? "http");
+  }
+  return res;
+}
+
+/** readCapped reads at most limit bytes of a body as UTF-8 text, and says whether it stopped short. */
+async function readCapped(res: Response, limit: number): Promise<{ text: string; cut: boolean }> {
+  if (!res.body) return { text: "", cut: false };
+  const reader = res.body.getReader();
+  const dec = new TextDecoder();
+  let text = "";
+  let got = 0;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return { text: text + dec.decode(), cut: false };
+    const room = limit - got;
+    if (value.length >= room) {
+      text += dec.decode(value.subarray(0, room));
+      await reader.cancel().catch(() => {});
+      return { text, cut: true };
+    }
+    got += value.length;
+    text += dec.decode(value, { stream: true });
+  }
+}
+
+function pathQuery(paths: string[]): string {
+  return paths.map((p) => `path=${encodeURIComponent(p)}`).join("&");
 }
 
 function b64(s: string): Uint8Array {
@@ -365,7 +468,7 @@ export const api = {
   status: () => call<Status>("GET", "/v1/status"),
   settings: () => call<Settings>("GET", "/v1/settings"),
   vm: (action: "start" | "stop" | "restart") => call<Status>("POST", `/v1/vm/${action}`),
-  setWorkspace: (dir: string, readOnly: boolean) => call<Status>("PUT", "/v1/workspace", { dir, read_only: readOnly }),
+  setWorkspace: (dir: string, readOnly: boolean, changes?: ChangesMode) => call<Status>("PUT", "/v1/workspace", { dir, read_only: readOnly, changes }),
   setImage: (image: string, keepDisk: boolean) => call<Status>("PUT", "/v1/image", { image, keep_disk: keepDisk }),
   resetDisk: () => call<Status>("POST", "/v1/disk/reset"),
 
@@ -392,6 +495,16 @@ export const api = {
   secrets: () => call<SecretInfo[]>("GET", "/v1/secrets"),
   setSecret: (req: SecretRequest) => call<SecretInfo>("PUT", `/v1/secrets/${encodeURIComponent(req.name)}`, req),
   removeSecret: (name: string) => call<void>("DELETE", `/v1/secrets/${encodeURIComponent(name)}`),
+
+  changes: () => call<Changes>("GET", "/v1/changes"),
+  /** diff is the unified diff of the paths, as text, cut at limit bytes. */
+  diff: async (paths: string[], signal?: AbortSignal, limit = 4 << 20) => readCapped(await callRaw(`/v1/changes/diff?${pathQuery(paths)}`, signal), limit),
+  /** content is a path's new bytes with the Content-Type the service sniffed. */
+  content: async (path: string, signal?: AbortSignal) => (await callRaw(`/v1/changes/content?${pathQuery([path])}`, signal)).blob(),
+  applyChanges: (paths: string[], force = false) => call<ApplyResult>("POST", "/v1/changes/apply", { paths, force }),
+  discardChanges: (paths: string[]) => call<{ discarded: string[] | null }>("POST", "/v1/changes/discard", { paths }),
+  checkpoints: () => call<{ checkpoints: Checkpoint[] | null; usage?: ChangesUsage }>("GET", "/v1/checkpoints"),
+  undo: (id = "") => call<Checkpoint>("POST", "/v1/checkpoints/undo", { id }),
 
   asks: () => call<Ask[]>("GET", "/v1/asks"),
   answer: (id: string, verdict: Verdict) => call<void>("POST", `/v1/asks/${encodeURIComponent(id)}`, { verdict }),

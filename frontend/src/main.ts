@@ -7,6 +7,7 @@ import { askPanel } from "./asks";
 import { fill, h, icon } from "./dom";
 import { store } from "./store";
 import type { View } from "./ui";
+import { changesView } from "./views/changes";
 import { machineBadge, machineView } from "./views/machine";
 import { networkView } from "./views/network";
 import { settingsView } from "./views/settings";
@@ -23,7 +24,7 @@ declare global {
 takeTokenFromURL();
 
 const ws = workspaceView();
-const views: View[] = [ws, tasksView(), networkView(), machineView(), settingsView()];
+const views: View[] = [ws, tasksView(), changesView(), networkView(), machineView(), settingsView()];
 const asks = askPanel();
 
 const nav = h("nav", { class: "nav", "aria-label": "Screens" });
@@ -48,6 +49,9 @@ function renderNav(): void {
         icon(v.icon),
         h("span", null, v.title),
         v.id === "tasks" && running ? h("span", { class: "count" }, String(running)) : null,
+        v.id === "changes" && store.pendingChanges
+          ? h("span", { class: "count count-warn", "data-testid": "changes-badge", title: `${store.pendingChanges} changes wait for review` }, String(store.pendingChanges))
+          : null,
         v.id === "network" && store.asks.size ? h("span", { class: "count count-warn" }, String(store.asks.size)) : null,
         v.id === "machine" && store.session ? h("span", { class: `dot tone-${machineTone()}` }) : null,
       ),
@@ -99,7 +103,7 @@ window.addEventListener("hashchange", show);
 store.on((t) => {
   for (const v of views) v.update(t);
   if (t === "asks") asks.update();
-  if (t === "status" || t === "asks" || t === "tasks") renderNav();
+  if (t === "status" || t === "asks" || t === "tasks" || t === "changes") renderNav();
   if (t === "status" || t === "conn") renderFoot();
 });
 window.airlockUI = {

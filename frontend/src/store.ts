@@ -1,9 +1,9 @@
 // The UI's picture of Airlock: loaded once, then kept current by the event
 // stream (/v1/events), re-read whole after a reconnect or a lag event.
 
-import { api, type Ask, type Decision, type Event, type SessionStatus, type Settings, type Status, type Task } from "./api";
+import { api, ApiError, type Ask, type Changes, type Decision, type Event, type SessionStatus, type Settings, type Status, type Task } from "./api";
 
-export type Topic = "status" | "tasks" | "egress" | "asks" | "conn";
+export type Topic = "status" | "tasks" | "egress" | "asks" | "conn" | "changes";
 
 const MAX_DECISIONS = 2000;
 
@@ -16,6 +16,12 @@ class Store {
   asks = new Map<string, Ask>();
   connected = false;
   lastError = "";
+  /** changes is the workspace's mode and pending changes; null until read or where the service has none. */
+  changes: Changes | null = null;
+  /** changesError says why the pending changes could not be read ("" when they were). */
+  changesError = "";
+  private changesLoading: Promise<void> | null = null;
+  private changesAgain = false;
 
   private listeners = new Set<(t: Topic) => void>();
   private pending = new Set<Topic>();
@@ -50,7 +56,10 @@ class Store {
   }
 
   setStatus(s: Status): void {
+    const moved = this.status !== null && (this.status.session.workspace !== s.session.workspace || this.status.settings.workspace !== s.settings.workspace);
     this.status = s;
+    // Pending changes belong to a workspace: another folder has its own.
+    if (moved) void this.refreshChanges();
     this.statusAt = Date.now();
     this.emit("status");
   }
@@ -73,6 +82,38 @@ class Store {
     }
   }
 
+  /** pendingChanges counts the changes waiting for review. */
+  get pendingChanges(): number {
+    return this.changes?.entries?.length ?? 0;
+  }
+
+  /**
+   * refreshChanges reads the pending changes again. Calls while a read is
+   * under way coalesce into one more read after it, so a burst of changes
+   * events costs two requests, not one each.
+   */
+  refreshChanges(): Promise<void> {
+    if (this.changesLoading) {
+      this.changesAgain = true;
+      return this.changesLoading;
+    }
+    this.changesLoading = (async () => {
+      do {
+        this.changesAgain = false;
+        try {
+          this.changes = await api.changes();
+          this.changesError = "";
+        } catch (e) {
+          // A service without the changes API (404) has nothing to review.
+          if (e instanceof ApiError && e.status === 404) this.changes = null;
+          this.changesError = e instanceof ApiError && e.status === 404 ? "" : (e as Error).message;
+        }
+        this.emit("changes");
+      } while (this.changesAgain);
+    })().finally(() => (this.changesLoading = null));
+    return this.changesLoading;
+  }
+
   async refreshStatus(): Promise<void> {
     this.setStatus(await api.status());
   }
@@ -91,12 +132,14 @@ class Store {
     this.emit("egress");
     this.asks = new Map(asks.map((a) => [a.id, a]));
     this.emit("asks");
+    void this.refreshChanges();
   }
 
   apply(e: Event): void {
-    switch (e.kind) {
+    switch (e.kind ?? e.type) {
       case "session":
         if (e.session?.status && this.status) {
+          if (e.session.status.workspace !== this.status.session.workspace) void this.refreshChanges();
           this.status = { ...this.status, session: e.session.status };
           this.statusAt = Date.now();
           this.emit("status");
@@ -142,6 +185,9 @@ class Store {
           this.emit("asks");
           if (e.ask.verdict === "allow-always") void api.settings().then((s) => this.setSettings(s)).catch(() => {});
         }
+        break;
+      case "changes":
+        void this.refreshChanges();
         break;
       case "lag":
         void this.refreshAll().catch(() => {});

@@ -102,3 +102,32 @@ export function card(title: Child, ...body: Child[]): HTMLElement {
 export function pathLine(path: string, testid?: string): HTMLElement {
   return h("div", { class: "path-line" }, h("code", { "data-testid": testid, title: path }, path || "—"), path ? button("Copy", { variant: "ghost", icon: "copy", onClick: () => void copy(path), title: "Copy this path" }) : null);
 }
+
+/**
+ * confirmDialog asks before something that cannot be taken back, in a modal
+ * <dialog> (Escape or Cancel says no). It resolves to the answer.
+ */
+export function confirmDialog(title: string, body: Child, ok: string, variant: Variant = "danger"): Promise<boolean> {
+  return new Promise((resolve) => {
+    const okBtn = button(ok, { variant, testid: "confirm-ok" });
+    const cancelBtn = button("Cancel", { testid: "confirm-cancel" });
+    const heading = h("h2", { class: "dialog-title", id: "confirm-title" }, title);
+    const dlg = h(
+      "dialog",
+      { class: "dialog", "data-testid": "confirm-dialog", "aria-labelledby": "confirm-title" },
+      heading,
+      h("div", { class: "dialog-body" }, body),
+      h("div", { class: "dialog-actions" }, cancelBtn, okBtn),
+    );
+    let answer = false;
+    okBtn.addEventListener("click", () => ((answer = true), dlg.close()));
+    cancelBtn.addEventListener("click", () => dlg.close());
+    dlg.addEventListener("close", () => {
+      dlg.remove();
+      resolve(answer);
+    });
+    document.body.appendChild(dlg);
+    dlg.showModal();
+    cancelBtn.focus();
+  });
+}

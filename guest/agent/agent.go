@@ -70,6 +70,13 @@ type Config struct {
 	// mount namespaces of its own; empty runs tasks directly in the
 	// agent's namespaces (tests, and agents not run by the guest's init).
 	TaskInit string
+	// LayerUpper and LayerLower, for a guest booted with its changes held
+	// (api.BootConfig.Changes), are the overlay's upper folder and the
+	// read-only share beneath it, which the layer calls read and change
+	// (layer.go); RefreshLayer makes the overlay at WorkspaceDir show a
+	// change made to its upper folder beneath it (a forget).
+	LayerUpper, LayerLower string
+	RefreshLayer           func() error
 	// Reaper, when set, collects the exit of every task's main process:
 	// the agent runs in PID 1 (guest/boot), which must also reap what
 	// tasks orphan, and one wait4(-1) loop does both. Nil: each task is
@@ -95,7 +102,11 @@ type Server struct {
 	cgroups *cgroups // nil without cgroup support
 	spares  spares   // the spare task init (Config.TaskInit)
 	tasks   atomic.Int64
-	bootMS  atomic.Int64
+	// layerStale says a forget ran while tasks ran (layer.go): the
+	// overlay entries they held show the forgotten layer until the
+	// last task ends, and then are dropped (taskDone).
+	layerStale atomic.Bool
+	bootMS     atomic.Int64
 	// instance tells this agent from the ones init ran before it on the
 	// same VM (Info.agent_instance). The runtime's generator is seeded by
 	// the kernel at exec, so drawing it never waits for entropy at boot.

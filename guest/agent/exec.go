@@ -78,7 +78,7 @@ func (s *Server) Exec(stream ExecStream) error {
 		s.tasks.Add(-1)
 		return execwire.Errorf(execwire.ResourceExhausted, "exec: more than %d tasks running", maxTasks)
 	}
-	defer s.tasks.Add(-1)
+	defer s.taskDone()
 
 	sp, err := s.prepare(start)
 	if err != nil {

@@ -83,6 +83,10 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 	cmd := &exec.Cmd{Path: sp.path, Args: sp.argv, Env: sp.env, Dir: sp.dir}
 	attr := &syscall.SysProcAttr{}
 	isolated := s.cfg.TaskInit != "" && !sp.root
+	// Before a spare is taken: a spare whose mount namespace predates
+	// the read-only binds this makes is then stale (takeSpare discards
+	// it), and its task would not see them.
+	s.guardToolConfig()
 	var spare *spareInit
 	if isolated {
 		spare = s.takeSpare()
@@ -173,7 +177,6 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 	}
 	cmd.SysProcAttr = attr
 
-	s.guardToolConfig()
 	rules, err := s.rules()
 	if err != nil {
 		return nil, err

@@ -90,6 +90,11 @@ func Run(ctx context.Context, log *slog.Logger, opts Options) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	defer el.Close()
+	ll, err := tr.Listen(api.PortLayer)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	defer ll.Close()
 
 	cfg := Config{
 		Transport: boot.Transport,
@@ -101,8 +106,14 @@ func Run(ctx context.Context, log *slog.Logger, opts Options) error {
 		TaskInit:  "/proc/self/exe",
 		Tasks:     &egress.Tasks{},
 		// Nothing to guard in a read-only share, nor where the user
-		// allowed tasks to change it.
-		GuardToolConfig: boot.Share != api.ShareNone && !boot.ShareReadOnly && !boot.ToolConfigWritable,
+		// allowed tasks to change it. A share whose changes the guest
+		// holds is guarded as a writable one: what tasks change there
+		// reaches the folder when the user applies it (or at once, in
+		// the auto mode).
+		GuardToolConfig: boot.Share != api.ShareNone && (!boot.ShareReadOnly || boot.Changes) && !boot.ToolConfigWritable,
+	}
+	if boot.Changes {
+		cfg.LayerUpper, cfg.LayerLower, cfg.RefreshLayer = api.LayerUpper, api.LowerDir, dropDentries
 	}
 	if _, err := os.Stat(cgroupMount + "/cgroup.controllers"); err == nil {
 		cfg.CgroupRoot = CgroupTasks
@@ -139,6 +150,7 @@ func Run(ctx context.Context, log *slog.Logger, opts Options) error {
 	stopServing := context.AfterFunc(ctx, func() { l.Close() })
 	defer stopServing()
 	go srv.ServeExec(el)
+	go srv.ServeLayer(ll)
 
 	up := Uptime()
 	srv.MarkReady(up)

@@ -8,21 +8,22 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
 )
 
-// Files in the shared folder that the user's own tools run on the host,
-// as the user, without asking: git's config (core.fsmonitor, core.pager,
-// core.hooksPath, aliases) and hooks, direnv's .envrc, VS Code's tasks and
-// settings, JetBrains' run configurations. A task that edits them has the
-// host run its code the next time the user runs `git status` or opens the
-// folder. Unless the user allows it for the workspace
-// (api.BootConfig.ToolConfigWritable), the agent makes those that exist
-// read-only to tasks before each task starts: each is a read-only bind
-// mount of itself in the guest, and .git a bind mount of itself, so none
-// of them can be removed, renamed away or replaced (EBUSY) and their
+// toolConfig is what the agent protects in the shared folder: the paths
+// the user's own tools run on the host (api.HostRunPaths). A task that
+// edits them has the host run its code the next time the user runs
+// `git status` or opens the folder. Unless the user allows it for the
+// workspace (api.BootConfig.ToolConfigWritable), the agent makes those that
+// exist read-only to tasks before each task starts: each is a read-only
+// bind mount of itself in the guest, and .git a bind mount of itself, so
+// none of them can be removed, renamed away or replaced (EBUSY) and their
 // contents cannot change (EROFS). A .git folder without hooks gets an
 // empty hooks folder first, so that none can be made in it.
 //
@@ -34,14 +35,33 @@ import (
 // were (a `git init`, a new .vscode) are protected from the next task on,
 // not from the one that made them; nor are repositories below the
 // workspace's top, or submodules' hooks (.git/modules).
-var toolConfig = []toolPath{
-	{name: ".git", self: true, children: []toolPath{
-		{name: "config"},
-		{name: "hooks", dir: true, create: true},
-	}},
-	{name: ".envrc"},
-	{name: ".vscode", dir: true},
-	{name: ".idea", dir: true},
+var toolConfig = toolTree(api.HostRunPaths)
+
+// toolTree turns the shared list into the tree protectTools walks: a
+// folder that holds listed paths is bound onto itself (self), so they
+// cannot be renamed away with it, and a listed folder inside such a folder
+// is created when missing, so that none can be made in it.
+func toolTree(paths []api.HostRunPath) []toolPath {
+	var tree []toolPath
+	for _, p := range paths {
+		tree = addTool(tree, strings.Split(p.Path, "/"), p.Dir, false)
+	}
+	return tree
+}
+
+func addTool(tree []toolPath, elems []string, dir, inSelf bool) []toolPath {
+	i := slices.IndexFunc(tree, func(t toolPath) bool { return t.name == elems[0] })
+	if i < 0 {
+		tree = append(tree, toolPath{name: elems[0]})
+		i = len(tree) - 1
+	}
+	if len(elems) == 1 {
+		tree[i].dir, tree[i].create = dir, dir && inSelf
+		return tree
+	}
+	tree[i].self = true
+	tree[i].children = addTool(tree[i].children, elems[1:], dir, true)
+	return tree
 }
 
 // toolPath is one protected path below its parent.

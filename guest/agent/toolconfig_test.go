@@ -8,11 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/guest/api"
 )
 
 const toolHelperEnv = "AIRLOCK_TOOLCONFIG_HELPER"
@@ -148,5 +151,21 @@ func TestGitReferences(t *testing.T) {
 	got := gitReferences([]byte(config))
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("gitReferences = %q, want %q", got, want)
+	}
+}
+
+// TestToolTree: the shared list becomes the tree the agent protects.
+func TestToolTree(t *testing.T) {
+	want := []toolPath{
+		{name: ".git", self: true, children: []toolPath{
+			{name: "config"},
+			{name: "hooks", dir: true, create: true},
+		}},
+		{name: ".envrc"},
+		{name: ".vscode", dir: true},
+		{name: ".idea", dir: true},
+	}
+	if got := toolTree(api.HostRunPaths); !reflect.DeepEqual(got, want) {
+		t.Fatalf("toolTree = %+v\nwant %+v", got, want)
 	}
 }

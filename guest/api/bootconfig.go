@@ -85,6 +85,7 @@ const (
 	keyRootKeep  = "airlock.root_keep"
 	keyPark      = "airlock.park"
 	keyToolRW    = "airlock.tool_config_rw"
+	keyChanges   = "airlock.changes"
 )
 
 // BootConfig is what the host tells the guest through the kernel command
@@ -115,6 +116,12 @@ type BootConfig struct {
 	// the user's tools run on the host (.git/config, .git/hooks, .envrc,
 	// .vscode, .idea), which the guest otherwise makes read-only to them.
 	ToolConfigWritable bool
+	// Changes holds the guest's changes to the workspace in a layer: the
+	// share, which the host makes read-only, is the lower layer of an
+	// overlay at WorkspaceDir whose upper layer is on the disk labelled
+	// LayerLabel (or a blank one marked BlankLayerMagic, which the guest
+	// formats). The host reads the layer on PortLayer.
+	Changes bool
 }
 
 // Args returns the kernel command line arguments for c, in a stable order.
@@ -136,6 +143,9 @@ func (c BootConfig) Args() []string {
 	// how the share is made (vm/qemu's own words for it).
 	if c.ToolConfigWritable {
 		a = append(a, keyToolRW+"=1")
+	}
+	if c.Changes {
+		a = append(a, keyChanges+"=1")
 	}
 	if c.UID != 0 {
 		a = append(a, keyUID+"="+strconv.FormatUint(uint64(c.UID), 10))
@@ -205,6 +215,8 @@ func ParseCmdline(cmdline string) (BootConfig, error) {
 			c.Park, err = strconv.ParseBool(v)
 		case keyToolRW:
 			c.ToolConfigWritable, err = strconv.ParseBool(v)
+		case keyChanges:
+			c.Changes, err = strconv.ParseBool(v)
 		}
 		if err != nil {
 			return c, fmt.Errorf("kernel command line %s: %w", k, err)
@@ -212,6 +224,9 @@ func ParseCmdline(cmdline string) (BootConfig, error) {
 	}
 	if c.UID == 0 || c.GID == 0 {
 		return c, fmt.Errorf("kernel command line: the task user cannot be root (uid %d, gid %d)", c.UID, c.GID)
+	}
+	if c.Changes && (c.Share == ShareNone || !c.ShareReadOnly) {
+		return c, fmt.Errorf("kernel command line: %s needs a read-only share (%s=1)", keyChanges, keyShareRO)
 	}
 	if c.Park && (c.Transport != TransportSerial || c.Root != "") {
 		return c, fmt.Errorf("kernel command line: %s needs the serial transport and no root disk", keyPark)

@@ -11,6 +11,7 @@ func TestBootConfigRoundTrip(t *testing.T) {
 		{Transport: TransportVsock, Share: ShareVirtiofs, UID: 501, GID: 20, Root: RootLabel},
 		{Transport: TransportSerial, Share: Share9P, UID: 1000, GID: 1000, ToolConfigWritable: true},
 		{Transport: TransportHVSock, Share: Share9PVsock, SharePort: 564, ShareReadOnly: true, UID: 1000, GID: 1000, Root: RootLabel, RootKeep: true, Debug: true},
+		{Transport: TransportSerial, Share: Share9P, ShareReadOnly: true, Changes: true, UID: 1000, GID: 1000, Park: true},
 	} {
 		got, err := ParseCmdline("console=ttyS0 quiet " + strings.Join(c.Args(), " "))
 		if err != nil {
@@ -36,5 +37,25 @@ func TestBootConfigBadRoot(t *testing.T) {
 		if !ValidLabel(ok) {
 			t.Errorf("ValidLabel(%q) = false", ok)
 		}
+	}
+}
+
+// TestBootConfigChangesNeedReadOnlyShare: a guest told to hold its changes
+// refuses to boot on a share the host left writable (the layer would then
+// not be what keeps the folder unchanged), or without a share.
+func TestBootConfigChangesNeedReadOnlyShare(t *testing.T) {
+	for _, line := range []string{
+		"airlock.changes=1",
+		"airlock.share=9p airlock.changes=1",
+		"airlock.share=virtiofs airlock.share_ro=0 airlock.changes=1",
+		"airlock.share=9p airlock.share_ro=1 airlock.changes=maybe",
+	} {
+		if _, err := ParseCmdline(line); err == nil {
+			t.Errorf("%q accepted", line)
+		}
+	}
+	c, err := ParseCmdline("airlock.share=9p airlock.share_ro=1 airlock.changes=1")
+	if err != nil || !c.Changes {
+		t.Errorf("got %+v, %v", c, err)
 	}
 }

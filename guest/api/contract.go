@@ -6,7 +6,7 @@ package api
 
 // Ports on the guest/host transport (vsock, Hyper-V sockets, or the stream
 // multiplexer on a virtio-serial port). The guest listens on PortAgent and
-// PortExec; the host listens on the others.
+// PortExec and PortLayer; the host listens on the others.
 const (
 	// PortReady is dialled by the guest once the agent serves; it writes one
 	// Ready message and closes. The host waits for it instead of polling.
@@ -21,6 +21,11 @@ const (
 	PortEgressSOCKS uint32 = 1026
 	// PortExec takes one stream per task, in the frames of guest/api/execwire.
 	PortExec uint32 = 1027
+	// PortLayer takes one stream per layer call (export, forget) of a guest
+	// booted with its changes held (BootConfig.Changes), in the frames of
+	// guest/api/execwire: one agentv1.LayerRequest, then the tar's bytes
+	// (export) and one agentv1.LayerResponse back.
+	PortLayer uint32 = 1028
 )
 
 // Names of devices and mounts both sides agree on.
@@ -51,4 +56,19 @@ const (
 	// BlankDiskMagic starts a persistent writable disk the host created and
 	// the guest has not formatted yet (the guest looks for it at offset 0).
 	BlankDiskMagic = "AIRLOCK-BLANK-DATA-DISK\n"
+	// LayerLabel is the ext4 label of the disk that holds the changes
+	// layer over a read-only share (BootConfig.Changes), and
+	// BlankLayerMagic starts such a disk the host created blank (or
+	// recreated to wipe it), which the guest formats.
+	LayerLabel      = "airlock-layer"
+	BlankLayerMagic = "AIRLOCK-BLANK-LAYER-DISK\n"
+	// LayerDir is where the guest mounts the changes layer's disk (the
+	// overlay's upper and work folders are in it), and LowerDir where it
+	// mounts the read-only share beneath the overlay at WorkspaceDir.
+	LayerDir = "/run/airlock/layer"
+	LowerDir = "/run/airlock/lower"
+	// LayerUpper and LayerWork are the overlay's upper and work folders
+	// on the layer disk.
+	LayerUpper = LayerDir + "/upper"
+	LayerWork  = LayerDir + "/work"
 )

@@ -151,7 +151,8 @@ func (in *pid1) setup() error {
 	// framework): open it again once modules loaded (opening the serial
 	// console costs ~12 ms under TCG), and tell the host init runs
 	// (api.InitRunning: exactly this line, whatever the log format).
-	if in.loadModules(in.readModules(ModulesList)) > 0 {
+	modules, late := SplitLate(in.readModules(ModulesList), in.cfg)
+	if in.loadModules(modules) > 0 {
 		in.openConsole()
 	}
 	fmt.Fprintln(os.Stderr, api.InitRunning)
@@ -187,9 +188,10 @@ func (in *pid1) setup() error {
 		if err := in.awaitWake(); err != nil {
 			return err
 		}
+		in.loadModules(late)
 	}
 	if in.cfg.Share != api.ShareNone {
-		if err := mountWorkspace(in.cfg); err != nil {
+		if err := mountWorkspace(in.log, in.cfg); err != nil {
 			return err
 		}
 		in.workspace = true
@@ -559,7 +561,7 @@ func (in *pid1) powerOff(reboot bool) {
 	reapUntil(time.Now().Add(time.Second))
 	unix.Sync()
 	if in.workspace {
-		if err := unmountWorkspace(); err != nil {
+		if err := unmountWorkspace(in.cfg); err != nil {
 			in.log.Warn("unmount workspace", "err", err)
 		}
 	}

@@ -97,7 +97,7 @@ func neededParts(cfg api.BootConfig) modulePart {
 	case api.TransportHVSock:
 		p |= partVsock | partHyperV
 	}
-	if cfg.Root != "" {
+	if cfg.Root != "" || cfg.Changes {
 		p |= partRootDisk
 	}
 	switch cfg.Share {
@@ -128,4 +128,28 @@ func ModuleName(p string) string {
 func ModuleNeeded(p string, cfg api.BootConfig) bool {
 	parts, ok := moduleParts[ModuleName(p)]
 	return !ok || parts&neededParts(cfg) != 0
+}
+
+// lateModules are the modules a parked guest (api.BootConfig.Park) loads
+// only after the host's Wake: virtio_blk, whose probe reads the head of
+// every disk (the partition scan) into the kernel's cache. A template's
+// memory is saved at the park, so anything read before it would be the
+// disk of the machine that saved it, stale or another workspace's
+// changes layer, in every machine started from the template.
+var lateModules = map[string]bool{"virtio_blk": true}
+
+// SplitLate returns the modules of paths to load before a park and those
+// to load after the wake: all before unless cfg parks with a layer disk.
+func SplitLate(paths []string, cfg api.BootConfig) (now, late []string) {
+	if !cfg.Park || !cfg.Changes {
+		return paths, nil
+	}
+	for _, p := range paths {
+		if lateModules[ModuleName(p)] {
+			late = append(late, p)
+		} else {
+			now = append(now, p)
+		}
+	}
+	return now, late
 }

@@ -72,6 +72,8 @@ func TestModuleNeeded(t *testing.T) {
 		{"hvsock, 9p over vsock (HCS)", api.BootConfig{Transport: api.TransportHVSock, Share: api.Share9PVsock}, base + " 9pnet netfs fscache 9p 9pnet_fd vsock hv_vmbus hv_sock"},
 		{"root disk (standard image, QEMU)", api.BootConfig{Transport: api.TransportSerial, Share: api.ShareVirtiofs, Root: "airlock-std"},
 			base + " fuse virtiofs hv_vmbus virtio_blk crc16 mbcache jbd2 ext4 crc32c_generic overlay scsi_common scsi_mod scsi_transport_fc hv_storvsc crc64 crc64_rocksoft crct10dif_common crc_t10dif t10_pi sd_mod"},
+		{"changes held (a layer disk, QEMU)", api.BootConfig{Transport: api.TransportSerial, Share: api.Share9P, ShareReadOnly: true, Changes: true},
+			base + " 9pnet netfs fscache 9p 9pnet_virtio hv_vmbus virtio_blk crc16 mbcache jbd2 ext4 crc32c_generic overlay scsi_common scsi_mod scsi_transport_fc hv_storvsc crc64 crc64_rocksoft crct10dif_common crc_t10dif t10_pi sd_mod"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,5 +90,22 @@ func TestModuleNeeded(t *testing.T) {
 	}
 	if ModuleName("/a/b/virtio-rng.ko.xz") != "virtio_rng" {
 		t.Error("ModuleName does not strip the suffix or fold '-'")
+	}
+}
+
+// TestSplitLate: a parked guest with a layer disk loads virtio_blk only
+// after the wake (no disk read goes into a template); any other boot loads
+// everything at once.
+func TestSplitLate(t *testing.T) {
+	paths := []string{"/m/virtio.ko", "/m/virtio_blk.ko.xz", "/m/ext4.ko", "/m/overlay.ko"}
+	parked := api.BootConfig{Transport: api.TransportSerial, Share: api.Share9P, ShareReadOnly: true, Changes: true, Park: true}
+	now, late := SplitLate(paths, parked)
+	if strings.Join(now, " ") != "/m/virtio.ko /m/ext4.ko /m/overlay.ko" || strings.Join(late, " ") != "/m/virtio_blk.ko.xz" {
+		t.Errorf("parked: now %v, late %v", now, late)
+	}
+	for _, cfg := range []api.BootConfig{{Park: true}, {Changes: true}} {
+		if now, late := SplitLate(paths, cfg); len(now) != len(paths) || late != nil {
+			t.Errorf("%+v: now %v, late %v", cfg, now, late)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package boot
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -129,8 +130,9 @@ func setupCgroups(root string) error {
 	return nil
 }
 
-// mountWorkspace mounts the shared folder.
-func mountWorkspace(cfg api.BootConfig) error {
+// mountWorkspace mounts the shared folder, or with changes held the
+// overlay over it (mountChanges).
+func mountWorkspace(log *slog.Logger, cfg api.BootConfig) error {
 	fd := -1
 	if cfg.Share == api.Share9PVsock {
 		var err error
@@ -139,6 +141,9 @@ func mountWorkspace(cfg api.BootConfig) error {
 		}
 		// The kernel holds its own references once mounted.
 		defer unix.Close(fd)
+	}
+	if cfg.Changes {
+		return mountChanges(log, cfg, fd)
 	}
 	m, err := workspaceMount(cfg, fd)
 	if err != nil {
@@ -165,14 +170,18 @@ func dialVsock(port uint32) (int, error) {
 	return fd, nil
 }
 
-// unmountWorkspace unmounts the shared folder, lazily if still busy.
-func unmountWorkspace() error {
+// unmountWorkspace unmounts the shared folder, lazily if still busy, and
+// with changes held what lies beneath its overlay.
+func unmountWorkspace(cfg api.BootConfig) error {
 	err := unix.Unmount(api.WorkspaceDir, 0)
 	if errors.Is(err, unix.EBUSY) {
 		err = unix.Unmount(api.WorkspaceDir, unix.MNT_DETACH)
 	}
 	if errors.Is(err, unix.EINVAL) { // not mounted
-		return nil
+		err = nil
+	}
+	if cfg.Changes {
+		err = errors.Join(err, unmountChanges())
 	}
 	return err
 }

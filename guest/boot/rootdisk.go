@@ -18,6 +18,8 @@ const (
 	diskUnknown = diskKind(0)
 	diskExt     = diskKind(1) // an ext2/3/4 file system
 	diskBlank   = diskKind(2) // a blank persistent disk (api.BlankDiskMagic)
+	// diskBlankLayer is a blank changes layer disk (api.BlankLayerMagic).
+	diskBlankLayer = diskKind(3)
 )
 
 type diskKind int
@@ -29,6 +31,9 @@ type diskKind int
 func probeDisk(head []byte) (diskKind, string) {
 	if bytes.HasPrefix(head, []byte(api.BlankDiskMagic)) {
 		return diskBlank, ""
+	}
+	if bytes.HasPrefix(head, []byte(api.BlankLayerMagic)) {
+		return diskBlankLayer, ""
 	}
 	if len(head) < probeSize {
 		return diskUnknown, ""

@@ -25,6 +25,8 @@ func TestProbeDisk(t *testing.T) {
 		{"label fills the field", full, diskExt, "0123456789abcdef"},
 		{"no label", ext(""), diskExt, ""},
 		{"blank persistent disk", append([]byte(api.BlankDiskMagic), make([]byte, 4000)...), diskBlank, ""},
+		{"blank layer disk", append([]byte(api.BlankLayerMagic), make([]byte, 4000)...), diskBlankLayer, ""},
+		{"layer", ext(api.LayerLabel), diskExt, api.LayerLabel},
 		{"zeros", make([]byte, 4096), diskUnknown, ""},
 		{"short read", ext(api.RootLabel)[:sbOffset+sbLabelOff+3], diskUnknown, ""},
 		{"empty", nil, diskUnknown, ""},

@@ -9,7 +9,9 @@
 //
 // A forwarded connection is copied both ways with half-close (EOF on one
 // side becomes CloseWrite on the other) and is closed on both sides as soon
-// as either side fails. The number of connections in flight is capped (new
+// as either side fails. The stream to the host is framed
+// (guest/api/egresswire), so a half-close reaches the host as a message of
+// its own on every transport, whether or not the transport can half-close. The number of connections in flight is capped (new
 // ones beyond it are reset at once), dialling the host is bounded by a
 // timeout, and a connection the host refuses (no listener on the port) is
 // reset at once, so a client sees an error, never a hang.
@@ -33,6 +35,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/guest/api/egresswire"
 )
 
 // Where the guest's proxies listen. The task environment the host sends
@@ -289,7 +292,7 @@ func (f *Forwarder) forward(ctx context.Context, c net.Conn, port uint32) {
 		pend = f.shares.wait(closer(c))
 	}
 	dctx, cancel := context.WithTimeout(ctx, f.cfg.DialTimeout)
-	h, err := f.cfg.Dial(dctx, port)
+	hc, err := f.cfg.Dial(dctx, port)
 	cancel()
 	if err != nil {
 		if pend != nil {
@@ -299,6 +302,7 @@ func (f *Forwarder) forward(ctx context.Context, c net.Conn, port uint32) {
 		reset(c)
 		return
 	}
+	h := egresswire.Client(hc)
 	closeBoth := func() {
 		c.Close()
 		h.Close()
@@ -395,11 +399,18 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b
 // CloseWrite. On any failure it closes both, which also ends the copy in
 // the other direction.
 func pipe(dst, src net.Conn) (int64, error) {
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	// Hide ReadFrom/WriteTo: a TCP connection's fallback copies in 32 KiB
-	// steps, and every step is a syscall and a transport frame.
-	n, err := io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *bp)
+	var n int64
+	var err error
+	if fw, ok := dst.(*egresswire.Conn); ok {
+		// Reads straight into the record it sends.
+		n, err = fw.ReadFrom(src)
+	} else {
+		bp := copyBufs.Get().(*[]byte)
+		// Hide ReadFrom/WriteTo: a TCP connection's fallback copies in
+		// 32 KiB steps, and every step is a syscall and a transport frame.
+		n, err = io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *bp)
+		copyBufs.Put(bp)
+	}
 	if err == nil {
 		if cw, ok := dst.(closeWriter); ok {
 			err = cw.CloseWrite()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/guest/api/egresswire"
 	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 )
 
@@ -59,18 +60,27 @@ func (pipeAddr) String() string  { return "pipe" }
 
 var errRefused = errors.New("fake: connection refused")
 
+// hostConn is the host's end of a stream, read and written as the gate
+// does (egresswire.Server) over a half-closable pipe.
+type hostConn struct {
+	*egresswire.Conn
+	pipe *pipeConn
+}
+
+func (h *hostConn) abort(err error) { h.pipe.abort(err) }
+
 // fakeHost is the host side of the transport: a port it listens on hands
 // every dialled stream to the test; other ports refuse.
 type fakeHost struct {
 	mu    sync.Mutex
-	ports map[uint32]chan *pipeConn
+	ports map[uint32]chan *hostConn
 	dials int
 }
 
 func newFakeHost(ports ...uint32) *fakeHost {
-	h := &fakeHost{ports: map[uint32]chan *pipeConn{}}
+	h := &fakeHost{ports: map[uint32]chan *hostConn{}}
 	for _, p := range ports {
-		h.ports[p] = make(chan *pipeConn, 64)
+		h.ports[p] = make(chan *hostConn, 64)
 	}
 	return h
 }
@@ -85,14 +95,14 @@ func (h *fakeHost) Dial(ctx context.Context, port uint32) (net.Conn, error) {
 	}
 	guest, host := halfPipe()
 	select {
-	case ch <- host:
+	case ch <- &hostConn{Conn: egresswire.Server(host), pipe: host}:
 		return guest, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
-func (h *fakeHost) accept(t *testing.T, port uint32) *pipeConn {
+func (h *fakeHost) accept(t *testing.T, port uint32) *hostConn {
 	t.Helper()
 	select {
 	case c := <-h.ports[port]:
@@ -283,7 +293,7 @@ func TestCap(t *testing.T) {
 	leakcheck.Goroutines(t)
 	host := newFakeHost(api.PortEgressHTTP)
 	f, addr := serve(t, Config{Dial: host.Dial, MaxConns: 2}, api.PortEgressHTTP)
-	var held []*pipeConn
+	var held []*hostConn
 	var clients []net.Conn
 	for range 2 {
 		c := dial(t, addr)
@@ -357,7 +367,7 @@ func TestClientResetClosesHost(t *testing.T) {
 	// The stream is closed for writing too, not just half-closed.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, err := h.Write([]byte("x")); err != nil {
+		if _, err := h.pipe.Write([]byte("x")); err != nil {
 			break
 		}
 		if time.Now().After(deadline) {

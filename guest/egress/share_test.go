@@ -26,7 +26,7 @@ func httpHead(user, pass string) []byte {
 }
 
 // received reads what the host got on h within a short while.
-func received(h *pipeConn, n int) ([]byte, error) {
+func received(h *hostConn, n int) ([]byte, error) {
 	b := make([]byte, n)
 	done := make(chan error, 1)
 	go func() { _, err := io.ReadFull(h, b); done <- err }()
@@ -51,7 +51,7 @@ func TestTaskShare(t *testing.T) {
 	defer tasks.Add(proxyEnv("tb", "pb"))()
 	host := newFakeHost(api.PortEgressHTTP)
 	_, addr := serve(t, Config{Dial: host.Dial, MaxConns: 32, TaskConns: 3, Tasks: tasks}, api.PortEgressHTTP)
-	var held []*pipeConn
+	var held []*hostConn
 	defer func() {
 		for _, h := range held {
 			h.Close()
@@ -110,7 +110,7 @@ func TestSOCKSShare(t *testing.T) {
 	greeting := []byte{5, 1, 2}
 	auth := append(append([]byte{1, 2}, "ta"...), append([]byte{2}, "pa"...)...)
 	request := []byte{5, 1, 0, 3, 1, 'x', 0, 80}
-	socks := func() (net.Conn, *pipeConn) {
+	socks := func() (net.Conn, *hostConn) {
 		c := dial(t, addr)
 		c.Write(greeting)
 		h := host.accept(t, api.PortEgressSOCKS)
@@ -148,7 +148,7 @@ func TestPendingBound(t *testing.T) {
 	defer tasks.Add(proxyEnv("ta", "pa"))()
 	host := newFakeHost(api.PortEgressHTTP)
 	_, addr := serve(t, Config{Dial: host.Dial, MaxConns: 32, PendingConns: 2, HeadTimeout: 2 * time.Second, Tasks: tasks}, api.PortEgressHTTP)
-	var held []*pipeConn
+	var held []*hostConn
 	defer func() {
 		for _, h := range held {
 			h.Close()

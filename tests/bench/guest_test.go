@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/workspace"
+	"github.com/airlock-sandbox/airlock/guest/api/egresswire"
 	"github.com/airlock-sandbox/airlock/guest/client"
 	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 	"github.com/airlock-sandbox/airlock/vm"
@@ -513,7 +514,9 @@ func (g *guest) fs(kind, ws string) {
 }
 
 // blaster stands in for the gate on the HTTP port: every stream the guest
-// opens gets streamSize bytes straight from the transport, no proxying.
+// opens gets streamSize bytes straight from the transport, no proxying, in
+// the records the guest's forwarder reads (guest/api/egresswire), as the
+// gate sends them.
 type blaster struct{ gate *egress.Gate }
 
 func (b blaster) ServeHTTPProxy(l net.Listener) error {
@@ -525,11 +528,13 @@ func (b blaster) ServeHTTPProxy(l net.Listener) error {
 		}
 		go func() {
 			defer c.Close()
+			fc := egresswire.FramedServer(c)
 			for left := streamSize; left > 0; left -= len(buf) {
-				if _, err := c.Write(buf[:min(left, len(buf))]); err != nil {
+				if _, err := fc.Write(buf[:min(left, len(buf))]); err != nil {
 					return
 				}
 			}
+			fc.CloseWrite()
 		}()
 	}
 }

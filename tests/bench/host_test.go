@@ -71,8 +71,13 @@ func (h *harness) run() {
 	if want("choices") {
 		h.choices()
 	}
-	if slices.ContainsFunc(phases, func(p string) bool { return p != "host" && p != "sizes" && p != "choices" && want(p) }) {
+	if slices.ContainsFunc(phases, func(p string) bool {
+		return p != "host" && p != "sizes" && p != "choices" && p != "changes" && want(p)
+	}) {
 		h.guestPhases()
+	}
+	if want("changes") {
+		h.changes()
 	}
 	if want("service") {
 		h.service()

@@ -98,7 +98,7 @@ func (h *harness) service() {
 	}
 	idleNoVM := settle()
 	bootStart := time.Now()
-	if err := c.SetWorkspace(ctx, ws, false); err != nil {
+	if err := c.SetWorkspace(ctx, ws, false, ""); err != nil {
 		h.b.Fatalf("workspace set: %v\n%s", err, stderr.String())
 	}
 	for {

@@ -34,7 +34,7 @@ var (
 // runs when any guest phase does: its floor VM is their baseline. The
 // image choices (kernel form, initramfs compression, machine type) run
 // only when named.
-var phases = []string{"host", "boot", "rtt", "stdout", "egress", "memory", "fs", "service", "sizes", "choices"}
+var phases = []string{"host", "boot", "rtt", "stdout", "egress", "memory", "fs", "changes", "service", "sizes", "choices"}
 
 // want reports whether phase is to run.
 func want(phase string) bool {

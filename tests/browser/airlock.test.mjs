@@ -4,7 +4,8 @@
 // saved to artifacts/ as a screenshot.
 
 import assert from "node:assert/strict";
-import { mkdirSync, readFileSync } from "node:fs";
+import { chownSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { browser, fileServer, leftovers, screenshot, startServe, workspaceDir } from "./harness.mjs";
 
@@ -120,6 +121,24 @@ test("workspace: a file is refused inline without losing the input, then a folde
   await page.getByTestId("ws-current").filter({ hasText: ws }).waitFor();
   await page.getByTestId("ws-recent").getByTitle(`Share ${other}`).waitFor();
   await screenshot(page, "01-workspace");
+});
+
+test("changes: review mode is chosen for the folder before the machine starts", async () => {
+  // A file for a task to delete later; the guest's task user owns the folder's files.
+  for (const [name, text] of [
+    ["old-draft.txt", "draft to keep\n"],
+    ["plan.txt", "my plan\n"],
+  ]) {
+    writeFileSync(join(ws, name), text);
+    if (process.getuid?.() === 0) chownSync(join(ws, name), 1000, 1000);
+  }
+  await go("changes");
+  await page.getByTestId("changes-mode-review").click();
+  await page.locator('[data-testid="changes-mode-review"][aria-pressed="true"]').waitFor();
+  assert.match(await page.getByTestId("changes-mode-about").innerText(), /Nothing reaches your folder until you apply it/);
+  await page.getByTestId("changes-empty").filter({ hasText: "No changes waiting" }).waitFor();
+  const settingsFile = JSON.parse(readFileSync(`${serve.dirs.XDG_CONFIG_HOME}/airlock/settings.json`, "utf8"));
+  assert.match(JSON.stringify(settingsFile), /"review"/, "settings.json keeps the mode");
 });
 
 test("machine: start from the UI, boot progress, then ready with CPUs and memory", { timeout: BOOT_TIMEOUT + 30_000 }, async () => {
@@ -277,6 +296,135 @@ test("network: a secret is added with its value typed once, listed without it, a
 
   await entry.getByTestId("secret-remove").click();
   await entry.waitFor({ state: "detached" });
+});
+
+/** startTask starts a task through the API, as the page's own origin, without leaving the screen. */
+async function startTask(shell) {
+  const status = await page.evaluate(async (shell) => {
+    const r = await fetch("/v1/tasks", { method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ shell }) });
+    return r.status;
+  }, shell);
+  assert.ok(status >= 200 && status < 300, `POST /v1/tasks: ${status}`);
+}
+
+/** changeRow is the Changes screen's row for a path (any characters). */
+function changeRow(path) {
+  return page.locator(`[data-testid="change"][data-path="${path.replace(/["\\]/g, "\\$&")}"]`);
+}
+
+test("changes: a deletion and an edit wait for review; apply one, undo it, discard the other", { timeout: 180_000 }, async () => {
+  const q3 = join(ws, "q3-summary.md");
+  const draft = join(ws, "old-draft.txt");
+  const before = { bytes: readFileSync(q3), stat: statSync(q3) };
+  const xss = "<img src=x onerror=window.__xss=1>.txt";
+  const edited = "# Q3\nrevenue up 12%\ncosts flat\n";
+
+  // The changes appear on the open screen as the task ends, without a reload.
+  await go("changes");
+  await startTask(`rm /workspace/old-draft.txt && printf '# Q3\\nrevenue up 12%%\\ncosts flat\\n' > /workspace/q3-summary.md && echo '<img src=y onerror=window.__xss=2>' > '/workspace/${xss}'`);
+  await changeRow("q3-summary.md").waitFor({ timeout: 90_000 });
+  await changeRow("old-draft.txt").waitFor({ timeout: 30_000 });
+  await changeRow(xss).waitFor({ timeout: 30_000 });
+  assert.equal(await changeRow("q3-summary.md").getAttribute("data-kind"), "modified");
+  assert.equal(await changeRow("old-draft.txt").getAttribute("data-kind"), "deleted");
+  assert.equal(await page.getByTestId("changes-badge").innerText(), "3");
+  // Nothing reached the folder.
+  assert.deepEqual(readFileSync(q3), before.bytes);
+  assert.ok(existsSync(draft));
+
+  // The guest-chosen name is text: no element was made of it, no handler ran.
+  assert.equal(await changeRow(xss).getByTestId("change-path").innerText(), xss);
+  assert.equal(await page.evaluate(() => document.querySelectorAll('[data-testid="screen-changes"] img').length), 0);
+  await changeRow(xss).getByTestId("change-open").click();
+  await page.getByTestId("change-detail-path").filter({ hasText: xss }).waitFor();
+  // So is the text of its diff.
+  await page.getByTestId("change-view").filter({ hasText: "<img src=y onerror=window.__xss=2>" }).waitFor();
+  assert.equal(await page.evaluate(() => document.querySelectorAll('[data-testid="screen-changes"] img').length), 0);
+  assert.equal(await page.evaluate(() => window.__xss), undefined);
+
+  // The edit's diff, inline and side by side.
+  await changeRow("q3-summary.md").getByTestId("change-open").click();
+  await page.getByTestId("diff-inline").click();
+  const inlineView = page.getByTestId("diff-inline-view");
+  await inlineView.waitFor();
+  assert.match(await inlineView.innerText(), /revenue up 12%/);
+  assert.match(await inlineView.locator('[data-kind="del"]').first().innerText(), /revenue up/);
+  assert.match(await changeRow("q3-summary.md").innerText(), /\+2\s*−1/);
+  await screenshot(page, "09-changes-inline");
+  await page.getByTestId("diff-split").click();
+  await page.getByTestId("diff-split-view").waitFor();
+  assert.match(await page.getByTestId("diff-split-view").innerText(), /costs flat/);
+  await screenshot(page, "09b-changes-side-by-side");
+
+  // Apply only the edit: the folder has it, and still has the deleted file.
+  await changeRow("q3-summary.md").getByTestId("change-select").check();
+  await page.getByTestId("changes-apply-selected").click();
+  await changeRow("q3-summary.md").waitFor({ state: "detached", timeout: 30_000 });
+  assert.equal(readFileSync(q3, "utf8"), edited);
+  assert.equal(readFileSync(draft, "utf8"), "draft to keep\n");
+  const cp = page.getByTestId("checkpoint").first();
+  await cp.waitFor();
+  assert.equal(await cp.getAttribute("data-undone"), "false");
+  assert.equal(await page.getByTestId("changes-badge").innerText(), "2");
+  await screenshot(page, "10-changes-applied");
+
+  // Undo puts the file back exactly: bytes, permissions, modification time.
+  await cp.getByTestId("checkpoint-undo").click();
+  await page.getByTestId("confirm-dialog").waitFor();
+  await page.getByTestId("confirm-ok").click();
+  await page.locator('[data-testid="checkpoint"][data-undone="true"]').first().waitFor({ timeout: 30_000 });
+  const after = statSync(q3);
+  assert.deepEqual(readFileSync(q3), before.bytes);
+  assert.equal(after.mode, before.stat.mode);
+  assert.equal(after.mtimeMs, before.stat.mtimeMs);
+
+  // Discard the deletion, after a confirmation: the file stays.
+  await changeRow("old-draft.txt").getByTestId("change-select").check();
+  await page.getByTestId("changes-discard-selected").click();
+  await page.getByTestId("confirm-dialog").waitFor();
+  await screenshot(page, "11-changes-discard-confirm");
+  await page.getByTestId("confirm-ok").click();
+  await changeRow("old-draft.txt").waitFor({ state: "detached", timeout: 30_000 });
+  assert.equal(readFileSync(draft, "utf8"), "draft to keep\n");
+
+  // Cancel leaves everything as it is; Discard all then empties the list.
+  await page.getByTestId("changes-discard-all").click();
+  await page.getByTestId("confirm-cancel").click();
+  await changeRow(xss).waitFor();
+  await page.getByTestId("changes-discard-all").click();
+  await page.getByTestId("confirm-ok").click();
+  await page.getByTestId("changes-empty").waitFor({ timeout: 30_000 });
+  await page.getByTestId("changes-badge").waitFor({ state: "detached" });
+  assert.ok(!existsSync(join(ws, xss)));
+  await screenshot(page, "12-changes-done");
+});
+
+test("changes: your own edit meanwhile is a conflict; Apply keeps it, Apply anyway keeps it in the checkpoint", { timeout: 120_000 }, async () => {
+  const plan = join(ws, "plan.txt");
+  await go("changes");
+  await startTask("echo 'sandbox plan' > /workspace/plan.txt");
+  await changeRow("plan.txt").waitFor({ timeout: 60_000 });
+  // The user edits the file on the host; the next task's end reads the layer again.
+  writeFileSync(plan, "my plan, edited\n");
+  await startTask("true");
+  await changeRow("plan.txt").getByTestId("change-conflict").waitFor({ timeout: 60_000 });
+
+  await changeRow("plan.txt").getByTestId("change-select").check();
+  await page.getByTestId("changes-apply-selected").click();
+  await page.getByTestId("changes-conflicts").waitFor();
+  assert.equal(readFileSync(plan, "utf8"), "my plan, edited\n");
+  await changeRow("plan.txt").getByTestId("change-open").click();
+  assert.match(await page.getByTestId("change-conflict-note").innerText(), /You changed this file on your computer after the sandbox read it/);
+  await screenshot(page, "13-changes-conflict");
+
+  await page.getByTestId("change-force").click();
+  await changeRow("plan.txt").waitFor({ state: "detached", timeout: 30_000 });
+  assert.equal(readFileSync(plan, "utf8"), "sandbox plan\n");
+  const cp = page.locator('[data-testid="checkpoint"][data-undone="false"]').first();
+  await cp.getByTestId("checkpoint-undo").click();
+  await page.getByTestId("confirm-ok").click();
+  await page.waitForFunction(() => !document.querySelector('[data-testid="checkpoint"][data-undone="false"]'), null, { timeout: 30_000 });
+  assert.equal(readFileSync(plan, "utf8"), "my plan, edited\n");
 });
 
 test("settings: where data and logs live", async () => {

@@ -3,10 +3,12 @@
 package e2e
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -206,5 +208,64 @@ func TestRunEgressFlags(t *testing.T) {
 	code, _, errOut = airlock(t, "", "run", "--allow", "exa mple.com", "--", "true")
 	if code != 125 || !strings.Contains(errOut, `"exa mple.com"`) {
 		t.Fatalf("bad pattern: code %d stderr %q", code, errOut)
+	}
+}
+
+// TestEgressUploadAfterResponse: a client that goes on sending after the
+// server has answered and half-closed gets what it sends through, and its
+// own half-close reaches the server, through both proxies. The guest's
+// forwarder and the gate carry the half-close as a record of their stream
+// (guest/api/egresswire), the same on every backend: on a Mac the
+// transport itself cannot half-close.
+func TestEgressUploadAfterResponse(t *testing.T) {
+	p := probe(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	uploads := make(chan string, 2)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(60 * time.Second))
+				br := bufio.NewReader(c)
+				if _, err := br.ReadString('\n'); err != nil {
+					uploads <- "origin: " + err.Error()
+					return
+				}
+				io.WriteString(c, "response")
+				c.(*net.TCPConn).CloseWrite()
+				rest, err := io.ReadAll(br)
+				if err != nil {
+					uploads <- "origin: " + err.Error()
+					return
+				}
+				uploads <- string(rest)
+			}()
+		}
+	}()
+	_, sp, _ := net.SplitHostPort(l.Addr().String())
+	for _, via := range []string{"connect", "socks"} {
+		t.Run(via, func(t *testing.T) {
+			text := "uploaded-after-the-response-by-" + via
+			_, r := netTask(t, p+" lateupload "+via+" files.test:"+sp+" "+text)
+			if r.Exit.Code != 0 || !strings.Contains(r.Stdout, `answer="response"`) {
+				t.Fatalf("probe: %q %q", r.Stdout, r.Stderr)
+			}
+			select {
+			case got := <-uploads:
+				if got != text {
+					t.Fatalf("the server got %q after its half-close, want %q", got, text)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the client's half-close never reached the server")
+			}
+		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/tasks"
 	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
@@ -42,7 +43,10 @@ func TestFaults(t *testing.T) {
 	os.Mkdir(ws, 0o755)
 	ws = vmharness.OwnedByTaskUser(ws)
 	s := startServe(t, root)
-	if err := s.client.SetWorkspace(t.Context(), ws, false); err != nil {
+	// Direct mode: the faults here are the share's (the folder deleted
+	// under the VM), and the state folder is a small file system that the
+	// log-full fault fills, where a held workspace's layer disk lives.
+	if err := s.client.SetWorkspace(t.Context(), ws, false, changes.Direct); err != nil {
 		t.Fatal(err)
 	}
 	s.works("first boot")
@@ -188,7 +192,7 @@ func TestFaults(t *testing.T) {
 		s.works("with the workspace deleted")
 		os.Mkdir(ws, 0o755)
 		vmharness.OwnedByTaskUser(ws)
-		if err := s.client.SetWorkspace(t.Context(), ws, false); err != nil {
+		if err := s.client.SetWorkspace(t.Context(), ws, false, changes.Direct); err != nil {
 			t.Fatal(err)
 		}
 		tk = s.wait(s.run(service.RunRequest{Shell: "echo back > /workspace/back.txt"}).ID)

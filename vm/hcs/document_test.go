@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,6 +46,13 @@ func TestDocumentGolden(t *testing.T) {
 				{Path: `C:\Program Files\Airlock\images\standard\amd64\root.vhd`, ReadOnly: true},
 				{Path: `C:\Users\alice\AppData\Local\Airlock\state\disks\0123456789abcdef\data.vhd`},
 			}
+		}},
+		// Changes held (api.BootConfig.Changes): the folder read-only at
+		// the Plan9 server, the layer disk writable on SCSI.
+		{"amd64-changes-layer", func(s *Spec) {
+			s.Share, s.ShareReadOnly = true, true
+			s.Cmdline = append(s.Cmdline, "airlock.changes=1")
+			s.Disks = []Disk{{Path: `C:\Users\alice\AppData\Local\Airlock\state\changes\0123456789abcdef\layer.vhd`}}
 		}},
 		{"arm64-share-odd-memory-no-console", func(s *Spec) {
 			s.Arch, s.Share, s.MemoryMiB, s.CPUs, s.ConsolePipe = "arm64", true, 1023, 4, ""
@@ -145,9 +153,10 @@ func checkDocument(t *testing.T, s Spec, d ComputeSystem) {
 	if s.Share {
 		want.Share, want.SharePort, want.ShareReadOnly = api.Share9PVsock, 564, s.ShareReadOnly
 	}
-	if len(s.Disks) > 0 {
+	if slices.Contains(s.Cmdline, "airlock.root_keep=1") {
 		want.Root, want.RootKeep = api.RootLabel, true
 	}
+	want.Changes = slices.Contains(s.Cmdline, "airlock.changes=1")
 	if got != want {
 		t.Errorf("guest reads %+v, want %+v", got, want)
 	}

@@ -342,6 +342,18 @@ func (p plan) args() []string {
 		drive := fmt.Sprintf("file=%s,format=raw,if=none,id=disk%d", optValue(file), i)
 		if d.ReadOnly {
 			drive += ",readonly=on"
+		} else {
+			// The host's lock (app/sandbox's LockDataDisk, LockLayerDisk)
+			// keeps a second VM off a writable disk. QEMU's own (OFD
+			// locks on the file) could not be taken again when a machine
+			// resumed after saving its template ("Failed to get write
+			// lock" at cont: the migration had dropped it, and the
+			// fdset's other descriptor of the same file conflicts).
+			// discard=unmap: what the guest discards (the changes layer
+			// is mounted with discard) becomes a hole in the sparse file
+			// again: 32 MiB written, synced and deleted in the guest left
+			// the file's allocation as it was before.
+			drive += ",file.locking=off,discard=unmap"
 		}
 		a = append(a, "-drive", drive, "-device", fmt.Sprintf("%s,drive=disk%d", p.device("virtio-blk"), i))
 	}

@@ -243,7 +243,7 @@ func TestArgsDisks(t *testing.T) {
 	got := strings.Join(p.args(), " ")
 	for _, want := range []string{
 		"-drive file=/img/std,,1/root.vhd,format=raw,if=none,id=disk0,readonly=on -device virtio-blk-pci,drive=disk0",
-		"-drive file=/state/ws/data.img,format=raw,if=none,id=disk1 -device virtio-blk-pci,drive=disk1",
+		"-drive file=/state/ws/data.img,format=raw,if=none,id=disk1,file.locking=off,discard=unmap -device virtio-blk-pci,drive=disk1",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("args lack %q:\n%s", want, got)
@@ -268,7 +268,7 @@ func TestArgsDiskFDs(t *testing.T) {
 	for _, want := range []string{
 		"-add-fd fd=7,set=1",
 		"-add-fd fd=8,set=2 -drive file=/dev/fdset/2,format=raw,if=none,id=disk0,readonly=on",
-		"-add-fd fd=9,set=3 -add-fd fd=10,set=3 -drive file=/dev/fdset/3,format=raw,if=none,id=disk1 ",
+		"-add-fd fd=9,set=3 -add-fd fd=10,set=3 -drive file=/dev/fdset/3,format=raw,if=none,id=disk1,file.locking=off,discard=unmap ",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("args lack %q:\n%s", want, got)

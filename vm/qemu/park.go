@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
@@ -43,11 +44,30 @@ var (
 // device's connections do not survive QEMU's migration), no share or a 9p
 // one (QEMU migrates a 9p device while the guest has it unmounted, which a
 // parked guest has; virtiofs's vhost-user device not at all), no disks
-// (the standard image switches its root to one during the boot),
-// templates not turned off, and a host with memory files (Linux).
+// but a changes layer (the standard image switches its root to a disk
+// during the boot), templates not turned off, and a host with memory files
+// (Linux).
 func (m *Machine) parks(share string) bool {
 	return haveRAMFiles && m.opts.Templates != TemplatesOff && m.transport == api.TransportSerial &&
-		(m.cfg.Share == nil || share == Share9P) && len(m.cfg.Disks) == 0
+		(m.cfg.Share == nil || share == Share9P) && (len(m.cfg.Disks) == 0 || layerOnly(m.cfg))
+}
+
+// layerOnly reports whether cfg's disks are only a changes layer
+// (api.BootConfig.Changes): writable disks of a guest told to hold its
+// changes. Such a guest reads no disk before its wake (guest/boot loads
+// virtio_blk only then), so a template holds nothing of the disk of the
+// machine that saved it, and its disks are opened by each machine as its
+// own; the disk's path is left out of the template's key (templateKey).
+func layerOnly(cfg vm.Config) bool {
+	if !slices.Contains(cfg.Cmdline, api.BootConfig{Changes: true}.Args()[0]) {
+		return false
+	}
+	for _, d := range cfg.Disks {
+		if d.ReadOnly {
+			return false
+		}
+	}
+	return true
 }
 
 // startParked starts a parking guest: from its template when there is one

@@ -245,9 +245,17 @@ func TestParkWhen(t *testing.T) {
 		{"9p share", TemplatesAuto, api.TransportSerial, share, Share9P, nil, true},
 		{"virtiofs share", TemplatesAuto, api.TransportSerial, share, ShareVirtiofs, nil, false},
 		{"disk", TemplatesAuto, api.TransportSerial, nil, "", []vm.Disk{{Path: "/img/root.ext4", ReadOnly: true}}, false},
+		{"writable disk, no changes held", TemplatesAuto, api.TransportSerial, share, Share9P, []vm.Disk{{Path: "/s/data.vhd"}}, false},
+		{"changes layer", TemplatesAuto, api.TransportSerial, share, Share9P, []vm.Disk{{Path: "/s/layer.vhd"}}, true},
+		{"changes layer and root disk", TemplatesAuto, api.TransportSerial, share, Share9P,
+			[]vm.Disk{{Path: "/img/root.ext4", ReadOnly: true}, {Path: "/s/layer.vhd"}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := &Machine{cfg: vm.Config{Share: tc.share, Disks: tc.disks}, opts: resolved{Options: Options{Templates: tc.templates}}, transport: tc.transport}
+			var cmdline []string
+			if strings.HasPrefix(tc.name, "changes") {
+				cmdline = api.BootConfig{Changes: true}.Args()
+			}
+			m := &Machine{cfg: vm.Config{Share: tc.share, Disks: tc.disks, Cmdline: cmdline}, opts: resolved{Options: Options{Templates: tc.templates}}, transport: tc.transport}
 			if got := m.parks(tc.fs); got != tc.want {
 				t.Errorf("parks = %v, want %v", got, tc.want)
 			}

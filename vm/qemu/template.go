@@ -41,7 +41,7 @@ import (
 // A template is only valid for the exact machine that saved it: the same
 // QEMU binary, kernel and initramfs, and the same command line but for the
 // host-side paths that differ per run (the shared folder, the console
-// log, descriptor numbers). templateKey hashes all of that, so a changed
+// log, a changes layer's disk, descriptor numbers). templateKey hashes all of that, so a changed
 // image, QEMU, memory size, CPU count, kernel argument, share mode or
 // accelerator simply finds no template and boots, saving a new one.
 
@@ -91,6 +91,22 @@ func templateKey(p plan, qemu string) (string, error) {
 		q.SharePath = ""
 	}
 	q.ConsoleLog, q.ConsoleFD, q.PIDFile = "-", 0, ""
+	// A changes layer's disk is each machine's own (layerOnly); its
+	// place in the command line, that it is writable, and its size stay:
+	// a machine started from the template has its virtio-blk device's
+	// configuration (the capacity) from the saved state, so a disk of
+	// another size would be read and written past its end.
+	q.Disks = nil
+	for _, d := range p.Disks {
+		fi, err := os.Stat(d.Path)
+		if err != nil {
+			return "", fmt.Errorf("template key: %w", err)
+		}
+		fmt.Fprintf(h, "disk of %d bytes\x00", fi.Size())
+		d.Path = "-"
+		q.Disks = append(q.Disks, d)
+	}
+	q.DiskFDs = nil
 	q.QMPFD, q.IncomingFD, q.RAMFD = 0, 0, 0
 	fmt.Fprintf(h, "%s", strings.Join(q.args(), "\x00"))
 	return hex.EncodeToString(h.Sum(nil))[:32], nil

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/vm"
 )
 
 // TestTemplateKey: the key changes with what the saved machine depends on,
@@ -68,9 +69,33 @@ func TestTemplateKey(t *testing.T) {
 		{"kernel mtime", func(t *testing.T, p *plan, _ *string) { touch(t, p.Kernel) }, false},
 		{"initrd contents", func(t *testing.T, p *plan, _ *string) { writeFile(t, p.Initrd, "another initrd") }, false},
 		{"qemu binary", func(t *testing.T, _ *plan, qemu *string) { touch(t, *qemu) }, false},
+		{"layer disk path", func(t *testing.T, p *plan, _ *string) {
+			p.Disks[0].Path = filepath.Join(filepath.Dir(p.Kernel), "other-layer.vhd")
+			writeFile(t, p.Disks[0].Path, "")
+			if err := os.Truncate(p.Disks[0].Path, 8<<30); err != nil {
+				t.Fatal(err)
+			}
+			p.DiskFDs = [][]int{{7, 8}}
+		}, true},
+		{"layer disk read-only", func(_ *testing.T, p *plan, _ *string) { p.Disks[0].ReadOnly = true }, false},
+		{"layer disk size", func(t *testing.T, p *plan, _ *string) {
+			if err := os.Truncate(p.Disks[0].Path, 64<<20); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"a second disk", func(_ *testing.T, p *plan, _ *string) { p.Disks = append(p.Disks, p.Disks[0]) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, qemu := setup(t)
+			if strings.HasPrefix(tc.name, "layer") || strings.HasPrefix(tc.name, "a second") {
+				p.ShareReadOnly = true
+				p.Cmdline = api.BootConfig{Changes: true}.Args()
+				p.Disks = []vm.Disk{{Path: filepath.Join(filepath.Dir(p.Kernel), "layer.vhd"), Format: vm.DiskRawVHD}}
+				writeFile(t, p.Disks[0].Path, "")
+				if err := os.Truncate(p.Disks[0].Path, 8<<30); err != nil {
+					t.Fatal(err)
+				}
+			}
 			before, err := templateKey(p, qemu)
 			if err != nil {
 				t.Fatal(err)

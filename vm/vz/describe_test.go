@@ -6,9 +6,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/guest/api"
 	"github.com/airlock-sandbox/airlock/vm"
 )
 
@@ -38,6 +40,13 @@ func TestDescribeGolden(t *testing.T) {
 				{Path: "/Applications/Airlock.app/Contents/Resources/images/standard/arm64/root.vhd", ReadOnly: true, Format: vm.DiskRawVHD},
 				{Path: "/Users/me/Library/Application Support/Airlock/disks/0123/data.vhd", Format: vm.DiskRawVHD},
 			}
+		}},
+		// Changes held (api.BootConfig.Changes): the folder read-only at
+		// the framework, the layer disk writable.
+		{"changes-layer", func(c *vm.Config) {
+			c.Share = &vm.Share{HostPath: "/Users/me/project", ReadOnly: true}
+			c.Cmdline = append(c.Cmdline, "airlock.changes=1")
+			c.Disks = []vm.Disk{{Path: "/Users/me/Library/Application Support/Airlock/changes/0123456789abcdef/layer.vhd", Format: vm.DiskRawVHD}}
 		}},
 		{"default-console-debug", func(c *vm.Config) {
 			c.ConsoleLog = ""
@@ -107,6 +116,13 @@ func checkDescription(t *testing.T, cfg vm.Config, d Description) {
 	}
 	if ro && !d.Share.ReadOnly {
 		t.Error("read-only share not read-only on the device")
+	}
+	if cfg.Share != nil {
+		// The guest must read back what the host meant.
+		boot, err := api.ParseCmdline(d.Boot.Cmdline)
+		if err != nil || boot.ShareReadOnly != cfg.Share.ReadOnly || boot.Changes != slices.Contains(cfg.Cmdline, "airlock.changes=1") {
+			t.Errorf("guest reads %+v, %v from %q", boot, err, d.Boot.Cmdline)
+		}
 	}
 	if !strings.HasSuffix(d.Boot.Cmdline, strings.Join(cfg.Cmdline, " ")) {
 		t.Errorf("command line %q does not end with the caller's words %q", d.Boot.Cmdline, cfg.Cmdline)

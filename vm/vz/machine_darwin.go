@@ -53,9 +53,13 @@ type Machine struct {
 }
 
 // New checks cfg and the kernel, and creates the framework VM; nothing runs
-// until Start. A kernel the framework cannot boot, a size outside this
-// Mac's limits, or a missing entitlement is reported here.
+// until Start. An Intel Mac (checkHost), a kernel the framework cannot
+// boot, a size outside this Mac's limits, or a missing entitlement is
+// reported here.
 func New(cfg vm.Config, opts Options) (*Machine, error) {
+	if err := checkHost(runtime.GOARCH); err != nil {
+		return nil, err
+	}
 	lim := hostLimits()
 	d, err := Describe(cfg, runtime.GOARCH, lim)
 	if err != nil {

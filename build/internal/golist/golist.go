@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,6 +23,30 @@ type Target struct {
 	Tags string
 	// Dir is where go list runs (the module, or a folder inside it).
 	Dir string
+}
+
+// Flags registers the flags both checks take on fs (-os, -arch, -tags,
+// -C) and returns a function that, after fs.Parse, gives one Target per
+// architecture named and the package patterns (./... when none).
+func Flags(fs *flag.FlagSet) func() ([]Target, []string) {
+	var t Target
+	var arches string
+	fs.StringVar(&t.GOOS, "os", "darwin", "target GOOS")
+	fs.StringVar(&arches, "arch", "arm64,amd64", "comma-separated target GOARCH list")
+	fs.StringVar(&t.Tags, "tags", "", "comma-separated build tags (as for go build -tags)")
+	fs.StringVar(&t.Dir, "C", "", "run go list in this folder (default: the current one)")
+	return func() ([]Target, []string) {
+		var ts []Target
+		for _, a := range strings.Split(arches, ",") {
+			t.GOARCH = strings.TrimSpace(a)
+			ts = append(ts, t)
+		}
+		patterns := fs.Args()
+		if len(patterns) == 0 {
+			patterns = []string{"./..."}
+		}
+		return ts, patterns
+	}
 }
 
 // Deps lists patterns and their dependencies for t, dependencies first;

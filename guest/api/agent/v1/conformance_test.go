@@ -38,6 +38,11 @@ var pairs = []struct {
 	{func() agentv1.Message { return new(agentv1.TrustCAResponse) }, func() proto.Message { return new(agentpb.TrustCAResponse) }},
 	{func() agentv1.Message { return new(agentv1.ShutdownRequest) }, func() proto.Message { return new(agentpb.ShutdownRequest) }},
 	{func() agentv1.Message { return new(agentv1.ShutdownResponse) }, func() proto.Message { return new(agentpb.ShutdownResponse) }},
+	{func() agentv1.Message { return new(agentv1.LayerRequest) }, func() proto.Message { return new(agentpb.LayerRequest) }},
+	{func() agentv1.Message { return new(agentv1.LayerExportRequest) }, func() proto.Message { return new(agentpb.LayerExportRequest) }},
+	{func() agentv1.Message { return new(agentv1.LayerForgetRequest) }, func() proto.Message { return new(agentpb.LayerForgetRequest) }},
+	{func() agentv1.Message { return new(agentv1.LayerResponse) }, func() proto.Message { return new(agentpb.LayerResponse) }},
+	{func() agentv1.Message { return new(agentv1.LayerDone) }, func() proto.Message { return new(agentpb.LayerDone) }},
 }
 
 func name(m any) string { return reflect.TypeOf(m).Elem().Name() }

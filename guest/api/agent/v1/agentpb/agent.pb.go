@@ -1302,6 +1302,316 @@ func (*ShutdownResponse) Descriptor() ([]byte, []int) {
 	return file_agent_proto_rawDescGZIP(), []int{16}
 }
 
+// LayerRequest is the one message the host sends on a stream to vsock port
+// 1028 (api.PortLayer, execwire.KindRequest), to a guest booted with its
+// changes held (the overlay at /workspace). The guest answers an export
+// with the layer's tar in execwire.KindStdout frames, then, for either
+// call, one LayerResponse (execwire.KindEvent), and the stream ends.
+type LayerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Call:
+	//
+	//	*LayerRequest_Export
+	//	*LayerRequest_Forget
+	Call          isLayerRequest_Call `protobuf_oneof:"call"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LayerRequest) Reset() {
+	*x = LayerRequest{}
+	mi := &file_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayerRequest) ProtoMessage() {}
+
+func (x *LayerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayerRequest.ProtoReflect.Descriptor instead.
+func (*LayerRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *LayerRequest) GetCall() isLayerRequest_Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *LayerRequest) GetExport() *LayerExportRequest {
+	if x != nil {
+		if x, ok := x.Call.(*LayerRequest_Export); ok {
+			return x.Export
+		}
+	}
+	return nil
+}
+
+func (x *LayerRequest) GetForget() *LayerForgetRequest {
+	if x != nil {
+		if x, ok := x.Call.(*LayerRequest_Forget); ok {
+			return x.Forget
+		}
+	}
+	return nil
+}
+
+type isLayerRequest_Call interface {
+	isLayerRequest_Call()
+}
+
+type LayerRequest_Export struct {
+	// export streams the overlay's upper layer as a tar in the OCI layer
+	// format: a deleted path is an empty ".wh.NAME", a folder that hides
+	// the shared folder's own holds ".wh..wh..opq".
+	Export *LayerExportRequest `protobuf:"bytes,1,opt,name=export,proto3,oneof"`
+}
+
+type LayerRequest_Forget struct {
+	// forget drops paths from the upper layer, so /workspace shows the
+	// shared folder's own version of them again.
+	Forget *LayerForgetRequest `protobuf:"bytes,2,opt,name=forget,proto3,oneof"`
+}
+
+func (*LayerRequest_Export) isLayerRequest_Call() {}
+
+func (*LayerRequest_Forget) isLayerRequest_Call() {}
+
+type LayerExportRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LayerExportRequest) Reset() {
+	*x = LayerExportRequest{}
+	mi := &file_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayerExportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayerExportRequest) ProtoMessage() {}
+
+func (x *LayerExportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayerExportRequest.ProtoReflect.Descriptor instead.
+func (*LayerExportRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{18}
+}
+
+type LayerForgetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// paths are slash-separated, relative to /workspace; none means all.
+	Paths         []string `protobuf:"bytes,1,rep,name=paths,proto3" json:"paths,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LayerForgetRequest) Reset() {
+	*x = LayerForgetRequest{}
+	mi := &file_agent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayerForgetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayerForgetRequest) ProtoMessage() {}
+
+func (x *LayerForgetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayerForgetRequest.ProtoReflect.Descriptor instead.
+func (*LayerForgetRequest) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *LayerForgetRequest) GetPaths() []string {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
+// LayerResponse ends a layer stream: what was done, or why it failed.
+type LayerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*LayerResponse_Done
+	//	*LayerResponse_Error
+	Result        isLayerResponse_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LayerResponse) Reset() {
+	*x = LayerResponse{}
+	mi := &file_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayerResponse) ProtoMessage() {}
+
+func (x *LayerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayerResponse.ProtoReflect.Descriptor instead.
+func (*LayerResponse) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LayerResponse) GetResult() isLayerResponse_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *LayerResponse) GetDone() *LayerDone {
+	if x != nil {
+		if x, ok := x.Result.(*LayerResponse_Done); ok {
+			return x.Done
+		}
+	}
+	return nil
+}
+
+func (x *LayerResponse) GetError() *Error {
+	if x != nil {
+		if x, ok := x.Result.(*LayerResponse_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isLayerResponse_Result interface {
+	isLayerResponse_Result()
+}
+
+type LayerResponse_Done struct {
+	Done *LayerDone `protobuf:"bytes,1,opt,name=done,proto3,oneof"`
+}
+
+type LayerResponse_Error struct {
+	Error *Error `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*LayerResponse_Done) isLayerResponse_Result() {}
+
+func (*LayerResponse_Error) isLayerResponse_Result() {}
+
+type LayerDone struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// entries is the count of tar entries sent (export) or of layer entries
+	// removed (forget); bytes the tar's length (export).
+	Entries       uint64 `protobuf:"varint,1,opt,name=entries,proto3" json:"entries,omitempty"`
+	Bytes         uint64 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LayerDone) Reset() {
+	*x = LayerDone{}
+	mi := &file_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayerDone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayerDone) ProtoMessage() {}
+
+func (x *LayerDone) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayerDone.ProtoReflect.Descriptor instead.
+func (*LayerDone) Descriptor() ([]byte, []int) {
+	return file_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *LayerDone) GetEntries() uint64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *LayerDone) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
@@ -1385,7 +1695,21 @@ const file_agent_proto_rawDesc = "" +
 	"\x0fTrustCAResponse\")\n" +
 	"\x0fShutdownRequest\x12\x16\n" +
 	"\x06reboot\x18\x01 \x01(\bR\x06reboot\"\x12\n" +
-	"\x10ShutdownResponseBGZEgithub.com/airlock-sandbox/airlock/guest/api/agent/v1/agentpb;agentpbb\x06proto3"
+	"\x10ShutdownResponse\"\x96\x01\n" +
+	"\fLayerRequest\x12>\n" +
+	"\x06export\x18\x01 \x01(\v2$.airlock.guest.v1.LayerExportRequestH\x00R\x06export\x12>\n" +
+	"\x06forget\x18\x02 \x01(\v2$.airlock.guest.v1.LayerForgetRequestH\x00R\x06forgetB\x06\n" +
+	"\x04call\"\x14\n" +
+	"\x12LayerExportRequest\"*\n" +
+	"\x12LayerForgetRequest\x12\x14\n" +
+	"\x05paths\x18\x01 \x03(\tR\x05paths\"}\n" +
+	"\rLayerResponse\x121\n" +
+	"\x04done\x18\x01 \x01(\v2\x1b.airlock.guest.v1.LayerDoneH\x00R\x04done\x12/\n" +
+	"\x05error\x18\x02 \x01(\v2\x17.airlock.guest.v1.ErrorH\x00R\x05errorB\b\n" +
+	"\x06result\";\n" +
+	"\tLayerDone\x12\x18\n" +
+	"\aentries\x18\x01 \x01(\x04R\aentries\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytesBGZEgithub.com/airlock-sandbox/airlock/guest/api/agent/v1/agentpb;agentpbb\x06proto3"
 
 var (
 	file_agent_proto_rawDescOnce sync.Once
@@ -1399,25 +1723,30 @@ func file_agent_proto_rawDescGZIP() []byte {
 	return file_agent_proto_rawDescData
 }
 
-var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_agent_proto_goTypes = []any{
-	(*AgentRequest)(nil),     // 0: airlock.guest.v1.AgentRequest
-	(*AgentResponse)(nil),    // 1: airlock.guest.v1.AgentResponse
-	(*ExecStart)(nil),        // 2: airlock.guest.v1.ExecStart
-	(*Resize)(nil),           // 3: airlock.guest.v1.Resize
-	(*ExecRequest)(nil),      // 4: airlock.guest.v1.ExecRequest
-	(*Started)(nil),          // 5: airlock.guest.v1.Started
-	(*Exit)(nil),             // 6: airlock.guest.v1.Exit
-	(*Error)(nil),            // 7: airlock.guest.v1.Error
-	(*ExecEvent)(nil),        // 8: airlock.guest.v1.ExecEvent
-	(*InfoRequest)(nil),      // 9: airlock.guest.v1.InfoRequest
-	(*InfoResponse)(nil),     // 10: airlock.guest.v1.InfoResponse
-	(*SetTimeRequest)(nil),   // 11: airlock.guest.v1.SetTimeRequest
-	(*SetTimeResponse)(nil),  // 12: airlock.guest.v1.SetTimeResponse
-	(*TrustCARequest)(nil),   // 13: airlock.guest.v1.TrustCARequest
-	(*TrustCAResponse)(nil),  // 14: airlock.guest.v1.TrustCAResponse
-	(*ShutdownRequest)(nil),  // 15: airlock.guest.v1.ShutdownRequest
-	(*ShutdownResponse)(nil), // 16: airlock.guest.v1.ShutdownResponse
+	(*AgentRequest)(nil),       // 0: airlock.guest.v1.AgentRequest
+	(*AgentResponse)(nil),      // 1: airlock.guest.v1.AgentResponse
+	(*ExecStart)(nil),          // 2: airlock.guest.v1.ExecStart
+	(*Resize)(nil),             // 3: airlock.guest.v1.Resize
+	(*ExecRequest)(nil),        // 4: airlock.guest.v1.ExecRequest
+	(*Started)(nil),            // 5: airlock.guest.v1.Started
+	(*Exit)(nil),               // 6: airlock.guest.v1.Exit
+	(*Error)(nil),              // 7: airlock.guest.v1.Error
+	(*ExecEvent)(nil),          // 8: airlock.guest.v1.ExecEvent
+	(*InfoRequest)(nil),        // 9: airlock.guest.v1.InfoRequest
+	(*InfoResponse)(nil),       // 10: airlock.guest.v1.InfoResponse
+	(*SetTimeRequest)(nil),     // 11: airlock.guest.v1.SetTimeRequest
+	(*SetTimeResponse)(nil),    // 12: airlock.guest.v1.SetTimeResponse
+	(*TrustCARequest)(nil),     // 13: airlock.guest.v1.TrustCARequest
+	(*TrustCAResponse)(nil),    // 14: airlock.guest.v1.TrustCAResponse
+	(*ShutdownRequest)(nil),    // 15: airlock.guest.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),   // 16: airlock.guest.v1.ShutdownResponse
+	(*LayerRequest)(nil),       // 17: airlock.guest.v1.LayerRequest
+	(*LayerExportRequest)(nil), // 18: airlock.guest.v1.LayerExportRequest
+	(*LayerForgetRequest)(nil), // 19: airlock.guest.v1.LayerForgetRequest
+	(*LayerResponse)(nil),      // 20: airlock.guest.v1.LayerResponse
+	(*LayerDone)(nil),          // 21: airlock.guest.v1.LayerDone
 }
 var file_agent_proto_depIdxs = []int32{
 	9,  // 0: airlock.guest.v1.AgentRequest.info:type_name -> airlock.guest.v1.InfoRequest
@@ -1434,11 +1763,15 @@ var file_agent_proto_depIdxs = []int32{
 	5,  // 11: airlock.guest.v1.ExecEvent.started:type_name -> airlock.guest.v1.Started
 	6,  // 12: airlock.guest.v1.ExecEvent.exit:type_name -> airlock.guest.v1.Exit
 	7,  // 13: airlock.guest.v1.ExecEvent.error:type_name -> airlock.guest.v1.Error
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	18, // 14: airlock.guest.v1.LayerRequest.export:type_name -> airlock.guest.v1.LayerExportRequest
+	19, // 15: airlock.guest.v1.LayerRequest.forget:type_name -> airlock.guest.v1.LayerForgetRequest
+	21, // 16: airlock.guest.v1.LayerResponse.done:type_name -> airlock.guest.v1.LayerDone
+	7,  // 17: airlock.guest.v1.LayerResponse.error:type_name -> airlock.guest.v1.Error
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }
@@ -1471,13 +1804,21 @@ func file_agent_proto_init() {
 		(*ExecEvent_Exit)(nil),
 		(*ExecEvent_Error)(nil),
 	}
+	file_agent_proto_msgTypes[17].OneofWrappers = []any{
+		(*LayerRequest_Export)(nil),
+		(*LayerRequest_Forget)(nil),
+	}
+	file_agent_proto_msgTypes[20].OneofWrappers = []any{
+		(*LayerResponse_Done)(nil),
+		(*LayerResponse_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_proto_rawDesc), len(file_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

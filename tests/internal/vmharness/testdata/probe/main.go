@@ -32,6 +32,8 @@
 //	probe mknod FILE fifo|sock|reg MODE  mknod(2) of that type with octal MODE
 //	probe bindunix PATH                bind(2) a unix socket at PATH
 //	probe iouring | openat2            io_uring_setup(2), openat2(2) (calls a filter cannot read)
+//	probe lateupload connect|socks HOST:PORT TEXT  through the proxy: send a line, read the
+//	                                   answer to its EOF, then send TEXT and half-close
 //	probe hold N silent|URL            open N connections to the HTTP proxy and hold them: sending
 //	                                   nothing, or a keep-alive GET of URL with the task's credential;
 //	                                   prints how many opened, then holds them until killed
@@ -93,6 +95,8 @@ func main() {
 		raw(arg(2))
 	case "hold":
 		hold(atoi(arg(2)), arg(3))
+	case "lateupload":
+		lateUpload(arg(2), arg(3), arg(4))
 	case "socks5":
 		socks5(arg(2), arg(3), arg(4), arg(5))
 	case "slow":
@@ -393,6 +397,60 @@ func raw(req string) {
 
 // requestLine matches the request lines of a (pipelined) request text.
 var requestLine = regexp.MustCompile(`(?m)((?:^|\n)[A-Z]+ [^\r\n]* HTTP/1\.[01]\r\n)`)
+
+// lateUpload opens a tunnel to target through the task's HTTP proxy
+// (connect) or SOCKS5 proxy (socks), sends "request\n", reads the answer
+// until the server half-closes, and only then sends text and half-closes
+// itself: what a client that uploads after the response does.
+func lateUpload(via, target, text string) {
+	var c net.Conn
+	var r io.Reader
+	switch via {
+	case "connect":
+		u, err := url.Parse(os.Getenv("HTTP_PROXY"))
+		if err != nil {
+			fail("HTTP_PROXY: %v", err)
+		}
+		c, err = net.DialTimeout("tcp", u.Host, 10*time.Second)
+		check("dial proxy", err)
+		pass, _ := u.User.Password()
+		auth := base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + pass))
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\n\r\n", target, target, auth)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		check("CONNECT", err)
+		if resp.StatusCode != 200 {
+			fail("CONNECT: %s", resp.Status)
+		}
+		r = br
+	case "socks":
+		u, err := url.Parse(os.Getenv("ALL_PROXY"))
+		if err != nil {
+			fail("ALL_PROXY: %v", err)
+		}
+		pass, _ := u.User.Password()
+		d, err := proxy.SOCKS5("tcp", u.Host, &proxy.Auth{User: u.User.Username(), Password: pass}, proxy.Direct)
+		check("socks", err)
+		c, err = d.Dial("tcp", target)
+		check("socks connect", err)
+		r = c
+	default:
+		fail("lateupload: connect or socks, not %q", via)
+	}
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	_, err := io.WriteString(c, "request\n")
+	check("write request", err)
+	answer, err := io.ReadAll(r)
+	check("read answer", err)
+	n, err := io.WriteString(c, text)
+	check("write after the answer", err)
+	cw, ok := c.(interface{ CloseWrite() error })
+	if !ok {
+		fail("the proxy connection cannot half-close")
+	}
+	check("half-close", cw.CloseWrite())
+	fmt.Printf("answer=%q sent=%d\n", answer, n)
+}
 
 // socks5 speaks SOCKS5 by hand to send what a library would not.
 func socks5(cmd, atyp, host, port string) {

@@ -1,0 +1,52 @@
+//go:build unix
+
+package changes
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// TestApplyAsRootGivesTheFolderOwner: Airlock run as root (a service, this
+// machine's CI) writes into a user's folder; what Apply and Undo make
+// there must be that user's, or the user (and the next task) cannot
+// change it.
+func TestApplyAsRootGivesTheFolderOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: only root can make a file another user's")
+	}
+	const uid, gid = 1000, 1000
+	ws, dir := t.TempDir(), t.TempDir()
+	s := openTestStore(t, dir, Options{})
+	everyKind(t, ws, s)
+	if err := filepath.Walk(ws, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	owners := func(paths ...string) {
+		t.Helper()
+		for _, p := range paths {
+			fi, err := os.Lstat(filepath.Join(ws, filepath.FromSlash(p)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := fi.Sys().(*syscall.Stat_t); st.Uid != uid || st.Gid != gid {
+				t.Errorf("%s belongs to %d:%d, want the folder owner's %d:%d", p, st.Uid, st.Gid, uid, gid)
+			}
+		}
+	}
+	if _, err := s.Apply(ws, nil, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	owners("added", "added/deep", "added/deep/new.txt", "mod.txt", "new-name.txt", "link")
+	if _, err := s.Undo(ws, ""); err != nil {
+		t.Fatal(err)
+	}
+	owners("mod.txt", "gone.txt", "tree", "tree/sub", "tree/sub/b.bin", "old-name.txt")
+}

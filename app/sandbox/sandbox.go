@@ -349,8 +349,15 @@ func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.D
 				broken <- err
 				return
 			}
-			// The guest is untrusted: bound the time and size of its message.
-			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			// The guest is untrusted: its message is bounded in size
+			// (ReadReady), and in time by the boot's own deadline. Not by
+			// less: the guest dials this stream before its init ends
+			// (formatting a blank layer disk takes seconds on a loaded
+			// host) and writes once init is done; a stream the host closed
+			// meanwhile swallows that write (a closed stream of the
+			// multiplexer drops what the peer still sends) and the boot
+			// would wait for a readiness that had already been sent.
+			_ = c.SetDeadline(began.Add(timeout))
 			r, err := api.ReadReady(c)
 			c.Close()
 			if err != nil {

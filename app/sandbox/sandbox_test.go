@@ -516,3 +516,47 @@ func TestCloseIdle(t *testing.T) {
 		})
 	}
 }
+
+// TestStartReadyAfterLongInit: the guest dials the readiness stream early
+// and writes on it once its init ends, which on a loaded host (a blank
+// layer disk to format) takes longer than any short bound; the host keeps
+// the stream until the boot's deadline, so the write is not lost.
+func TestStartReadyAfterLongInit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a long init")
+	}
+	a := &fakeAgent{off: make(chan struct{})}
+	boot := func(ctx context.Context, g *vmtest.Guest) error {
+		l, err := g.Listen(api.PortAgent)
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		go execwire.ServeAgent(l, a, nil)
+		c, err := g.Dial(ctx, api.PortReady)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-time.After(6 * time.Second):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		api.WriteReady(c, api.Ready{AgentVersion: "late"})
+		c.Close()
+		select {
+		case <-a.off:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	sb, _, err := startWith(t, boot, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := sb.Ready().AgentVersion; v != "late" {
+		t.Errorf("ready from %q, want the late one", v)
+	}
+	sb.Close(context.Background())
+}

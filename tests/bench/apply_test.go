@@ -115,6 +115,18 @@ func (h *harness) applySet(key, name string, files []applyFile) {
 			h.b.Fatalf("undo %s: %v", key, err)
 		}
 		undoMS = append(undoMS, ms(time.Since(t0)))
+		// The undo took the applied files away again: it was timed doing
+		// its work.
+		left := 0
+		filepath.WalkDir(ws, func(_ string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				left++
+			}
+			return nil
+		})
+		if left != 0 {
+			h.b.Fatalf("undo %s left %d files in the folder", key, left)
+		}
 		s.Close()
 		for _, d := range []string{ws, cpDst, filepath.Join(dir, fmt.Sprint("store", i))} {
 			os.RemoveAll(d)

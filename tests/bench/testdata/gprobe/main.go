@@ -4,6 +4,9 @@
 //	gprobe write PATH MIB      write MIB MiB in 1 MiB chunks, fsync, close
 //	gprobe read PATH           read PATH to the end
 //	gprobe meta DIR N          create, stat and unlink N empty files in DIR
+//	gprobe walk DIR REF        lstat every entry beneath DIR and count the files newer
+//	                           than REF, as `find DIR -newer REF` does: the stat walk
+//	                           that dominates `git status` in a large tree
 //	gprobe spawn PROG N        N bare fork+exec+wait of PROG (no arguments), their
 //	                           median in µs: the guest's own cost of a process
 //	gprobe rss                 VmRSS of PID 1 (init, with the agent in it), in KiB
@@ -30,7 +33,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: gprobe write|read|meta|spawn|rss ...")
+		fail("usage: gprobe write|read|meta|walk|spawn|rss|socks ...")
 	}
 	out := map[string]any{"op": os.Args[1]}
 	switch os.Args[1] {
@@ -100,6 +103,26 @@ func main() {
 		os.Remove(dir)
 		out["create_secs"], out["stat_secs"], out["unlink_secs"] = t1.Sub(start).Seconds(), t2.Sub(t1).Seconds(), t3.Sub(t2).Seconds()
 		out["n"] = n
+	case "walk":
+		ref, err := os.Stat(os.Args[3])
+		check(err)
+		var n, newer int
+		start := time.Now()
+		check(filepath.WalkDir(os.Args[2], func(p string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n++
+			if fi.Mode().IsRegular() && fi.ModTime().After(ref.ModTime()) {
+				newer++
+			}
+			return nil
+		}))
+		out["secs"], out["n"], out["newer"] = time.Since(start).Seconds(), n, newer
 	case "spawn":
 		// syscall.ForkExec and Wait4, as lean as Go starts a process (no
 		// pipes, no os/exec bookkeeping): what any agent would pay.

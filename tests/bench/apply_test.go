@@ -1,0 +1,194 @@
+//go:build e2e
+
+package bench
+
+import (
+	"archive/tar"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/changes"
+)
+
+// applyFile is one file of an apply set: its slash path and size.
+type applyFile struct {
+	path string
+	size int
+}
+
+// changesApply measures app/changes carrying a guest's layer into the host
+// folder: Apply of 1,000 small files, and of one 100 MiB file, against
+// `cp -a` of the same files followed by `sync -f` (Apply makes what it
+// writes durable; cp alone does not), and Undo against the Apply. Each
+// round ingests the set, as a layer's tar stream built here, into a fresh
+// store (not timed), then runs Apply and cp -a in alternating order, then
+// Undo; all on one file system, under h.work, as a store and the folder it
+// applies to usually are: Apply links a file's content from the store
+// rather than copying it.
+func (h *harness) changesApply() {
+	small := make([]applyFile, 1000)
+	for i := range small {
+		small[i] = applyFile{fmt.Sprintf("d%02d/f%04d.txt", i%20, i), 4 << 10}
+	}
+	for _, c := range []struct {
+		key, name string
+		files     []applyFile
+	}{
+		{"small", "1,000×4K", small},
+		{"big", "1×100M", []applyFile{{"big.bin", 100 << 20}}},
+	} {
+		h.applySet(c.key, c.name, c.files)
+	}
+}
+
+func (h *harness) applySet(key, name string, files []applyFile) {
+	ctx := context.Background()
+	dir := filepath.Join(h.work, "apply-"+key)
+	src := filepath.Join(dir, "src")
+	layer := filepath.Join(dir, "layer.tar")
+	if err := writeApplySet(src, layer, files); err != nil {
+		h.b.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	var applyMS, cpMS, cpOnlyMS, undoMS []float64
+	for i := range h.rounds {
+		ws, cpDst := filepath.Join(dir, fmt.Sprint("ws", i)), filepath.Join(dir, fmt.Sprint("cp", i))
+		for _, d := range []string{ws, cpDst} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				h.b.Fatal(err)
+			}
+		}
+		s, err := changes.Open(filepath.Join(dir, fmt.Sprint("store", i)), changes.Options{})
+		if err != nil {
+			h.b.Fatal(err)
+		}
+		f, err := os.Open(layer)
+		if err != nil {
+			h.b.Fatal(err)
+		}
+		sum, err := s.Ingest(ctx, f, ws, time.Now(), changes.DefaultLimits)
+		f.Close()
+		if err != nil || sum.Pending < len(files) {
+			h.b.Fatalf("ingest %s: %+v %v", key, sum, err)
+		}
+		// Flush what setting up wrote (the source, the layer, the store),
+		// so the first of Apply and cp -a to sync does not pay for it.
+		if out, err := syncFS(dir); err != nil {
+			h.b.Fatalf("sync -f: %v %s", err, out)
+		}
+		var checkpoint string
+		runApply := func() {
+			t0 := time.Now()
+			res, err := s.Apply(ws, nil, changes.ApplyOptions{})
+			took := time.Since(t0)
+			if err != nil || len(res.Applied) < len(files) {
+				h.b.Fatalf("apply %s: %+v %v", key, res, err)
+			}
+			applyMS, checkpoint = append(applyMS, ms(took)), res.Checkpoint
+		}
+		runCp := func() {
+			t0 := time.Now()
+			if out, err := exec.Command("cp", "-a", src+"/.", cpDst).CombinedOutput(); err != nil {
+				h.b.Fatalf("cp -a: %v %s", err, out)
+			}
+			cpOnlyMS = append(cpOnlyMS, ms(time.Since(t0)))
+			if out, err := syncFS(cpDst); err != nil {
+				h.b.Fatalf("sync -f: %v %s", err, out)
+			}
+			cpMS = append(cpMS, ms(time.Since(t0)))
+		}
+		if i%2 == 0 {
+			runApply()
+			runCp()
+		} else {
+			runCp()
+			runApply()
+		}
+		t0 := time.Now()
+		if _, err := s.Undo(ws, checkpoint); err != nil {
+			h.b.Fatalf("undo %s: %v", key, err)
+		}
+		undoMS = append(undoMS, ms(time.Since(t0)))
+		// The undo took the applied files away again: it was timed doing
+		// its work.
+		left := 0
+		filepath.WalkDir(ws, func(_ string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				left++
+			}
+			return nil
+		})
+		if left != 0 {
+			h.b.Fatalf("undo %s left %d files in the folder", key, left)
+		}
+		s.Close()
+		for _, d := range []string{ws, cpDst, filepath.Join(dir, fmt.Sprint("store", i))} {
+			os.RemoveAll(d)
+		}
+	}
+	h.t.add("changes-apply-"+key, "changes Apply "+name+" (ingested layer)", "ms", applyMS, "cp -a + sync -f", cpMS, nil).Note =
+		fmt.Sprintf("store and folder on one file system (content linked from the store); cp -a alone: %.0f ms", median(cpOnlyMS))
+	h.t.add("changes-undo-"+key, "changes Undo of that Apply, "+name, "ms", undoMS, "its Apply", applyMS, nil)
+}
+
+// writeApplySet writes files beneath src, each with its own content, and
+// the same files as a layer's tar stream at layer.
+func writeApplySet(src, layer string, files []applyFile) error {
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return err
+	}
+	out, err := os.Create(layer)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	tw := tar.NewWriter(out)
+	mtime := time.Now().Truncate(time.Second)
+	dirs := map[string]bool{}
+	for i, f := range files {
+		data := make([]byte, f.size)
+		for j := range data {
+			data[j] = byte(j * 7)
+		}
+		copy(data, fmt.Sprintf("file %d\n", i))
+		if d := path.Dir(f.path); d != "." && !dirs[d] {
+			dirs[d] = true
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: mtime}); err != nil {
+				return err
+			}
+		}
+		p := filepath.Join(src, filepath.FromSlash(f.path))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			return err
+		}
+		os.Chtimes(p, mtime, mtime)
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.path, Mode: 0o644, Size: int64(len(data)), ModTime: mtime}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return out.Close()
+}
+
+// syncFS flushes the file system holding dir: sync -f where coreutils has
+// it (Linux), else the whole system's sync.
+func syncFS(dir string) ([]byte, error) {
+	if runtime.GOOS != "linux" {
+		return exec.Command("sync").CombinedOutput()
+	}
+	return exec.Command("sync", "-f", dir).CombinedOutput()
+}

@@ -498,6 +498,11 @@ func (s *Store) change(root *os.Root, id string, take []record, linkable map[str
 			if err := asFolderOwner(root, tmp); err != nil {
 				return err
 			}
+			if !r.ModTime.IsZero() {
+				if err := setLinkTime(root, tmp, r.ModTime); err != nil {
+					return err
+				}
+			}
 		case File:
 			tmp := tempName(id, r.Path)
 			if err := s.step("write", tmp); err != nil {

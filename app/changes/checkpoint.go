@@ -530,6 +530,11 @@ func (s *Store) restoreOne(root *os.Root, id, blobs string, b state) error {
 		if err := asFolderOwner(root, tmp); err != nil {
 			return err
 		}
+		if !b.ModTime.IsZero() {
+			if err := setLinkTime(root, tmp, b.ModTime); err != nil {
+				return err
+			}
+		}
 		if err := s.step("rename", b.Path); err != nil {
 			return err
 		}

@@ -5,7 +5,9 @@ package changes
 import (
 	"fmt"
 	"os"
+	"path"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -47,6 +49,22 @@ func asFolderOwner(root *os.Root, p string) error {
 	}
 	if err := root.Lchown(p, int(st.Uid), int(st.Gid)); err != nil {
 		return fmt.Errorf("give %s to the folder's owner: %w", printable.String(p), err)
+	}
+	return nil
+}
+
+// setLinkTime sets the modification (and access) time of the symlink p
+// itself: os.Root's Chtimes follows links. The time is set relative to
+// the link's folder opened through root, so the call stays beneath it.
+func setLinkTime(root *os.Root, p string, t time.Time) error {
+	dir, err := root.Open(path.Dir(p))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	ts := []unix.Timespec{unix.NsecToTimespec(t.UnixNano()), unix.NsecToTimespec(t.UnixNano())}
+	if err := unix.UtimesNanoAt(int(dir.Fd()), path.Base(p), ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("set the time of the link %s: %w", printable.String(p), err)
 	}
 	return nil
 }

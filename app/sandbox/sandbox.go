@@ -6,9 +6,11 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -27,6 +29,10 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/filelock"
 	"github.com/airlock-sandbox/airlock/vm"
 )
+
+// readyMessageTime bounds a readiness message from its first byte to its
+// last: the guest writes it at once, so only a dribbling guest needs it.
+const readyMessageTime = 5 * time.Second
 
 // ErrNotReady means the guest did not signal readiness in time.
 var ErrNotReady = errors.New("guest did not become ready")
@@ -350,15 +356,22 @@ func (s *Sandbox) awaitReady(ctx context.Context, l net.Listener, timeout time.D
 				return
 			}
 			// The guest is untrusted: its message is bounded in size
-			// (ReadReady), and in time by the boot's own deadline. Not by
-			// less: the guest dials this stream before its init ends
-			// (formatting a blank layer disk takes seconds on a loaded
-			// host) and writes once init is done; a stream the host closed
-			// meanwhile swallows that write (a closed stream of the
-			// multiplexer drops what the peer still sends) and the boot
-			// would wait for a readiness that had already been sent.
+			// (ReadReady) and, once it has begun, in time. Its first byte
+			// may take as long as the boot: the guest dials this stream
+			// before its init ends (formatting a blank layer disk takes
+			// seconds on a loaded host) and writes once init is done, and
+			// a stream the host closed meanwhile would swallow that write
+			// (a closed stream of the multiplexer drops what the peer
+			// still sends), leaving the boot to wait for a readiness
+			// already sent.
 			_ = c.SetDeadline(began.Add(timeout))
-			r, err := api.ReadReady(c)
+			var first [1]byte
+			_, err = io.ReadFull(c, first[:])
+			var r api.Ready
+			if err == nil {
+				_ = c.SetDeadline(time.Now().Add(readyMessageTime))
+				r, err = api.ReadReady(io.MultiReader(bytes.NewReader(first[:]), c))
+			}
 			c.Close()
 			if err != nil {
 				s.log.Warn("bad readiness message from guest", "err", err)

@@ -24,9 +24,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/printable"
 )
 
-// errUnbuilt marks a call whose body is being written (apply.go's stubs).
-var errUnbuilt = errors.New("changes: not built yet")
-
 // Limits bound what Ingest reads from the guest.
 type Limits struct {
 	// Entries bounds the layer's entries (files, folders, links, whiteouts).

@@ -37,14 +37,7 @@ type changesCore interface {
 // on the folder, and a layer with nothing pending left is wiped.
 type heldCore struct{ h *service.Held }
 
-func (c heldCore) Changes(context.Context) (service.ChangesList, error) {
-	entries, err := c.h.Store.List()
-	if err != nil {
-		return service.ChangesList{}, err
-	}
-	_, usage, err := c.h.Store.Checkpoints()
-	return service.ChangesList{Mode: c.h.Mode, Entries: entries, Usage: usage}, err
-}
+func (c heldCore) Changes(context.Context) (service.ChangesList, error) { return c.h.List() }
 
 func (c heldCore) Diff(_ context.Context, paths []string, w io.Writer) error {
 	return c.h.Store.Diff(c.h.Workspace, paths, w)
@@ -67,8 +60,7 @@ func (c heldCore) Discard(ctx context.Context, paths []string) ([]string, error)
 }
 
 func (c heldCore) Checkpoints(context.Context) (service.CheckpointList, error) {
-	cps, usage, err := c.h.Store.Checkpoints()
-	return service.CheckpointList{Checkpoints: cps, Usage: usage}, err
+	return c.h.Checkpoints()
 }
 
 func (c heldCore) Undo(_ context.Context, id string) (changes.Checkpoint, error) {

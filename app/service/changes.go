@@ -234,18 +234,7 @@ func (s *Service) Changes(context.Context) (ChangesList, error) {
 	if err != nil {
 		return ChangesList{}, err
 	}
-	entries, err := cur.Store.List()
-	if err != nil {
-		return ChangesList{}, err
-	}
-	_, usage, err := cur.Store.Checkpoints()
-	if err != nil {
-		return ChangesList{}, err
-	}
-	if entries == nil {
-		entries = []changes.Entry{}
-	}
-	return ChangesList{Mode: cur.Mode, Entries: entries, Usage: usage}, nil
+	return cur.List()
 }
 
 // Diff writes a unified diff of the pending changes to paths (all when
@@ -317,11 +306,7 @@ func (s *Service) Checkpoints(context.Context) (CheckpointList, error) {
 	if err != nil {
 		return CheckpointList{}, err
 	}
-	cps, usage, err := cur.Store.Checkpoints()
-	if cps == nil {
-		cps = []changes.Checkpoint{}
-	}
-	return CheckpointList{Checkpoints: cps, Usage: usage}, err
+	return cur.Checkpoints()
 }
 
 // Undo restores the workspace to what it was before checkpoint id (""

@@ -67,6 +67,32 @@ func OpenHeld(stateDir, ws string, mode changes.Mode) (*Held, error) {
 // Close releases the store.
 func (h *Held) Close() error { return h.Store.Close() }
 
+// List is the pending changes with the mode and the store's space, as
+// the service and the CLI's --workspace commands show them.
+func (h *Held) List() (ChangesList, error) {
+	entries, err := h.Store.List()
+	if err != nil {
+		return ChangesList{}, err
+	}
+	_, usage, err := h.Store.Checkpoints()
+	if err != nil {
+		return ChangesList{}, err
+	}
+	if entries == nil {
+		entries = []changes.Entry{}
+	}
+	return ChangesList{Mode: h.Mode, Entries: entries, Usage: usage}, nil
+}
+
+// Checkpoints is the checkpoints, newest first, with the store's space.
+func (h *Held) Checkpoints() (CheckpointList, error) {
+	cps, usage, err := h.Store.Checkpoints()
+	if cps == nil {
+		cps = []changes.Checkpoint{}
+	}
+	return CheckpointList{Checkpoints: cps, Usage: usage}, err
+}
+
 // LayerDisk is the path of the workspace's guest layer disk, beside its
 // store.
 func (h *Held) LayerDisk() string { return sandbox.LayerDiskPath(h.stateDir, h.Workspace) }

@@ -125,7 +125,9 @@ func (h *Held) BootOptions(o *sandbox.Options) error {
 	} else {
 		h.Epoch() // a disk whose epoch was never written begins now
 	}
-	holdOptions(o, h.LayerDisk())
+	// The disk is as large as the store's bound, so a full layer gives
+	// the guest ENOSPC rather than more than the store would take.
+	o.Changes, o.LayerDisk, o.LayerDiskSize = true, h.LayerDisk(), changes.DefaultLimit
 	return nil
 }
 
@@ -205,7 +207,7 @@ func (h *Held) Settle(ctx context.Context, agent *client.Client) error {
 // WipeLayer recreates the layer disk blank; no VM may be using it. The
 // guest's layer forgets everything with it.
 func (h *Held) WipeLayer() error {
-	if err := wipeLayerDisk(h.LayerDisk()); err != nil {
+	if err := sandbox.ResetLayerDisk(h.LayerDisk()); err != nil {
 		return err
 	}
 	if err := h.setEpoch(time.Now()); err != nil {
@@ -213,14 +215,3 @@ func (h *Held) WipeLayer() error {
 	}
 	return h.Store.ClearForgotten()
 }
-
-// holdOptions sets o to boot with the workspace held on the layer disk at
-// disk: the folder shared read-only, the disk as large as the store's
-// bound, so a full layer gives the guest ENOSPC rather than more than the
-// store would take.
-func holdOptions(o *sandbox.Options, disk string) {
-	o.Changes, o.LayerDisk, o.LayerDiskSize = true, disk, changes.DefaultLimit
-}
-
-// wipeLayerDisk removes the layer disk; the next boot makes it blank.
-func wipeLayerDisk(path string) error { return sandbox.ResetLayerDisk(path) }

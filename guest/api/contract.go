@@ -8,8 +8,9 @@ package api
 // multiplexer on a virtio-serial port). The guest listens on PortAgent and
 // PortExec and PortLayer; the host listens on the others.
 const (
-	// PortReady is dialled by the guest once the agent serves; it writes one
-	// Ready message and closes. The host waits for it instead of polling.
+	// PortReady is dialled by the guest early in its boot; once the agent
+	// serves it writes one Ready message and closes. The host waits for it
+	// instead of polling, its first byte as long as the boot may take.
 	PortReady uint32 = 1023
 	// PortAgent serves the agent calls (Info, SetTime, TrustCA, Shutdown) in
 	// guest/api/execwire frames, one after another on a stream the host

@@ -372,13 +372,18 @@ func (m *Machine) wakeLoaded(key string) {
 // wake sends the parked guest its Wake and starts the multiplexer, whose
 // hello the guest sends next.
 func (m *Machine) wake() {
-	w := api.Wake{Time: time.Now()}
-	if _, err := rand.Read(w.Entropy[:]); err != nil {
+	w := &api.Wake{UnixNanos: time.Now().UnixNano(), Entropy: make([]byte, api.WakeEntropySize)}
+	if _, err := rand.Read(w.Entropy); err != nil {
 		m.failBoot(fmt.Errorf("qemu: entropy for the guest: %w", err))
 		return
 	}
+	rec, err := api.WakeRecord(w)
+	if err != nil {
+		m.failBoot(fmt.Errorf("qemu: wake the parked guest: %w", err))
+		return
+	}
 	_ = m.hostConn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	_, err := m.hostConn.Write(w.Marshal())
+	_, err = m.hostConn.Write(rec)
 	_ = m.hostConn.SetWriteDeadline(time.Time{})
 	if err != nil {
 		if !errors.Is(err, net.ErrClosed) {

@@ -191,7 +191,7 @@ func run(opts agent.Options) error {
 // lose the VM.
 func (h *hostile) serveCalls(l net.Listener) {
 	stray, _ := execwire.AppendMessage(nil, execwire.KindEvent, &agentv1.AgentResponse{Result: &agentv1.AgentResponse_Error{
-		Error: &agentv1.Error{Code: uint32(execwire.FailedPrecondition), Message: "hostile: a stray answer"},
+		Error: &agentv1.Error{Code: agentv1.Code_FAILED_PRECONDITION, Message: "hostile: a stray answer"},
 	}})
 	for {
 		c, err := l.Accept()
@@ -367,7 +367,7 @@ func (h *hostile) misbehave(t task, what string, n int) error {
 		// An exit status no process can have.
 		return t.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Code: -5, Signal: 1 << 30, DurationMs: -1}}})
 	case "panic-code":
-		// A status code gRPC does not have, with a 1 MiB message.
+		// A code the contract does not have, with a 1 MiB message.
 		return t.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Error{Error: &agentv1.Error{Code: 9999, Message: strings.Repeat("e", 1<<20)}}})
 	case "bad-kind":
 		// A frame of a kind the protocol does not have.
@@ -420,7 +420,7 @@ func (h *hostile) misbehave(t task, what string, n int) error {
 		t.waitHost()
 		return nil
 	}
-	return execwire.Errorf(execwire.InvalidArgument, "unknown misbehaviour %q", what)
+	return agentv1.Errorf(agentv1.Code_INVALID_ARGUMENT, "unknown misbehaviour %q", what)
 }
 
 // streams opens n streams to the host's HTTP egress port at once and holds

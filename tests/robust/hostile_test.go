@@ -340,9 +340,9 @@ func TestHostileAgent(t *testing.T) {
 		}{
 			{"noexit", "broke the protocol: guest agent ended the task without an exit status"},
 			{"bogus-exit", "broke the protocol: exec: guest agent reported an impossible exit status"},
-			{"panic-code", "the guest agent failed: exec: rpc error: code = Code(9999)"},
+			{"panic-code", "the guest agent failed: exec: unknown error: eee"},
 			{"bad-kind", "broke the protocol: exec: execwire: bad frame: unknown kind 9"},
-			{"bad-event", "broke the protocol: exec: execwire: bad frame: agentv1: bad wire encoding"},
+			{"bad-event", "broke the protocol: exec: execwire: bad frame: a malformed *agentv1.ExecEvent"},
 			{"cut-frame", "broke the protocol: exec: execwire: bad frame: the stream ended inside a frame"},
 		} {
 			tk, _ := runTask(t, svc, service.RunRequest{Argv: []string{"hostile:" + c.what}})

@@ -141,7 +141,7 @@ func (r *Reader) Message(n int, m agentv1.Message) error {
 	}
 	m.Reset()
 	if err := m.UnmarshalVT(b); err != nil {
-		return fmt.Errorf("%w: %w", ErrFrame, err)
+		return fmt.Errorf("%w: a malformed %T: %w", ErrFrame, m, err)
 	}
 	return nil
 }

@@ -43,15 +43,15 @@ var codeErrors = [...]struct {
 	{Code_UNAVAILABLE, ErrUnavailable},
 }
 
-// sentinel is c's sentinel error, and the code as this side knows it
-// (UNKNOWN for a code not in the table).
-func (c Code) sentinel() (error, Code) {
+// known is c as this side knows it (UNKNOWN for a code not in the
+// table), and its sentinel.
+func (c Code) known() (Code, error) {
 	for _, ce := range codeErrors {
 		if ce.code == c {
-			return ce.err, c
+			return c, ce.err
 		}
 	}
-	return ErrUnknown, Code_UNKNOWN
+	return Code_UNKNOWN, ErrUnknown
 }
 
 // Errorf returns an *Error with code c and a formatted message: what a
@@ -63,7 +63,7 @@ func Errorf(c Code, format string, a ...any) error {
 // Error is the code's sentinel text and the message. The message may be
 // the guest's: whoever shows it to a person escapes it first.
 func (e *Error) Error() string {
-	err, _ := e.GetCode().sentinel()
+	_, err := e.GetCode().known()
 	s := err.Error()
 	if m := e.GetMessage(); m != "" {
 		return s + ": " + m
@@ -73,7 +73,7 @@ func (e *Error) Error() string {
 
 // Is reports whether target is the sentinel of e's code.
 func (e *Error) Is(target error) bool {
-	err, _ := e.GetCode().sentinel()
+	_, err := e.GetCode().known()
 	return target != nil && err == target
 }
 
@@ -85,7 +85,7 @@ func CodeOf(err error) Code {
 		return Code_OK
 	}
 	if e := (*Error)(nil); errors.As(err, &e) {
-		_, c := e.GetCode().sentinel()
+		c, _ := e.GetCode().known()
 		return c
 	}
 	for _, ce := range codeErrors {

@@ -135,7 +135,7 @@ func TestHostileBoot(t *testing.T) {
 			t.Fatalf("the host gave up on a guest that sent a valid readiness after bogus ones: %v", err)
 		}
 		if n := strings.Count(log.String(), "bad readiness message"); n < 6 {
-			t.Errorf("%d bad readiness messages refused, want 6 (not json, truncated, wrong types, long version, oversized, dribbled)", n)
+			t.Errorf("%d bad readiness messages refused, want 6 (not protobuf, truncated, no version, long version, oversized, dribbled)", n)
 		}
 		if !strings.Contains(log.String(), "longer than 4096 bytes") || !strings.Contains(log.String(), "i/o timeout") {
 			t.Errorf("the oversized and the dribbled message were not refused for their size and time:\n%s", log.String())

@@ -234,15 +234,20 @@ func bogusReady(dial dialer, log *slog.Logger) {
 		write(c)
 		c.Close()
 	}
-	send("not json", func(c net.Conn) { c.Write([]byte("hello, host\n")) })
-	send("truncated", func(c net.Conn) { c.Write([]byte(`{"agent_version":"x","boot_ms":`)) })
-	send("wrong types", func(c net.Conn) { c.Write([]byte(`{"agent_version":7,"boot_ms":"soon"}`)) })
-	send("long version", func(c net.Conn) {
-		fmt.Fprintf(c, `{"agent_version":%q,"boot_ms":1}`, strings.Repeat("v", 3000))
+	encode := func(r api.Ready) []byte {
+		b, _ := r.MarshalVT()
+		return b
+	}
+	send("not protobuf", func(c net.Conn) { c.Write([]byte("hello, host\n")) })
+	send("truncated", func(c net.Conn) {
+		b := encode(api.Ready{AgentVersion: "hostile", BootMillis: 1})
+		c.Write(b[:len(b)-3])
 	})
+	send("no version", func(c net.Conn) { c.Write(encode(api.Ready{BootMillis: 1, AgentInstance: 2})) })
+	send("long version", func(c net.Conn) { c.Write(encode(api.Ready{AgentVersion: strings.Repeat("v", 3000), BootMillis: 1})) })
 	send("oversized", func(c net.Conn) {
 		c.SetWriteDeadline(time.Now().Add(6 * time.Second))
-		c.Write(bytes.Repeat([]byte("["), 8<<20)) // the host stops reading at 4 KiB
+		c.Write(bytes.Repeat([]byte{0x18, 0x01}, 4<<20)) // the host stops reading at 4 KiB
 	})
 	send("dribble", func(c net.Conn) {
 		// One byte a second: the host's 5 s deadline must end it.

@@ -52,6 +52,9 @@ func TestReadReady(t *testing.T) {
 	if err != nil || r.AgentVersion != "v1" || r.BootMillis != 812 || r.AgentInstance != 9 {
 		t.Fatalf("ReadReady = %+v, %v", &r, err)
 	}
+	if _, err := ReadReady(strings.NewReader(`{"agent_version":"v1","boot_ms":5}` + "\n")); err == nil || !strings.Contains(err.Error(), "make image") {
+		t.Errorf("an older image's JSON ready message: %v", err)
+	}
 	for name, in := range map[string]string{
 		"empty":        "",
 		"no version":   "\x10\x05",

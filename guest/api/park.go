@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 
@@ -76,6 +77,10 @@ func record(magic string, m agentv1.Message) ([]byte, error) {
 	return b, nil
 }
 
+// errMalformed is wrapped by readRecord's error for a record whose
+// message does not decode.
+var errMalformed = errors.New("not a message of this protocol")
+
 // readRecord reads one record with the given magic from r into m: exactly
 // its bytes, nothing past them. who and what name the sender and the
 // record in errors.
@@ -92,7 +97,7 @@ func readRecord(r io.Reader, magic, who, what string, m agentv1.Message) error {
 		return fmt.Errorf("read %s's %s record: %w", who, what, err)
 	}
 	if err := m.UnmarshalVT(body); err != nil {
-		return fmt.Errorf("%s sent a malformed %s record: %w", who, what, err)
+		return fmt.Errorf("%s sent a malformed %s record: %w: %w", who, what, errMalformed, err)
 	}
 	return nil
 }
@@ -102,6 +107,11 @@ func readRecord(r io.Reader, magic, who, what string, m agentv1.Message) error {
 func ReadParked(r io.Reader) error {
 	var p Parked
 	if err := readRecord(r, parkedMagic, "the parked guest", "parked", &p); err != nil {
+		if errors.Is(err, errMalformed) {
+			// The park records of version 1 were fixed binary; a guest
+			// that sends one has an image older than this host.
+			return fmt.Errorf("%w (an image older than this airlock? rebuild it: make image)", err)
+		}
 		return err
 	}
 	if p.GetVersion() != ParkVersion {

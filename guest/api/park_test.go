@@ -93,7 +93,7 @@ func TestReadParked(t *testing.T) {
 	}{
 		"short":   {ParkedRecord()[:len(ParkedRecord())-1], "read the parked guest's parked record"},
 		"hello":   {[]byte("AIRLKMUX\x03\x00\x01\x02\x03\x04\x05\x06"), "record belongs"},
-		"old":     {[]byte("AIRLKPRK\x01\x00\x00\x00\x00\x00\x00\x00"), "malformed"},
+		"old":     {[]byte("AIRLKPRK\x01\x00\x00\x00\x00\x00\x00\x00"), "rebuild it: make image"},
 		"version": {rawRecord(t, parkedMagic, &Parked{Version: 7}), "version 7"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -41,6 +41,10 @@ func ReadReady(r io.Reader) (Ready, error) {
 	if len(b) > MaxReadySize {
 		return ready, fmt.Errorf("ready message longer than %d bytes", MaxReadySize)
 	}
+	if len(b) > 0 && b[0] == '{' {
+		// Ready was a JSON line before it was agentv1.Ready.
+		return Ready{}, errors.New("a JSON ready message, from an image older than this airlock: rebuild it (make image)")
+	}
 	if err := ready.UnmarshalVT(b); err != nil {
 		return Ready{}, fmt.Errorf("malformed ready message: %w", err)
 	}

@@ -28,8 +28,9 @@ type Machine struct {
 	done     chan struct{}
 	exitErr  error
 	stopBoot context.CancelFunc
-	restored bool // the guest played a start from a saved state (Guest.Restore)
-	failed   bool // ... which failed (Guest.FailRestore)
+	// The guest played a start from a saved state that failed
+	// (Guest.FailRestore).
+	restored, failed bool
 }
 
 // The fake's guest is the test's code on this host, and a test may play a
@@ -127,7 +128,7 @@ func (m *Machine) Stop(ctx context.Context) error {
 func (m *Machine) GuestIsHost() bool { return true }
 
 // Restored implements vm.Restorer: whether the guest played a start from
-// a saved state (Guest.Restore, Guest.FailRestore).
+// a saved state (Guest.FailRestore).
 func (m *Machine) Restored() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -205,14 +206,6 @@ type Guest struct{ m *Machine }
 
 // Listen accepts streams the host dials to port.
 func (g *Guest) Listen(port uint32) (net.Listener, error) { return g.m.listen(g.m.guest, port) }
-
-// Restore makes the machine one that started from a saved state
-// (vm.Restorer).
-func (g *Guest) Restore() {
-	g.m.mu.Lock()
-	g.m.restored = true
-	g.m.mu.Unlock()
-}
 
 // FailRestore makes the machine one whose saved state failed
 // (vm.Restorer), and returns err for Boot to return: the machine ends

@@ -78,8 +78,9 @@ func (t *templateStart) restored() bool {
 }
 
 // failed reports whether the machine ended because its template's guest
-// did not answer: silent is the reason the machine ends with (bootErr),
-// which it is not when the machine was being stopped anyway (failBoot).
+// did not answer: silent is then the reason it ended with (exitErr), which
+// it is not when the machine was being stopped anyway (failBoot) or had
+// already ended otherwise.
 func (t *templateStart) failed() bool {
 	t.mu.Lock()
 	why := t.silent
@@ -89,7 +90,7 @@ func (t *templateStart) failed() bool {
 	}
 	t.m.mu.Lock()
 	defer t.m.mu.Unlock()
-	return t.m.bootErr == why
+	return t.m.exitErr == why
 }
 
 // parks reports whether this machine's guest boots to park, so that it

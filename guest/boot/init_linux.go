@@ -160,16 +160,13 @@ func (in *pid1) setup() error {
 		// The agent starts here, after the modules (Debian's kernel),
 		// held until the rest of setup (the workspace, the loopback) is
 		// done: its transport then opens beside init's remaining steps,
-		// on the other CPU (when the agent was a process of its own,
-		// that made it ready ~130 ms sooner under TCG). Not beside module
-		// loading: under TCG that once stalled a guest (see above). Nor
-		// before the hardening and the cgroups when there are no modules
-		// (the kernel built from source): ready later that way
-		// (2026-12-01, the same kernel, 10 alternating pairs each way
-		// round: sooner in 3 of 10 both ways, medians 17 and 59 ms
-		// later), its start-up taking CPU time that setup needs under
-		// TCG. With a root disk it starts after the switch, in the new
-		// root (supervise).
+		// on the other CPU. Not beside module loading: under TCG that
+		// can stall the guest (see the cgroups above). Nor before the
+		// hardening and the cgroups when there are no modules (the
+		// kernel built from source): its start-up takes CPU time that
+		// setup needs under TCG, and it is ready later that way
+		// (docs/performance.md, What changed). With a root disk it
+		// starts after the switch, in the new root (supervise).
 		in.startAgent(true)
 	}
 	if err := loopbackUp(); err != nil {

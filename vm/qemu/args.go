@@ -149,8 +149,8 @@ func (p plan) loopsPerJiffy() int {
 // the host measured boots on microvm: no PCI bus or firmware tables to
 // probe, its devices on virtio-mmio, so the guest is up ~25% sooner than on
 // q35 (docs/performance.md, Image choices). microvm has no HPET or ACPI PM timer: a guest
-// that had to calibrate its TSC against the PIT, and missed under TCG, had
-// no reference to fall back on and hung (2 boots in 13), so without the
+// that has to calibrate its TSC against the PIT, and misses under TCG, has
+// no reference to fall back on and hangs (the same section), so without the
 // measured rate, under KVM, or when the user's kernel arguments take the
 // clock into their own hands (tsc=unstable, the README's remedy for a
 // misbehaving guest clock, or a clocksource=), the machine stays q35. A

@@ -43,7 +43,9 @@
 // With a CA (package intercept), the gate terminates the TLS of tunnels to
 // the hosts of its secrets (every host with Inspect): it verifies the real
 // server before the guest gets its tunnel, then relays the HTTP/1.1
-// requests one by one, each recorded with the secrets added to it.
+// requests one by one. The tunnel's Decision names the secrets added
+// (never their values); a request refused inside it is a Decision of its
+// own, and ends the tunnel.
 //
 // # Tasks
 //

@@ -74,9 +74,9 @@ run: deps airlock image
 	bin/airlock run --workspace "$(WORKSPACE)" -- sh -c 'echo "hello from $$(uname -sr) as $$(id -un)" | tee /workspace/hello.txt; ls -la /workspace'
 	@echo "--> $(WORKSPACE)/hello.txt was written by the sandbox"
 
-## test: everything: vet, darwin type-check, windows cross-build, unit tests, generated-code drift,
+## test: everything: vet, darwin type-check, windows cross-build, unit tests, generated-code drift, comment rules,
 ## e2e in real VMs, the web UI in Chromium, the Linux desktop app under Xvfb
-test: vet check-darwin check-windows test-unit check-proto check-wailsjs test-e2e test-security test-user test-robust test-browser test-desktop desktop-windows test-windows-wine
+test: vet check-darwin check-windows test-unit check-proto check-wailsjs check-tsgen check-comments test-e2e test-security test-user test-robust test-browser test-desktop desktop-windows test-windows-wine
 
 vet:
 	$(GO) vet ./...
@@ -209,6 +209,27 @@ wailsjs:
 ## check-wailsjs: frontend/wailsjs matches app/desktop
 check-wailsjs: wailsjs
 	@git diff --exit-code -- frontend/wailsjs && test -z "$$(git status --porcelain -- frontend/wailsjs)" || { echo "frontend/wailsjs drifted from app/desktop: run make wailsjs and commit"; exit 1; }
+
+## check-comments: Go comments carry no dates (measurements and history go in docs/performance.md
+## or the commit message, which a comment may cite), and every package has one package doc
+## comment (build/commentcheck)
+.PHONY: check-comments
+check-comments:
+	$(GO) run ./build/commentcheck .
+
+## tsgen: regenerate frontend/src/gen, the TypeScript types of what the control API sends and
+## takes, from their Go types (build/tsgen): every type service.Core's methods take or return, and
+## app/api's request and answer bodies
+.PHONY: tsgen check-tsgen
+API := github.com/airlock-sandbox/airlock/app/api
+TSGEN_ROOTS := github.com/airlock-sandbox/airlock/app/service.Core \
+	$(addprefix $(API).,LogPage WorkspaceRequest ImageRequest RuleRequest AnswerRequest ApplyRequest DiscardRequest DiscardResult UndoRequest)
+tsgen:
+	$(GO) run ./build/tsgen -out frontend/src/gen $(TSGEN_ROOTS)
+
+## check-tsgen: frontend/src/gen matches the Go types
+check-tsgen: tsgen
+	@git diff --exit-code -- frontend/src/gen && test -z "$$(git status --porcelain -- frontend/src/gen)" || { echo "frontend/src/gen drifted from the Go types of the control API: run make tsgen and commit"; exit 1; }
 
 ## test-desktop: the Linux desktop build under Xvfb (apt: xvfb x11-utils imagemagick): its window
 ## is shown and screenshot to build/bin/desktop.png (checked non-blank), its VM boots (a QEMU among

@@ -50,8 +50,9 @@ type Request struct {
 	Port uint16
 }
 
-// Decider answers for connections no rule matches (later: the desktop UI).
-// Decide must return by the context's deadline; an error denies.
+// Decider answers for connections no rule matches: the service asks the
+// user through the UIs attached to it (app/service's askDecider). Decide
+// must return by the context's deadline; an error denies.
 type Decider interface {
 	Decide(ctx context.Context, req Request) (Verdict, error)
 }

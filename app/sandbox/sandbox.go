@@ -484,15 +484,14 @@ func (s *Sandbox) Close(ctx context.Context) error { return s.close(ctx, false) 
 // once the agent has answered the shutdown, which it does after syncing the
 // guest's file systems, the machine is stopped at once. The rest of the
 // guest's power-off ends processes, unmounts the workspace and powers off,
-// which keeps nothing and cost a guest started from a template 130-190 ms
-// under TCG (code nothing in that QEMU had run): the workspace's writes are
-// on the host already (9p with cache=mmap writes through, and writes a
-// shared mapping back when it is unmapped, as a task that ends does: a task
-// that wrote through a mapping and never synced had its bytes on the host
-// even with the agent's sync skipped, 2026-12-03), and the agent's sync
-// before its answer flushes anything else. A
-// machine with a persistent disk still powers off in order: its file
-// system is unmounted cleanly.
+// which keeps nothing and, on a machine started from a template, runs code
+// its QEMU never ran, slow under TCG (docs/performance.md, What changed:
+// templates). The workspace's writes are on the host already: 9p with
+// cache=mmap writes through, and writes a shared mapping back when it is
+// unmapped, as it is when the task that made it ends, synced or not; the
+// agent's sync before its answer flushes anything else. A machine with a
+// persistent disk still powers off in order: its file system is unmounted
+// cleanly.
 //
 // So does a machine with a changes layer: its layer's file system (which
 // has no journal) is unmounted cleanly before the power-off.

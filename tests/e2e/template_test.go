@@ -173,10 +173,11 @@ func TestTemplates(t *testing.T) {
 
 // checkRestoredResident checks that a machine started from a template
 // holds about what its guest uses, not all of its memory: QEMU's own load
-// of a template wrote every page of the guest's memory, and left each such
-// machine at 1.09 GB resident for a 1 GiB guest (2026-12-03), where a
-// booted one holds ~180 MB. With the guest's memory in a file of its own
-// (vm/qemu template.go) it is ~85 MB.
+// of a template's memory writes every page of it, which leaves the machine
+// with all of its memory resident, where a booted one holds a fraction.
+// The guest's memory in a file of its own (vm/qemu template.go) keeps the
+// restored machine near the booted one (figures: docs/performance.md,
+// What changed: templates keep the guest's memory in a file of its own).
 func checkRestoredResident(t *testing.T, sb *sandbox.Sandbox) {
 	t.Helper()
 	kib, err := vmharness.ResidentKiB(sb.Machine().Info().PID)

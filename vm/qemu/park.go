@@ -23,19 +23,19 @@ var (
 	parkTimeout = 10 * time.Minute
 	// loadTimeout bounds QEMU's load of a template until it runs the
 	// guest: a few hundred KB of machine state from a local file (the
-	// guest's memory is copied before QEMU starts), 0.2-0.6 s here under
-	// TCG, most of it QEMU's own start.
+	// guest's memory is copied before QEMU starts), well under a second
+	// under TCG, most of it QEMU's own start.
 	loadTimeout = 60 * time.Second
 	// greetTimeout bounds how long a guest started from a template may
 	// take after its Wake to greet the host (the multiplexer's hello,
-	// its first act: 87-91 ms under TCG on a quiet host, ~250 ms on a
-	// loaded one, nearly all of it translating code its QEMU never ran).
+	// its first act: a fraction of a second under TCG, nearly all of it
+	// translating code its QEMU never ran).
 	// One that does not is taken for a template that restores to a broken
 	// guest: it is discarded.
 	greetTimeout = 20 * time.Second
 	// saveTimeout bounds the save of a template: a few hundred KB of
-	// machine state and 55-70 MB of guest memory to local files, ~0.1 s
-	// here.
+	// machine state and the tens of MB of memory the guest touched, to
+	// local files.
 	saveTimeout = 2 * time.Minute
 )
 

@@ -14,10 +14,10 @@ import (
 
 // UpstreamRoots returns the roots the gate verifies real servers with: the
 // system's, plus the PEM certificates in files (a corporate CA, a private
-// CA). A file without a certificate is an error naming it. Without files
-// it returns nil, which means the system's roots to crypto/tls, loaded on
-// the first verification: reading them (~150 files) took 10-14 ms of every
-// `airlock run`, which mostly verifies no server at all.
+// CA). A file without a certificate is an error naming it. Without files it
+// returns nil, which means the system's roots to crypto/tls, loaded on the
+// first verification: an `airlock run` that verifies no server, as most do,
+// never pays for reading them (docs/performance.md, Figures behind the code).
 func UpstreamRoots(files []string) (*x509.CertPool, error) {
 	if len(files) == 0 {
 		return nil, nil

@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/egress/policy"
 	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/tasks"
@@ -95,7 +96,7 @@ func (h *handler) fail(w http.ResponseWriter, err error) {
 		status, code = http.StatusBadRequest, codeRefused
 	case errors.Is(err, changes.ErrInUse):
 		status, code = http.StatusConflict, codeInUse
-	case errors.Is(err, errInvalid), errors.Is(err, egress.ErrInvalidEntry), errors.Is(err, tasks.ErrOffset),
+	case errors.Is(err, errInvalid), errors.Is(err, policy.ErrInvalidEntry), errors.Is(err, tasks.ErrOffset),
 		errors.Is(err, secrets.ErrInvalid), errors.Is(err, secrets.ErrNoValue),
 		errors.Is(err, service.ErrBadMode), errors.Is(err, service.ErrNoWorkspace):
 		status, code = http.StatusBadRequest, codeInvalid

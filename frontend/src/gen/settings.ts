@@ -74,7 +74,7 @@ export interface Settings extends DiskBounds {
    */
   read_only: boolean;
   /**
-   * Allow lists the hosts the guest may reach (egress.ParseEntry grammar).
+   * Allow lists the hosts the guest may reach (the grammar of app/egress/policy.ParseEntry).
    */
   allow: string[] | null;
   /**

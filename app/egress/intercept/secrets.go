@@ -1,14 +1,15 @@
-package egress
+package intercept
 
 import (
 	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/textproto"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/app/egress/policy"
 )
 
 // Secret is a credential the gate adds to requests on their way out. The
@@ -17,7 +18,7 @@ import (
 type Secret struct {
 	// Name identifies the secret in the log and in refusals.
 	Name string
-	// Hosts are the entries (ParseEntry grammar: example.com,
+	// Hosts are the entries (policy.ParseEntry grammar: example.com,
 	// *.example.com, optional :port) the value may be sent to.
 	Hosts []string
 	// Header, if set, is a template such as "Authorization: Bearer {}":
@@ -42,14 +43,14 @@ const MinPlaceholder = 16
 // secret is a checked Secret.
 type secret struct {
 	Secret
-	hosts             []Entry
+	hosts             []policy.Entry
 	lower             []byte // lower-case placeholder
 	hdrName           string // canonical header name, "" without a template
 	hdrPrefix, hdrEnd string // the template's text around {}
 }
 
-// secretSet is the gate's secrets, replaced as a whole.
-type secretSet struct {
+// Secrets is the gate's secrets, replaced as a whole.
+type Secrets struct {
 	list   []*secret
 	maxLen int // longest placeholder
 }
@@ -87,11 +88,11 @@ func validHeaderName(n string) bool {
 	return true
 }
 
-// newSecretSet checks secrets: names unique, placeholders long enough,
+// NewSecrets checks secrets: names unique, placeholders long enough,
 // distinct and free of characters that would change in transit, hosts
 // parsed, header templates valid.
-func newSecretSet(in []Secret) (*secretSet, error) {
-	s := &secretSet{}
+func NewSecrets(in []Secret) (*Secrets, error) {
+	s := &Secrets{}
 	seen := map[string]bool{}
 	var errs []error
 	for _, sec := range in {
@@ -122,7 +123,7 @@ func newSecretSet(in []Secret) (*secretSet, error) {
 			continue
 		}
 		for _, h := range sec.Hosts {
-			e, err := ParseEntry(h)
+			e, err := policy.ParseEntry(h)
 			if err != nil {
 				bad("host: %v", err)
 				continue
@@ -145,8 +146,8 @@ func newSecretSet(in []Secret) (*secretSet, error) {
 	return s, nil
 }
 
-// forHost reports whether t is one of the hosts of any secret.
-func (s *secretSet) forHost(t target) bool {
+// ForHost reports whether t is one of the hosts of any secret.
+func (s *Secrets) ForHost(t policy.Target) bool {
 	for _, x := range s.list {
 		if x.allows(t) {
 			return true
@@ -155,9 +156,17 @@ func (s *secretSet) forHost(t target) bool {
 	return false
 }
 
-func (x *secret) allows(t target) bool {
+// Len is the number of secrets; a nil set has none.
+func (s *Secrets) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.list)
+}
+
+func (x *secret) allows(t policy.Target) bool {
 	for _, e := range x.hosts {
-		if t.matches(e) {
+		if t.Matches(e) {
 			return true
 		}
 	}
@@ -166,7 +175,7 @@ func (x *secret) allows(t target) bool {
 
 // find returns the first secret whose placeholder occurs in text, in any
 // letter case.
-func (s *secretSet) find(text []byte) *secret {
+func (s *Secrets) find(text []byte) *secret {
 	if len(s.list) == 0 || len(text) < MinPlaceholder {
 		return nil
 	}
@@ -182,7 +191,7 @@ func (s *secretSet) find(text []byte) *secret {
 // findIn looks for a placeholder in text and, where text is a Basic
 // credential, in its decoded form too; each also percent-decoded, as a
 // server would see it (repeatedly, for servers that decode twice).
-func (s *secretSet) findIn(text string) *secret {
+func (s *Secrets) findIn(text string) *secret {
 	for range maxUnescape + 1 {
 		if x := s.find([]byte(text)); x != nil {
 			return x
@@ -253,7 +262,7 @@ func (r *secretRefusal) Error() string {
 		r.name, r.where, strings.Join(r.hosts, ", "))
 }
 
-// apply checks one request to t and adds the secrets meant for t. A
+// Apply checks one request to t and adds the secrets meant for t. A
 // placeholder of a secret not meant for t, in the request target, a header
 // name or value (Basic credentials and percent-encoding decoded) is a
 // refusal. For secrets meant for t, header templates are set; for those
@@ -263,7 +272,7 @@ func (r *secretRefusal) Error() string {
 // which the redactor of the answer turns back. tls says the request
 // travels encrypted: without it no secret is added, and a placeholder even
 // for t is refused.
-func (s *secretSet) apply(req *http.Request, t target, tls bool) ([]string, []needle, error) {
+func (s *Secrets) Apply(req *http.Request, t policy.Target, tls bool) ([]string, []Needle, error) {
 	if s == nil || len(s.list) == 0 {
 		return nil, nil, nil
 	}
@@ -312,7 +321,7 @@ func (s *secretSet) apply(req *http.Request, t target, tls bool) ([]string, []ne
 		return nil, nil, nil
 	}
 	var used []string
-	var basic []needle
+	var basic []Needle
 	for _, x := range s.list {
 		if !x.allows(t) {
 			continue
@@ -329,7 +338,7 @@ func (s *secretSet) apply(req *http.Request, t target, tls bool) ([]string, []ne
 				if nv, c := replaceFold(v, x.lower, x.Value); c > 0 {
 					vs[i], n = nv, n+c
 				} else if nv, ok := replaceBasic(v, x); ok {
-					basic = append(basic, needle{from: []byte(credentialOf(nv)), to: []byte(credentialOf(v)), name: x.Name})
+					basic = append(basic, Needle{from: []byte(credentialOf(nv)), to: []byte(credentialOf(v)), name: x.Name})
 					vs[i], n = nv, n+1
 				}
 			}
@@ -406,64 +415,4 @@ func urlQueryEscape(v []byte) string {
 		b.WriteByte(hex[c&15])
 	}
 	return b.String()
-}
-
-// scanReader passes a request body through while looking for placeholders
-// of the secrets that must not go to this destination, as they are and
-// percent-decoded once (a form body). It holds back the last bytes of each
-// read that could be the start of a placeholder, percent-encoded or not,
-// so no part of a placeholder is passed on before it is recognised.
-type scanReader struct {
-	r       io.Reader
-	set     *secretSet
-	allowed func(*secret) bool
-	buf     []byte // bytes read, not yet passed on
-	out     []byte // bytes cleared to pass on
-	eof     bool
-	err     error
-	found   *secret
-}
-
-func newScanReader(r io.Reader, set *secretSet, allowed func(*secret) bool) *scanReader {
-	return &scanReader{r: r, set: set, allowed: allowed}
-}
-
-// errPlaceholderInBody ends a body that carried a placeholder.
-var errPlaceholderInBody = errors.New("placeholder in the request body")
-
-func (s *scanReader) Read(p []byte) (int, error) {
-	for len(s.out) == 0 {
-		if s.err != nil {
-			return 0, s.err
-		}
-		if s.eof {
-			return 0, io.EOF
-		}
-		chunk := make([]byte, 32<<10)
-		n, err := s.r.Read(chunk)
-		s.buf = append(s.buf, chunk[:n]...)
-		if err == io.EOF {
-			s.eof = true
-		} else if err != nil {
-			s.err = err
-		}
-		low := bytes.ToLower(s.buf)
-		dec := bytes.ToLower(unescape(s.buf))
-		for _, x := range s.set.list {
-			if !s.allowed(x) && (bytes.Contains(low, x.lower) || bytes.Contains(dec, x.lower)) {
-				s.found, s.err, s.buf = x, errPlaceholderInBody, nil
-				return 0, s.err
-			}
-		}
-		keep := 0
-		if !s.eof {
-			// Percent-encoded, a placeholder takes up to 3 bytes a letter.
-			keep = min(len(s.buf), 3*s.set.maxLen-1)
-		}
-		s.out = append(s.out, s.buf[:len(s.buf)-keep]...)
-		s.buf = append(s.buf[:0], s.buf[len(s.buf)-keep:]...)
-	}
-	n := copy(p, s.out)
-	s.out = s.out[n:]
-	return n, nil
 }

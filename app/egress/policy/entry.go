@@ -1,4 +1,4 @@
-package egress
+package policy
 
 import (
 	"errors"
@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // ErrInvalidEntry is wrapped by every error about a malformed allow, deny or
@@ -69,7 +68,7 @@ func parseEntry(s string) (Entry, string) {
 	if s == "" {
 		return Entry{}, "empty entry"
 	}
-	host, port, err := splitHostPort(s)
+	host, port, err := SplitHostPort(s)
 	if err != nil {
 		return Entry{}, err.Error()
 	}
@@ -203,16 +202,6 @@ func ParseMapHost(s string) (MapHost, error) {
 	return MapHost{Name: n, Addr: a}, nil
 }
 
-// policy is the session's rule set. The configured lists are immutable;
-// session holds entries added by an allow-always answer from the Decider.
-type policy struct {
-	allow, deny []Entry
-	pins        map[string][]netip.Addr
-
-	mu      sync.RWMutex
-	session []Entry
-}
-
 // ParseAllowEntry parses an entry for an allow list: ParseEntry, and a
 // wildcard needs at least two labels (*.com would allow a whole top-level
 // domain; it is fine in a deny list).
@@ -222,157 +211,4 @@ func ParseAllowEntry(s string) (Entry, error) {
 		err = &EntryError{Entry: s, Reason: "wildcard needs at least two labels in an allow list (it would allow a whole top-level domain)"}
 	}
 	return e, err
-}
-
-// newPolicy parses the lists, returning every error joined.
-func newPolicy(allow, deny, mapHosts []string) (*policy, error) {
-	p := &policy{pins: map[string][]netip.Addr{}}
-	var errs []error
-	for _, s := range allow {
-		e, err := ParseAllowEntry(s)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("allow: %w", err))
-			continue
-		}
-		p.allow = append(p.allow, e)
-	}
-	for _, s := range deny {
-		e, err := ParseEntry(s)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("deny: %w", err))
-			continue
-		}
-		p.deny = append(p.deny, e)
-	}
-	for _, s := range mapHosts {
-		m, err := ParseMapHost(s)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("map-host: %w", err))
-			continue
-		}
-		p.pins[m.Name] = append(p.pins[m.Name], m.Addr)
-	}
-	return p, errors.Join(errs...)
-}
-
-// denied returns the first deny entry matching the target.
-func (p *policy) denied(t target) (Entry, bool) {
-	for _, e := range p.deny {
-		if t.matches(e) {
-			return e, true
-		}
-	}
-	return Entry{}, false
-}
-
-// deniedAddr returns the first deny entry matching a resolved address.
-func (p *policy) deniedAddr(a netip.Addr, port uint16) (Entry, bool) {
-	for _, e := range p.deny {
-		if e.matchAddr(a, port) {
-			return e, true
-		}
-	}
-	return Entry{}, false
-}
-
-// allowed returns the first configured or session allow entry matching the
-// target; session reports which list it came from.
-func (p *policy) allowed(t target) (e Entry, session, ok bool) {
-	for _, e := range p.allow {
-		if t.matches(e) {
-			return e, false, true
-		}
-	}
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	for _, e := range p.session {
-		if t.matches(e) {
-			return e, true, true
-		}
-	}
-	return Entry{}, false, false
-}
-
-// addSession adds an allow-always answer.
-func (p *policy) addSession(e Entry) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, have := range p.session {
-		if have == e {
-			return
-		}
-	}
-	p.session = append(p.session, e)
-}
-
-// exempt returns a configured allow entry that lifts the refusal of a
-// special address a in block: an IP or CIDR entry inside block (so at least
-// as specific as the block itself) containing a on this port. An allow of
-// 0.0.0.0/0 therefore does not open loopback, and only an exact entry opens
-// a metadata address. Session (ask) entries never exempt.
-func (p *policy) exempt(a netip.Addr, port uint16, block netip.Prefix) (Entry, bool) {
-	for _, e := range p.allow {
-		if e.matchAddr(a, port) && e.Prefix.Bits() >= block.Bits() && block.Contains(e.Prefix.Addr()) {
-			return e, true
-		}
-	}
-	return Entry{}, false
-}
-
-// pinsOpen reports whether any pinned address could be dialled for port
-// without a configured allow entry for the name: it is not special, or an
-// IP or CIDR entry exempts it.
-func (p *policy) pinsOpen(pins []netip.Addr, port uint16) bool {
-	for _, a := range pins {
-		block, _, special := classify(a)
-		if !special {
-			return true
-		}
-		if _, ok := p.exempt(a, port, block); ok {
-			return true
-		}
-	}
-	return false
-}
-
-// target is what a request asks to reach: a normalised name or an IP
-// literal, and a port.
-type target struct {
-	host string     // normalised name, or the canonical address text
-	addr netip.Addr // valid for IP literals
-	port uint16
-}
-
-// newTarget normalises a requested host and port.
-func newTarget(host string, port uint16) (target, error) {
-	if port == 0 {
-		return target{}, errors.New("port 0")
-	}
-	if a, ok, err := parseIPHost(host); err != nil {
-		return target{}, err
-	} else if ok {
-		return target{host: a.String(), addr: a, port: port}, nil
-	}
-	n, err := normalizeName(host)
-	if err != nil {
-		return target{}, err
-	}
-	return target{host: n, port: port}, nil
-}
-
-// matches applies an entry: names match name and wildcard entries only, IP
-// literals match IP and CIDR entries only.
-func (t target) matches(e Entry) bool {
-	if t.addr.IsValid() {
-		return e.matchAddr(t.addr, t.port)
-	}
-	return e.matchName(t.host, t.port)
-}
-
-// String returns host:port, bracketing IPv6.
-func (t target) String() string {
-	if t.addr.Is6() {
-		return "[" + t.host + "]:" + strconv.Itoa(int(t.port))
-	}
-	return t.host + ":" + strconv.Itoa(int(t.port))
 }

@@ -1,4 +1,4 @@
-package egress
+package intercept
 
 import (
 	"crypto/ecdsa"

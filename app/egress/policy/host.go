@@ -1,4 +1,4 @@
-package egress
+package policy
 
 import (
 	"errors"
@@ -136,10 +136,10 @@ func isNumericLabel(l string) bool {
 	return true
 }
 
-// splitHostPort splits "host", "host:port", "[v6]", "[v6]:port" and a bare
+// SplitHostPort splits "host", "host:port", "[v6]", "[v6]:port" and a bare
 // IPv6 address or prefix (more than one colon, no port). port is 0 when
 // absent.
-func splitHostPort(s string) (host string, port uint16, err error) {
+func SplitHostPort(s string) (host string, port uint16, err error) {
 	var p string
 	hasPort := false
 	switch {

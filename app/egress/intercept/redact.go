@@ -1,4 +1,4 @@
-package egress
+package intercept
 
 import (
 	"bytes"
@@ -11,39 +11,42 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/app/egress/policy"
 )
 
-// needle is one text the redactor replaces: a form of a secret's value
-// (from), and what the guest gets instead (to).
-type needle struct {
+// Needle is one text a Redactor replaces: a form of a secret's value
+// (from), and what the guest gets instead (to). Secrets.Apply returns the
+// ones a request carried beyond the secrets' own values.
+type Needle struct {
 	from, to []byte
 	name     string // the secret's
 }
 
-// redactor replaces the values of secrets in what a secret's host answers
+// Redactor replaces the values of secrets in what a secret's host answers
 // (status line, headers, body), so that a server echoing its input (an
 // error page, a Location header, an "echo" endpoint) never hands the value
 // to the guest. It is used for one response, from one goroutine.
-type redactor struct {
-	needles []needle
+type Redactor struct {
+	needles []Needle
 	hits    map[string]int // secret name -> replacements made
 }
 
-// redactor returns the redactor for answers from t: the value of every
+// Redactor returns the redactor for answers from t: the value of every
 // secret t may receive, in the forms a server is likely to echo it, and
 // extra (the exact texts this request carried); nil when t is no secret's
 // host.
-func (s *secretSet) redactor(t target, extra []needle) *redactor {
+func (s *Secrets) Redactor(t policy.Target, extra []Needle) *Redactor {
 	if s == nil {
 		return nil
 	}
-	r := &redactor{hits: map[string]int{}}
+	r := &Redactor{hits: map[string]int{}}
 	for _, x := range s.list {
 		if !x.allows(t) {
 			continue
 		}
 		for _, f := range valueForms(x.Value) {
-			r.needles = append(r.needles, needle{from: f, to: []byte(x.Placeholder), name: x.Name})
+			r.needles = append(r.needles, Needle{from: f, to: []byte(x.Placeholder), name: x.Name})
 		}
 	}
 	if len(r.needles) == 0 {
@@ -52,12 +55,12 @@ func (s *secretSet) redactor(t target, extra []needle) *redactor {
 	for _, n := range extra {
 		if len(n.from) > 0 && !bytes.Equal(n.from, n.to) {
 			for _, f := range valueForms(n.from) {
-				r.needles = append(r.needles, needle{from: f, to: n.to, name: n.name})
+				r.needles = append(r.needles, Needle{from: f, to: n.to, name: n.name})
 			}
 		}
 	}
 	// Longest first, so that at one position the longest form wins.
-	slices.SortStableFunc(r.needles, func(a, b needle) int { return len(b.from) - len(a.from) })
+	slices.SortStableFunc(r.needles, func(a, b Needle) int { return len(b.from) - len(a.from) })
 	return r
 }
 
@@ -89,7 +92,7 @@ func valueForms(v []byte) [][]byte {
 
 // replace returns b with every occurrence of a needle replaced, counting
 // them. b is not changed; without an occurrence b itself is returned.
-func (r *redactor) replace(b []byte) []byte {
+func (r *Redactor) replace(b []byte) []byte {
 	var out []byte
 	i := 0
 	for {
@@ -113,7 +116,7 @@ func (r *redactor) replace(b []byte) []byte {
 
 // next returns the first occurrence of a needle in b (the longest at
 // that position).
-func (r *redactor) next(b []byte) (int, *needle) {
+func (r *Redactor) next(b []byte) (int, *Needle) {
 	best, pos := -1, -1
 	for k := range r.needles {
 		if j := bytes.Index(b, r.needles[k].from); j >= 0 && (pos < 0 || j < pos) {
@@ -128,7 +131,7 @@ func (r *redactor) next(b []byte) (int, *needle) {
 
 // held returns how many bytes at the end of b could be the start of a
 // needle: those must wait for the next read.
-func (r *redactor) held(b []byte) int {
+func (r *Redactor) held(b []byte) int {
 	k := 0
 	for _, n := range r.needles {
 		for i := max(len(b)-len(n.from)+1, 0); i < len(b)-k; i++ {
@@ -141,12 +144,15 @@ func (r *redactor) held(b []byte) int {
 	return k
 }
 
-func (r *redactor) replaceString(s string) string { return string(r.replace([]byte(s))) }
+// Hits counts, by secret name, the values replaced so far.
+func (r *Redactor) Hits() map[string]int { return r.hits }
+
+func (r *Redactor) replaceString(s string) string { return string(r.replace([]byte(s))) }
 
 // replaceName replaces needles in a header name in any letter case: names
 // are canonicalised on the way (X-Echo-Sk-Live-…), which changes the case
 // of a value echoed in one.
-func (r *redactor) replaceName(s string) string {
+func (r *Redactor) replaceName(s string) string {
 	for _, n := range r.needles {
 		if ns, c := replaceFold(s, bytes.ToLower(n.from), n.to); c > 0 {
 			s = ns
@@ -156,13 +162,13 @@ func (r *redactor) replaceName(s string) string {
 	return s
 }
 
-// response redacts a response before it is written to the guest: the
+// Response redacts a response before it is written to the guest: the
 // status line and headers now, the body as it streams. Trailers (which
 // arrive after the body) are dropped. A gzip body is decoded so it can be
 // scanned; another content encoding cannot be scanned and is an error. A
 // body of known length is sent chunked, since a replacement changes its
 // length.
-func (r *redactor) response(resp *http.Response) error {
+func (r *Redactor) Response(resp *http.Response) error {
 	resp.Status = r.replaceString(resp.Status)
 	h := make(http.Header, len(resp.Header))
 	for k, vs := range resp.Header {
@@ -176,7 +182,7 @@ func (r *redactor) response(resp *http.Response) error {
 	if resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}
-	closeDelimited := resp.ContentLength < 0 && !isChunked(resp.TransferEncoding)
+	closeDelimited := resp.ContentLength < 0 && (len(resp.TransferEncoding) == 0 || resp.TransferEncoding[0] != "chunked")
 	body := io.Reader(resp.Body)
 	switch ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); ce {
 	case "", "identity":
@@ -212,7 +218,7 @@ type redactBody struct {
 // more than the longest needle, whatever the body's size.
 type redactReader struct {
 	r       io.Reader
-	red     *redactor
+	red     *Redactor
 	scratch []byte
 	buf     []byte // read, replaced, not yet passed on
 	out     []byte // cleared to pass on
@@ -247,9 +253,9 @@ func (rr *redactReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// echoNote says which secrets' values a host's answers held, for the
+// EchoNote says which secrets' values a host's answers held, for the
 // decision log (names and counts, never values).
-func echoNote(hits map[string]int) string {
+func EchoNote(hits map[string]int) string {
 	var names []string
 	for n, c := range hits {
 		if c > 0 {

@@ -3,6 +3,7 @@ package egress
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -11,20 +12,18 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"testing/iotest"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/app/egress/intercept"
 	"golang.org/x/net/proxy"
 )
 
@@ -34,236 +33,16 @@ const (
 	otherPH   = "airlock_ph_OTHER_fedcba9876543210"
 )
 
-func testSecrets() []Secret {
-	return []Secret{
+func testSecrets() []intercept.Secret {
+	return []intercept.Secret{
 		{Name: "TOKEN", Hosts: []string{"api.test"}, Placeholder: testPH, Value: []byte(testValue)},
 		{Name: "OTHER", Hosts: []string{"other.test"}, Header: "X-Api-Key: key={}", Placeholder: otherPH, Value: []byte("other-value")},
 	}
 }
 
-func mustSet(t *testing.T, s []Secret) *secretSet {
-	t.Helper()
-	set, err := newSecretSet(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return set
-}
-
-func mustTarget(t *testing.T, host string) target {
-	tg, err := newTarget(host, 443)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tg
-}
-
-func TestCALoadCreateAndLeaf(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := LoadCA(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat(filepath.Join(dir, CAKeyFile))
-	if err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("key file: %v %v", fi.Mode(), err)
-	}
-	if bytes.Contains(ca.CertPEM(), []byte("PRIVATE")) {
-		t.Fatal("CertPEM holds a key")
-	}
-	again, err := LoadCA(dir)
-	if err != nil || !again.Certificate().Equal(ca.Certificate()) {
-		t.Fatalf("reload: %v", err)
-	}
-	if k := ca.Certificate().PublicKey.(*ecdsa.PublicKey); k.Curve != elliptic.P256() {
-		t.Fatal("not P-256")
-	}
-	leaf, err := ca.leaf("api.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Certificate())
-	if _, err := leaf.Leaf.Verify(x509.VerifyOptions{DNSName: "api.test", Roots: pool}); err != nil {
-		t.Fatalf("leaf does not verify: %v", err)
-	}
-	if _, err := leaf.Leaf.Verify(x509.VerifyOptions{DNSName: "evil.test", Roots: pool}); err == nil {
-		t.Fatal("leaf verifies for another host")
-	}
-	if l2, _ := ca.leaf("api.test"); l2 != leaf {
-		t.Fatal("leaf not cached")
-	}
-	ipLeaf, err := ca.leaf("127.0.0.1")
-	if err != nil || len(ipLeaf.Leaf.IPAddresses) != 1 {
-		t.Fatalf("ip leaf: %v", err)
-	}
-	os.Chmod(filepath.Join(dir, CAKeyFile), 0o644)
-	if _, err := LoadCA(dir); err == nil || !strings.Contains(err.Error(), "chmod 600") {
-		t.Fatalf("world-readable key accepted: %v", err)
-	}
-	os.Remove(filepath.Join(dir, CACertFile))
-	if _, err := LoadCA(dir); err == nil {
-		t.Fatal("key without certificate accepted")
-	}
-}
-
-func TestSecretSetValidation(t *testing.T) {
-	good := testSecrets()[0]
-	for name, mod := range map[string]func(*Secret){
-		"short placeholder": func(s *Secret) { s.Placeholder = "abc" },
-		"odd placeholder":   func(s *Secret) { s.Placeholder = "airlock ph with spaces!" },
-		"no hosts":          func(s *Secret) { s.Hosts = nil },
-		"bad host":          func(s *Secret) { s.Hosts = []string{"*"} },
-		"empty value":       func(s *Secret) { s.Value = nil },
-		"template no {}":    func(s *Secret) { s.Header = "Authorization: Bearer" },
-		"template two {}":   func(s *Secret) { s.Header = "Authorization: {}{}" },
-		"template host":     func(s *Secret) { s.Header = "Host: {}" },
-		"template no name":  func(s *Secret) { s.Header = ": {}" },
-	} {
-		s := good
-		mod(&s)
-		_, err := newSecretSet([]Secret{s})
-		if err == nil {
-			t.Errorf("%s: accepted", name)
-			continue
-		}
-		if strings.Contains(err.Error(), testValue) {
-			t.Errorf("%s: error shows the value: %v", name, err)
-		}
-	}
-	dup := good
-	dup.Name = "DUP"
-	dup.Placeholder = strings.ToUpper(good.Placeholder)
-	if _, err := newSecretSet([]Secret{good, dup}); err == nil {
-		t.Error("same placeholder (other case) accepted twice")
-	}
-}
-
-func TestApplyPlaceholders(t *testing.T) {
-	set := mustSet(t, testSecrets())
-	req := func(uri string, hdr ...string) *http.Request {
-		r := httptest.NewRequest("GET", uri, nil)
-		r.Header = http.Header{}
-		for i := 0; i+1 < len(hdr); i += 2 {
-			r.Header.Add(hdr[i], hdr[i+1])
-		}
-		return r
-	}
-	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("user:"+testPH))
-	refused := []struct {
-		name string
-		r    *http.Request
-		host string
-	}{
-		{"header to another host", req("/x", "Authorization", "Bearer "+testPH), "evil.test"},
-		{"lower case", req("/x", "Authorization", "Bearer "+strings.ToLower(testPH)), "evil.test"},
-		{"upper case", req("/x", "X-Anything", strings.ToUpper(testPH)), "evil.test"},
-		{"in the query", req("/x?key=" + testPH), "evil.test"},
-		{"in the path", req("/leak/" + testPH), "evil.test"},
-		{"in a header name", req("/x", "X-"+testPH, "1"), "evil.test"},
-		{"split across repeated headers", req("/x", "X-A", testPH[:10], "X-A", testPH[10:]), "evil.test"},
-		{"basic credential", req("/x", "Authorization", basic), "evil.test"},
-		{"secret of another host", req("/x", "X-Api-Key", otherPH), "api.test"},
-		{"subdomain of the host", req("/x", "Authorization", testPH), "x.api.test"},
-		{"percent-encoded in the query", req("/x?key=" + pctAll(testPH)), "evil.test"},
-		{"percent-encoded in the path", req("/leak/" + pctAll(testPH[:5]) + testPH[5:]), "evil.test"},
-		{"percent-encoded twice", req("/x?k=" + strings.ReplaceAll(pctAll(testPH), "%", "%25")), "evil.test"},
-		{"percent-encoded in a header", req("/x", "X-Data", pctAll(testPH)), "evil.test"},
-		{"percent-encoded, lower-case hex", req("/x?k=" + strings.ToLower(pctAll(testPH))), "evil.test"},
-		{"percent-encoded inside Basic", req("/x", "Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("u:"+pctAll(testPH)))), "evil.test"},
-		{"percent-encoded to its own host in plain text", req("/x?k=" + pctAll(testPH)), "plain.test"},
-	}
-	for _, c := range refused {
-		_, _, err := set.apply(c.r, mustTarget(t, c.host), true)
-		if err == nil {
-			t.Errorf("%s: not refused", c.name)
-		} else if strings.Contains(err.Error(), testValue) {
-			t.Errorf("%s: refusal shows the value", c.name)
-		}
-	}
-	// Plain HTTP: refused even to the right host.
-	if _, _, err := set.apply(req("/x", "Authorization", "Bearer "+testPH), mustTarget(t, "api.test"), false); err == nil {
-		t.Error("plain HTTP placeholder to its own host not refused")
-	}
-
-	r := req("/v1?key="+testPH+"&b=1", "Authorization", "Bearer "+strings.ToLower(testPH), "Proxy-Basic", basic)
-	used, sent, err := set.apply(r, mustTarget(t, "api.test"), true)
-	if err != nil || len(used) != 1 || used[0] != "TOKEN" {
-		t.Fatalf("right host: used %v err %v", used, err)
-	}
-	if len(sent) != 1 || string(sent[0].from) != credentialOf(r.Header.Get("Proxy-Basic")) || string(sent[0].to) != credentialOf(basic) {
-		t.Errorf("sent %q", sent)
-	}
-	if got := r.Header.Get("Authorization"); got != "Bearer "+testValue {
-		t.Errorf("Authorization = %q", got)
-	}
-	if r.URL.RawQuery != "key="+testValue+"&b=1" {
-		t.Errorf("query = %q", r.URL.RawQuery)
-	}
-	if raw, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(r.Header.Get("Proxy-Basic"), "Basic ")); string(raw) != "user:"+testValue {
-		t.Errorf("basic = %q", raw)
-	}
-
-	r = req("/v1")
-	used, _, err = set.apply(r, mustTarget(t, "other.test"), true)
-	if err != nil || len(used) != 1 || r.Header.Get("X-Api-Key") != "key=other-value" {
-		t.Fatalf("template: %v %v %q", used, err, r.Header)
-	}
-	// A secret with a template goes where the template says and nowhere
-	// else: its placeholder elsewhere goes out as it is.
-	obasic := "Basic " + base64.StdEncoding.EncodeToString([]byte("u:"+otherPH))
-	r = req("/v1?key="+otherPH, "X-Api-Key", "key="+otherPH, "X-Echo", otherPH, "Authorization", obasic)
-	used, _, err = set.apply(r, mustTarget(t, "other.test"), true)
-	if err != nil || len(used) != 1 || r.Header.Get("X-Api-Key") != "key=other-value" || r.Header.Get("X-Echo") != otherPH ||
-		r.Header.Get("Authorization") != obasic || r.URL.RawQuery != "key="+otherPH {
-		t.Fatalf("template only: %v %v %q %q", used, err, r.Header, r.URL.RawQuery)
-	}
-	r = req("/v1", "Authorization", "Bearer nothing")
-	if used, _, err := set.apply(r, mustTarget(t, "plain.test"), true); err != nil || used != nil || r.Header.Get("Authorization") != "Bearer nothing" {
-		t.Fatalf("no placeholder: %v %v", used, err)
-	}
-}
-
-// pctAll percent-encodes every byte of s.
-func pctAll(s string) string {
-	var b strings.Builder
-	for _, c := range []byte(s) {
-		fmt.Fprintf(&b, "%%%02X", c)
-	}
-	return b.String()
-}
-
-func TestScanReaderHoldsBackSplitPlaceholder(t *testing.T) {
-	set := mustSet(t, testSecrets())
-	body := "0123456789" + strings.ToUpper(testPH) + "tail"
-	var passed bytes.Buffer
-	sr := newScanReader(iotest.OneByteReader(strings.NewReader(body)), set, func(*secret) bool { return false })
-	_, err := io.Copy(&passed, sr)
-	if err != errPlaceholderInBody || sr.found == nil || sr.found.Name != "TOKEN" {
-		t.Fatalf("err %v found %v", err, sr.found)
-	}
-	if strings.Contains(strings.ToLower(passed.String()), testPH[:4]) {
-		t.Fatalf("part of the placeholder passed: %q", passed.String())
-	}
-	clean := strings.Repeat("harmless body ", 10000)
-	var out bytes.Buffer
-	if _, err := io.Copy(&out, newScanReader(iotest.HalfReader(strings.NewReader(clean)), set, func(*secret) bool { return false })); err != nil || out.String() != clean {
-		t.Fatalf("clean body changed: %v", err)
-	}
-	var ok bytes.Buffer
-	if _, err := io.Copy(&ok, newScanReader(strings.NewReader(body), set, func(s *secret) bool { return s.Name == "TOKEN" })); err != nil || ok.String() != body {
-		t.Fatalf("placeholder to its own host: %v", err)
-	}
-	// Percent-encoded, one byte at a time: nothing of it passes.
-	form := "a=1&token=" + pctAll(testPH) + "&b=2"
-	passed.Reset()
-	sr = newScanReader(iotest.OneByteReader(strings.NewReader(form)), set, func(*secret) bool { return false })
-	if _, err := io.Copy(&passed, sr); err != errPlaceholderInBody || sr.found == nil || sr.found.Name != "TOKEN" {
-		t.Fatalf("percent-encoded: err %v found %v", err, sr.found)
-	}
-	if strings.Contains(passed.String(), "%") {
-		t.Fatalf("part of the encoded placeholder passed: %q", passed.String())
-	}
+func testSerial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	return n.Add(n, big.NewInt(1))
 }
 
 // testPKI is a private CA standing for the public roots real servers chain to.
@@ -276,7 +55,7 @@ type testPKI struct {
 func newTestPKI(t *testing.T) *testPKI {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "test upstream CA"},
+	tmpl := &x509.Certificate{SerialNumber: testSerial(), Subject: pkix.Name{CommonName: "test upstream CA"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
 		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
@@ -292,7 +71,7 @@ func newTestPKI(t *testing.T) *testPKI {
 func (p *testPKI) server(t *testing.T, name string, h http.Handler) *httptest.Server {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+	tmpl := &x509.Certificate{SerialNumber: testSerial(), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, &key.PublicKey, p.key)
@@ -321,7 +100,7 @@ var echoHeaders = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) 
 // credGate starts a gate with a CA and the test secrets, and servers for
 // api.test and other.test (signed by the test PKI), plain.test (no secret),
 // and bad.test (signed by an unknown CA).
-func credGate(t *testing.T) (tg *testGate, ca *CA, ports map[string]string) {
+func credGate(t *testing.T) (tg *testGate, ca *intercept.CA, ports map[string]string) {
 	pki := newTestPKI(t)
 	ports = map[string]string{}
 	var pins []string
@@ -334,8 +113,8 @@ func credGate(t *testing.T) (tg *testGate, ca *CA, ports map[string]string) {
 	ports["bad.test"] = portOf(t, bad.Listener.Addr().String())
 	pins = append(pins, "bad.test=127.0.0.1")
 	sec := testSecrets()
-	sec = append(sec, Secret{Name: "BAD", Hosts: []string{"bad.test"}, Placeholder: "airlock_ph_BAD_000000000000000", Value: []byte("bad-value")})
-	ca, err := LoadCA(t.TempDir())
+	sec = append(sec, intercept.Secret{Name: "BAD", Hosts: []string{"bad.test"}, Placeholder: "airlock_ph_BAD_000000000000000", Value: []byte("bad-value")})
+	ca, err := intercept.LoadCA(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +127,7 @@ func credGate(t *testing.T) (tg *testGate, ca *CA, ports map[string]string) {
 	return tg, ca, ports
 }
 
-func trustingClient(t *testing.T, tg *testGate, ca *CA, socks bool) *http.Client {
+func trustingClient(t *testing.T, tg *testGate, ca *intercept.CA, socks bool) *http.Client {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Certificate())
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true}
@@ -557,7 +336,7 @@ func TestUpstreamProxyChaining(t *testing.T) {
 			}()
 		}
 	}()
-	ca, _ := LoadCA(t.TempDir())
+	ca, _ := intercept.LoadCA(t.TempDir())
 	tg := startGate(t, Config{Allow: []string{"api.test"}, MapHosts: []string{"api.test=127.0.0.1"}, CA: ca, Secrets: testSecrets()[:1],
 		UpstreamRoots: pki.pool, UpstreamProxy: "http://u:p@" + pl.Addr().String(), Dialer: &net.Dialer{}})
 	c := trustingClient(t, tg, ca, false)
@@ -582,30 +361,118 @@ func TestUpstreamProxyChaining(t *testing.T) {
 
 func bufioReader(c net.Conn) *bufio.Reader { return bufio.NewReader(c) }
 
-// UpstreamRoots: nil (crypto/tls then loads the system's roots on first
-// use) without files; the system's plus each file's certificates with
-// them; a file without a certificate, or missing, is an error naming it.
-func TestUpstreamRoots(t *testing.T) {
-	if pool, err := UpstreamRoots(nil); pool != nil || err != nil {
-		t.Fatalf("no files: %v, %v; want nil, nil", pool, err)
+// echoAll answers with everything the request carried: its credential
+// headers in a Location header and in the body, the body written in
+// pieces of 3 bytes (so values straddle writes and chunks), gzip-encoded
+// when asked by ?gzip.
+var echoAll = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var all strings.Builder
+	fmt.Fprintf(&all, "uri=%s\n", r.RequestURI)
+	r.Header.Write(&all)
+	w.Header().Set("Location", "https://elsewhere.test/?auth="+url.QueryEscape(r.Header.Get("Authorization"))+"&key="+r.Header.Get("X-Api-Key"))
+	w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+	var out io.Writer = w
+	if r.URL.Query().Has("gzip") {
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		defer zw.Close()
+		out = zw
 	}
-	pki := newTestPKI(t)
-	dir := t.TempDir()
-	good := filepath.Join(dir, "corp.pem")
-	os.WriteFile(good, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: pki.cert.Raw}), 0o644)
-	pool, err := UpstreamRoots([]string{good})
-	if err != nil || pool == nil {
-		t.Fatalf("with a CA file: %v, %v", pool, err)
-	}
-	leaf := pki.server(t, "corp.test", http.NotFoundHandler()).Certificate()
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "corp.test"}); err != nil {
-		t.Errorf("a server of the file's CA does not verify: %v", err)
-	}
-	bad := filepath.Join(dir, "notes.txt")
-	os.WriteFile(bad, []byte("not a certificate"), 0o644)
-	for _, f := range []string{bad, filepath.Join(dir, "missing.pem")} {
-		if _, err := UpstreamRoots([]string{good, f}); err == nil || !strings.Contains(err.Error(), "upstream CA") {
-			t.Errorf("%s: %v", f, err)
+	w.WriteHeader(http.StatusBadRequest) // an error page that shows the input
+	s := all.String()
+	for i := 0; i < len(s); i += 3 {
+		io.WriteString(out, s[i:min(i+3, len(s))])
+		if f, ok := out.(http.Flusher); ok {
+			f.Flush()
 		}
+	}
+})
+
+// TestGateRedactsEchoes: servers of a secret's hosts that echo what they
+// received (Location, other headers, an error page, gzip) hand the guest
+// the placeholder, never the value, through CONNECT and SOCKS; the tunnel's
+// decision says which secret was echoed.
+func TestGateRedactsEchoes(t *testing.T) {
+	pki := newTestPKI(t)
+	ports := map[string]string{}
+	var allow, pins []string
+	for _, n := range []string{"api.test", "other.test"} {
+		s := pki.server(t, n, echoAll)
+		ports[n] = portOf(t, s.Listener.Addr().String())
+		allow, pins = append(allow, n), append(pins, n+"=127.0.0.1")
+	}
+	ca, err := intercept.LoadCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := startGate(t, Config{Allow: allow, MapHosts: pins, CA: ca, Secrets: testSecrets(), UpstreamRoots: pki.pool})
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("me:"+testPH))
+	cases := []struct {
+		host, path string
+		hdr        []string
+		name       string
+	}{
+		{"api.test", "/e?q=" + testPH, []string{"Authorization", "Bearer " + testPH}, "TOKEN"},
+		{"api.test", "/e?gzip", []string{"Authorization", "Bearer " + testPH}, "TOKEN"},
+		{"api.test", "/basic", []string{"Authorization", basic}, "TOKEN"},
+		{"other.test", "/t", nil, "OTHER"},
+		{"other.test", "/t?gzip", nil, "OTHER"},
+	}
+	for _, socks := range []bool{false, true} {
+		c := trustingClient(t, tg, ca, socks)
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		for _, tc := range cases {
+			seq := len(tg.Recent())
+			req, _ := http.NewRequest("GET", "https://"+tc.host+":"+ports[tc.host]+tc.path, nil)
+			for i := 0; i+1 < len(tc.hdr); i += 2 {
+				req.Header.Set(tc.hdr[i], tc.hdr[i+1])
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("socks=%v %s%s: %v", socks, tc.host, tc.path, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var head bytes.Buffer
+			resp.Header.Write(&head)
+			seen := resp.Status + head.String() + string(b)
+			for _, v := range []string{testValue, "other-value", url.QueryEscape(testValue), base64.StdEncoding.EncodeToString([]byte("me:" + testValue))} {
+				if strings.Contains(seen, v) {
+					t.Fatalf("socks=%v %s%s: the guest got %q:\n%s", socks, tc.host, tc.path, v, seen)
+				}
+			}
+			if resp.StatusCode != 400 || tc.path != "/basic" && (!strings.Contains(resp.Header.Get("Location"), "airlock_ph_") || !strings.Contains(string(b), "airlock_ph_")) {
+				t.Fatalf("socks=%v %s%s: the echo did not come through:\n%s", socks, tc.host, tc.path, seen)
+			}
+			if tc.path == "/basic" && resp.Header.Get("X-Echo") != basic {
+				t.Fatalf("Basic echo %q; want the guest's own %q", resp.Header.Get("X-Echo"), basic)
+			}
+			d := waitDecision(t, tg.Gate, func(d Decision) bool { return d.Seq > uint64(seq) && d.Host == tc.host })
+			if d.Action != ActionAllow || !strings.Contains(d.Detail, "value of secret "+tc.name) || strings.Contains(fmt.Sprint(d), testValue) {
+				t.Fatalf("socks=%v %s%s: logged %+v", socks, tc.host, tc.path, d)
+			}
+		}
+	}
+}
+
+// TestPlainHTTPFromASecretsHostIsRedacted: a secret's host that holds the
+// value (sent to it earlier over HTTPS) and serves it over plain HTTP
+// hands the guest the placeholder.
+func TestPlainHTTPFromASecretsHostIsRedacted(t *testing.T) {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "/next?token="+testValue)
+		fmt.Fprintf(w, "stored: %s", testValue)
+	}))
+	defer s.Close()
+	srv := s.Listener.Addr().String()
+	ca, _ := intercept.LoadCA(t.TempDir())
+	tg := startGate(t, Config{Allow: []string{"api.test"}, MapHosts: []string{"api.test=127.0.0.1"}, CA: ca, Secrets: testSecrets()})
+	resp, body := rawRequest(t, tg.httpAddr, "GET http://api.test:"+portOf(t, srv)+"/note HTTP/1.1\r\nHost: api.test:"+portOf(t, srv)+"\r\n\r\n")
+	if resp.StatusCode != 200 || body != "stored: "+testPH || resp.Header.Get("Location") != "/next?token="+testPH {
+		t.Fatalf("%s %q %q", resp.Status, resp.Header.Get("Location"), body)
+	}
+	d := wantDecision(t, tg.Gate, ProtoHTTP, "api.test", ReasonAllowedByRule)
+	if !strings.Contains(d.Detail, "value of secret TOKEN (2 times)") {
+		t.Fatalf("logged %+v", d)
 	}
 }

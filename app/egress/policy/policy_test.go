@@ -1,4 +1,4 @@
-package egress
+package policy
 
 import (
 	"errors"
@@ -161,11 +161,11 @@ func TestParseMapHost(t *testing.T) {
 }
 
 func TestNewPolicyErrorsNameEveryEntry(t *testing.T) {
-	_, err := New(Config{
-		Allow:    []string{"ok.example", "*.com", "exa mple.com"},
-		Deny:     []string{"*.com", "host:99999"},
-		MapHosts: []string{"nope"},
-	})
+	_, err := New(
+		[]string{"ok.example", "*.com", "exa mple.com"},
+		[]string{"*.com", "host:99999"},
+		[]string{"nope"},
+	)
 	if err == nil {
 		t.Fatal("New accepted malformed entries")
 	}
@@ -222,11 +222,11 @@ func TestEntryMatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tg, err := newTarget(tt.host, tt.port)
+			tg, err := NewTarget(tt.host, tt.port)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := tg.matches(e); got != tt.want {
+			if got := tg.Matches(e); got != tt.want {
 				t.Fatalf("%q matches %s = %v; want %v", tt.entry, tg, got, tt.want)
 			}
 		})
@@ -333,4 +333,13 @@ func FuzzNormalizeHost(f *testing.F) {
 			t.Fatalf("NormalizeHost(%q) = %q not lower case", s, n)
 		}
 	})
+}
+
+func TestParseAllowEntry(t *testing.T) {
+	if _, err := ParseAllowEntry("*.com"); err == nil || !errors.Is(err, ErrInvalidEntry) {
+		t.Fatalf("ParseAllowEntry accepted *.com: %v", err)
+	}
+	if _, err := ParseAllowEntry("*.example.com"); err != nil {
+		t.Fatal(err)
+	}
 }

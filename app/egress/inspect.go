@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +13,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/app/egress/intercept"
+	"github.com/airlock-sandbox/airlock/app/egress/policy"
 )
 
 // prefixConn reads bytes already buffered from a connection before the
@@ -24,13 +29,23 @@ type prefixConn struct {
 
 func (p prefixConn) Read(b []byte) (int, error) { return p.r.Read(b) }
 
+// inspection is what the gate needs to terminate the guest's TLS: the
+// installation CA, the roots real servers are verified with, the secrets,
+// and whether every host is inspected.
+type inspection struct {
+	ca      *intercept.CA // nil: tunnels are never opened
+	roots   *x509.CertPool
+	secrets atomic.Pointer[intercept.Secrets]
+	inspect atomic.Bool
+}
+
 // intercepts reports whether the gate terminates the TLS of a tunnel to t:
 // when it has a CA and t is a host of some secret, or inspection is on.
-func (g *Gate) intercepts(t target) bool {
-	if g.ca == nil {
+func (in *inspection) intercepts(t policy.Target) bool {
+	if in.ca == nil {
 		return false
 	}
-	return g.inspect.Load() || g.secrets.Load().forHost(t)
+	return in.inspect.Load() || in.secrets.Load().ForHost(t)
 }
 
 // tunnelReply answers the guest's tunnel request: success, or a refusal
@@ -43,8 +58,8 @@ type tunnelReply func(d Decision, ok bool) error
 // accepts the guest's TLS with a leaf of the installation CA for t, and
 // relays HTTP/1.1 requests one by one, adding the secrets meant for t and
 // refusing any placeholder that is not.
-func (g *Gate) intercept(c net.Conn, r io.Reader, t target, pl plan, d Decision, reply tunnelReply) {
-	uc, addr, err := g.dial(g.ctx, pl, t.port)
+func (g *Gate) intercept(c net.Conn, r io.Reader, t policy.Target, pl plan, d Decision, reply tunnelReply) {
+	uc, addr, err := g.dial(g.ctx, pl, t.Port)
 	d.Addr = addrText(addr)
 	if err != nil {
 		d.Reason, d.Detail = ReasonDialFailed, err.Error()
@@ -52,18 +67,15 @@ func (g *Gate) intercept(c net.Conn, r io.Reader, t target, pl plan, d Decision,
 		g.record(d)
 		return
 	}
-	if !g.track(nil, uc) {
+	if !g.live.track(nil, uc) {
 		uc.Close()
 		d.Reason, d.Detail = ReasonShutdown, "gate closed"
 		g.record(d)
 		return
 	}
-	defer g.untrack(nil, uc)
-	up := tls.Client(uc, &tls.Config{
-		ServerName: t.host, RootCAs: g.roots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12,
-	})
+	defer g.live.untrack(nil, uc)
 	hctx, cancel := context.WithTimeout(g.ctx, g.limits.DialTimeout)
-	err = up.HandshakeContext(hctx)
+	up, err := intercept.Upstream(hctx, uc, t.Host, g.tls.roots)
 	cancel()
 	if err != nil {
 		d.Reason = ReasonUpstreamCert
@@ -78,26 +90,10 @@ func (g *Gate) intercept(c net.Conn, r io.Reader, t target, pl plan, d Decision,
 		g.record(d)
 		return
 	}
-	var sniErr error
-	gc := tls.Server(prefixConn{c, r}, &tls.Config{
-		NextProtos: []string{"http/1.1"},
-		MinVersion: tls.VersionTLS12,
-		GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
-			if h.ServerName != "" {
-				if n, err := NormalizeHost(h.ServerName); err != nil || n != t.host {
-					sniErr = fmt.Errorf("TLS server name %q differs from the tunnel's host %s", h.ServerName, t.host)
-					return nil, sniErr
-				}
-			}
-			return g.ca.leaf(t.host)
-		},
-	})
-	c.SetDeadline(time.Now().Add(g.limits.HeaderTimeout))
-	err = gc.Handshake()
-	c.SetDeadline(time.Time{})
+	gc, err := g.tls.ca.Accept(prefixConn{c, r}, t.Host, g.limits.HeaderTimeout)
 	if err != nil {
-		if sniErr != nil {
-			d.Reason, d.Detail = ReasonHostMismatch, sniErr.Error()
+		if sn := (*intercept.ServerNameError)(nil); errors.As(err, &sn) {
+			d.Reason, d.Detail = ReasonHostMismatch, err.Error()
 		} else {
 			d.Reason, d.Detail = ReasonBadRequest, "TLS handshake with the guest failed (does it trust the Airlock CA?): "+err.Error()
 		}
@@ -109,9 +105,9 @@ func (g *Gate) intercept(c net.Conn, r io.Reader, t target, pl plan, d Decision,
 		gbr: bufio.NewReaderSize(gc, g.limits.MaxHeaderBytes), ubr: bufio.NewReaderSize(up, g.limits.MaxHeaderBytes)}
 	for x.next() {
 	}
-	if note := echoNote(x.echoes); note != "" {
+	if note := intercept.EchoNote(x.echoes); note != "" {
 		d.Detail += "; " + note
-		g.logger.Warn("egress: a secret's host echoed its value; the guest got the placeholder", "host", t.host, "detail", note)
+		g.logger.Warn("egress: a secret's host echoed its value; the guest got the placeholder", "host", t.Host, "detail", note)
 	}
 	g.record(d)
 }
@@ -119,7 +115,7 @@ func (g *Gate) intercept(c net.Conn, r io.Reader, t target, pl plan, d Decision,
 // exchange relays the requests of one inspected tunnel.
 type exchange struct {
 	g        *Gate
-	t        target
+	t        policy.Target
 	guest    *tls.Conn
 	up       *tls.Conn
 	gbr, ubr *bufio.Reader
@@ -161,15 +157,15 @@ func (x *exchange) next() bool {
 		x.refuse(ReasonBadRequest, http.StatusBadRequest, "absolute-URI request inside a tunnel")
 		return false
 	}
-	set := g.secrets.Load()
-	used, sent, err := set.apply(req, x.t, true)
+	set := g.tls.secrets.Load()
+	used, sent, err := set.Apply(req, x.t, true)
 	if err != nil {
 		x.refuse(ReasonPlaceholder, http.StatusForbidden, err.Error())
 		return false
 	}
-	var scan *scanReader
-	if req.Body != nil && req.Body != http.NoBody && len(set.list) > 0 {
-		scan = newScanReader(req.Body, set, func(s *secret) bool { return s.allows(x.t) })
+	var scan *intercept.ScanReader
+	if req.Body != nil && req.Body != http.NoBody && set.Len() > 0 {
+		scan = set.ScanBody(req.Body, x.t, true)
 		req.Body = io.NopCloser(scan)
 		req.Trailer = nil // trailers arrive after the scan: not passed on
 	}
@@ -182,7 +178,7 @@ func (x *exchange) next() bool {
 	if _, ok := req.Header["User-Agent"]; !ok {
 		req.Header["User-Agent"] = []string{""}
 	}
-	red := set.redactor(x.t, sent)
+	red := set.Redactor(x.t, sent)
 	if red != nil {
 		// Answers are searched for values: ask for them unencoded.
 		req.Header["Accept-Encoding"] = []string{"identity"}
@@ -190,8 +186,8 @@ func (x *exchange) next() bool {
 	req.Close = false
 	nUp, err := writeRequest(x.up, req)
 	x.d.BytesUp += nUp
-	if scan != nil && scan.found != nil {
-		x.refuse(ReasonPlaceholder, http.StatusForbidden, (&secretRefusal{name: scan.found.Name, where: "body", hosts: hostStrings(scan.found)}).Error())
+	if scan != nil && scan.Refusal() != nil {
+		x.refuse(ReasonPlaceholder, http.StatusForbidden, scan.Refusal().Error())
 		return false
 	}
 	if err != nil {
@@ -204,7 +200,7 @@ func (x *exchange) next() bool {
 		}
 	}
 	x.up.SetReadDeadline(time.Now().Add(g.limits.ResponseTimeout))
-	resp, err := g.readResponse(x.ubr, req)
+	resp, err := readResponse(x.ubr, req, g.limits.MaxHeaderBytes)
 	x.up.SetReadDeadline(time.Time{})
 	if err != nil {
 		x.refuse(ReasonUpstreamError, http.StatusBadGateway, "read response: "+err.Error())
@@ -214,12 +210,12 @@ func (x *exchange) next() bool {
 	upstreamClose := resp.Close
 	removeHopHeaders(resp.Header)
 	if red != nil {
-		if err := red.response(resp); err != nil {
+		if err := red.Response(resp); err != nil {
 			x.refuse(ReasonUpstreamError, http.StatusBadGateway, err.Error())
 			return false
 		}
 		defer func() {
-			for n, c := range red.hits {
+			for n, c := range red.Hits() {
 				x.echoes[n] += c
 			}
 		}()
@@ -249,19 +245,11 @@ func (x *exchange) refuse(r Reason, status int, detail string) {
 	io.WriteString(x.guest, b.String())
 }
 
-func hostStrings(s *secret) []string {
-	var out []string
-	for _, e := range s.hosts {
-		out = append(out, e.String())
-	}
-	return out
-}
-
 // httpTunnelReply is the CONNECT answer for intercept.
-func (g *Gate) httpTunnelReply(c net.Conn) tunnelReply {
+func httpTunnelReply(c net.Conn) tunnelReply {
 	return func(d Decision, ok bool) error {
 		if !ok {
-			// refuseHTTP records; intercept records too, so answer only.
+			// httpConn.refuse records; intercept records too, so answer only.
 			body := refusalText(d)
 			status := statusFor(d.Reason)
 			_, err := io.WriteString(c, "HTTP/1.1 "+strconv.Itoa(status)+" "+http.StatusText(status)+

@@ -1,4 +1,4 @@
-package egress
+package intercept
 
 import (
 	"bufio"
@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -16,9 +15,9 @@ import (
 	"time"
 )
 
-func testRedactor(t *testing.T, host string, extra ...needle) *redactor {
+func testRedactor(t *testing.T, host string, extra ...Needle) *Redactor {
 	t.Helper()
-	r := mustSet(t, testSecrets()).redactor(mustTarget(t, host), extra)
+	r := mustSet(t, testSecrets()).Redactor(mustTarget(t, host), extra)
 	if r == nil {
 		t.Fatalf("no redactor for %s", host)
 	}
@@ -27,15 +26,15 @@ func testRedactor(t *testing.T, host string, extra ...needle) *redactor {
 
 func TestRedactorOnlyForASecretsHost(t *testing.T) {
 	set := mustSet(t, testSecrets())
-	if r := set.redactor(mustTarget(t, "plain.test"), nil); r != nil {
+	if r := set.Redactor(mustTarget(t, "plain.test"), nil); r != nil {
 		t.Fatalf("plain.test has a redactor: %+v", r)
 	}
-	var none *secretSet
-	if none.redactor(mustTarget(t, "api.test"), nil) != nil {
+	var none *Secrets
+	if none.Redactor(mustTarget(t, "api.test"), nil) != nil {
 		t.Fatal("nil set has a redactor")
 	}
 	// api.test receives TOKEN only: OTHER's value is not its to hide.
-	r := set.redactor(mustTarget(t, "api.test"), nil)
+	r := set.Redactor(mustTarget(t, "api.test"), nil)
 	if got := string(r.replace([]byte("other-value " + testValue))); got != "other-value "+testPH {
 		t.Fatalf("replace = %q", got)
 	}
@@ -80,7 +79,7 @@ func TestRedactReaderAcrossReads(t *testing.T) {
 	}
 	// Encoded forms of a value with characters that need escaping.
 	set := mustSet(t, []Secret{{Name: "S", Hosts: []string{"api.test"}, Placeholder: testPH, Value: []byte(testValue + "/x")}})
-	r := set.redactor(mustTarget(t, "api.test"), nil)
+	r := set.Redactor(mustTarget(t, "api.test"), nil)
 	for _, form := range []string{testValue + "/x", enc, urlQueryEscape([]byte(testValue + "/x")), strings.ToLower(urlQueryEscape([]byte(testValue + "/x"))), testValue + `\/x`} {
 		rr := &redactReader{r: iotest.OneByteReader(strings.NewReader("[" + form + "]")), red: r}
 		b, err := io.ReadAll(rr)
@@ -138,8 +137,8 @@ func TestRedactResponse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := testRedactor(t, "api.test", needle{from: []byte(basicSent), to: []byte(basicGuest), name: "TOKEN"})
-	if err := r.response(resp); err != nil {
+	r := testRedactor(t, "api.test", Needle{from: []byte(basicSent), to: []byte(basicGuest), name: "TOKEN"})
+	if err := r.Response(resp); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
@@ -156,7 +155,7 @@ func TestRedactResponse(t *testing.T) {
 	if strings.Contains(out.String(), "Content-Length") {
 		t.Errorf("a length that no longer holds:\n%s", out.String())
 	}
-	if note := echoNote(r.hits); !strings.Contains(note, "TOKEN (6 times)") || strings.Contains(note, testValue) {
+	if note := EchoNote(r.hits); !strings.Contains(note, "TOKEN (6 times)") || strings.Contains(note, testValue) {
 		t.Errorf("note %q", note)
 	}
 }
@@ -175,134 +174,18 @@ func TestRedactResponseEncodings(t *testing.T) {
 		return resp
 	}
 	resp := mk("gzip", gz.Bytes())
-	if err := testRedactor(t, "api.test").response(resp); err != nil {
+	if err := testRedactor(t, "api.test").Response(resp); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	if string(b) != "zipped "+testPH || resp.Header.Get("Content-Encoding") != "" {
 		t.Fatalf("gzip: %q %v", b, resp.Header)
 	}
-	if err := testRedactor(t, "api.test").response(mk("br", []byte("xxxx"))); err == nil || !strings.Contains(err.Error(), "br-encoded") {
+	if err := testRedactor(t, "api.test").Response(mk("br", []byte("xxxx"))); err == nil || !strings.Contains(err.Error(), "br-encoded") {
 		t.Fatalf("br: %v", err)
 	}
-	if err := testRedactor(t, "api.test").response(mk("gzip", []byte("not gzip"))); err == nil {
+	if err := testRedactor(t, "api.test").Response(mk("gzip", []byte("not gzip"))); err == nil {
 		t.Fatal("bad gzip accepted")
-	}
-}
-
-// echoAll answers with everything the request carried: its credential
-// headers in a Location header and in the body, the body written in
-// pieces of 3 bytes (so values straddle writes and chunks), gzip-encoded
-// when asked by ?gzip.
-var echoAll = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-	var all strings.Builder
-	fmt.Fprintf(&all, "uri=%s\n", r.RequestURI)
-	r.Header.Write(&all)
-	w.Header().Set("Location", "https://elsewhere.test/?auth="+url.QueryEscape(r.Header.Get("Authorization"))+"&key="+r.Header.Get("X-Api-Key"))
-	w.Header().Set("X-Echo", r.Header.Get("Authorization"))
-	var out io.Writer = w
-	if r.URL.Query().Has("gzip") {
-		w.Header().Set("Content-Encoding", "gzip")
-		zw := gzip.NewWriter(w)
-		defer zw.Close()
-		out = zw
-	}
-	w.WriteHeader(http.StatusBadRequest) // an error page that shows the input
-	s := all.String()
-	for i := 0; i < len(s); i += 3 {
-		io.WriteString(out, s[i:min(i+3, len(s))])
-		if f, ok := out.(http.Flusher); ok {
-			f.Flush()
-		}
-	}
-})
-
-// TestGateRedactsEchoes: servers of a secret's hosts that echo what they
-// received (Location, other headers, an error page, gzip) hand the guest
-// the placeholder, never the value, through CONNECT and SOCKS; the tunnel's
-// decision says which secret was echoed.
-func TestGateRedactsEchoes(t *testing.T) {
-	pki := newTestPKI(t)
-	ports := map[string]string{}
-	var allow, pins []string
-	for _, n := range []string{"api.test", "other.test"} {
-		s := pki.server(t, n, echoAll)
-		ports[n] = portOf(t, s.Listener.Addr().String())
-		allow, pins = append(allow, n), append(pins, n+"=127.0.0.1")
-	}
-	ca, err := LoadCA(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tg := startGate(t, Config{Allow: allow, MapHosts: pins, CA: ca, Secrets: testSecrets(), UpstreamRoots: pki.pool})
-	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("me:"+testPH))
-	cases := []struct {
-		host, path string
-		hdr        []string
-		name       string
-	}{
-		{"api.test", "/e?q=" + testPH, []string{"Authorization", "Bearer " + testPH}, "TOKEN"},
-		{"api.test", "/e?gzip", []string{"Authorization", "Bearer " + testPH}, "TOKEN"},
-		{"api.test", "/basic", []string{"Authorization", basic}, "TOKEN"},
-		{"other.test", "/t", nil, "OTHER"},
-		{"other.test", "/t?gzip", nil, "OTHER"},
-	}
-	for _, socks := range []bool{false, true} {
-		c := trustingClient(t, tg, ca, socks)
-		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-		for _, tc := range cases {
-			seq := len(tg.Recent())
-			req, _ := http.NewRequest("GET", "https://"+tc.host+":"+ports[tc.host]+tc.path, nil)
-			for i := 0; i+1 < len(tc.hdr); i += 2 {
-				req.Header.Set(tc.hdr[i], tc.hdr[i+1])
-			}
-			resp, err := c.Do(req)
-			if err != nil {
-				t.Fatalf("socks=%v %s%s: %v", socks, tc.host, tc.path, err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			var head bytes.Buffer
-			resp.Header.Write(&head)
-			seen := resp.Status + head.String() + string(b)
-			for _, v := range []string{testValue, "other-value", url.QueryEscape(testValue), base64.StdEncoding.EncodeToString([]byte("me:" + testValue))} {
-				if strings.Contains(seen, v) {
-					t.Fatalf("socks=%v %s%s: the guest got %q:\n%s", socks, tc.host, tc.path, v, seen)
-				}
-			}
-			if resp.StatusCode != 400 || tc.path != "/basic" && (!strings.Contains(resp.Header.Get("Location"), "airlock_ph_") || !strings.Contains(string(b), "airlock_ph_")) {
-				t.Fatalf("socks=%v %s%s: the echo did not come through:\n%s", socks, tc.host, tc.path, seen)
-			}
-			if tc.path == "/basic" && resp.Header.Get("X-Echo") != basic {
-				t.Fatalf("Basic echo %q; want the guest's own %q", resp.Header.Get("X-Echo"), basic)
-			}
-			d := waitDecision(t, tg.Gate, func(d Decision) bool { return d.Seq > uint64(seq) && d.Host == tc.host })
-			if d.Action != ActionAllow || !strings.Contains(d.Detail, "value of secret "+tc.name) || strings.Contains(fmt.Sprint(d), testValue) {
-				t.Fatalf("socks=%v %s%s: logged %+v", socks, tc.host, tc.path, d)
-			}
-		}
-	}
-}
-
-// TestPlainHTTPFromASecretsHostIsRedacted: a secret's host that holds the
-// value (sent to it earlier over HTTPS) and serves it over plain HTTP
-// hands the guest the placeholder.
-func TestPlainHTTPFromASecretsHostIsRedacted(t *testing.T) {
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Location", "/next?token="+testValue)
-		fmt.Fprintf(w, "stored: %s", testValue)
-	}))
-	defer s.Close()
-	srv := s.Listener.Addr().String()
-	ca, _ := LoadCA(t.TempDir())
-	tg := startGate(t, Config{Allow: []string{"api.test"}, MapHosts: []string{"api.test=127.0.0.1"}, CA: ca, Secrets: testSecrets()})
-	resp, body := rawRequest(t, tg.httpAddr, "GET http://api.test:"+portOf(t, srv)+"/note HTTP/1.1\r\nHost: api.test:"+portOf(t, srv)+"\r\n\r\n")
-	if resp.StatusCode != 200 || body != "stored: "+testPH || resp.Header.Get("Location") != "/next?token="+testPH {
-		t.Fatalf("%s %q %q", resp.Status, resp.Header.Get("Location"), body)
-	}
-	d := wantDecision(t, tg.Gate, ProtoHTTP, "api.test", ReasonAllowedByRule)
-	if !strings.Contains(d.Detail, "value of secret TOKEN (2 times)") {
-		t.Fatalf("logged %+v", d)
 	}
 }
 
@@ -315,7 +198,7 @@ func FuzzRedactReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, a, b []byte, step uint8) {
 		body := append(append(append([]byte{}, a...), testValue...), b...)
 		body = append(body, a...)
-		r := mustSet(t, testSecrets()).redactor(mustTarget(t, "api.test"), nil)
+		r := mustSet(t, testSecrets()).Redactor(mustTarget(t, "api.test"), nil)
 		var src io.Reader = bytes.NewReader(body)
 		if step%2 == 1 {
 			src = iotest.OneByteReader(src)

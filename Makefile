@@ -219,11 +219,12 @@ check-comments:
 
 ## tsgen: regenerate frontend/src/gen, the TypeScript types of what the control API sends and
 ## takes, from their Go types (build/tsgen): every type service.Core's methods take or return, and
-## app/api's request and answer bodies
+## app/api's request and answer bodies, and app/agents' answers (/v1/agents)
 .PHONY: tsgen check-tsgen
 API := github.com/airlock-sandbox/airlock/app/api
 TSGEN_ROOTS := github.com/airlock-sandbox/airlock/app/service.Core \
-	$(addprefix $(API).,LogPage WorkspaceRequest ImageRequest RuleRequest AnswerRequest ApplyRequest DiscardRequest DiscardResult UndoRequest)
+	$(addprefix $(API).,LogPage WorkspaceRequest ImageRequest RuleRequest AnswerRequest ApplyRequest DiscardRequest DiscardResult UndoRequest) \
+	github.com/airlock-sandbox/airlock/app/agents.Status github.com/airlock-sandbox/airlock/app/agents.Result
 tsgen:
 	$(GO) run ./build/tsgen -out frontend/src/gen $(TSGEN_ROOTS)
 

@@ -28,7 +28,7 @@ const ServerName = "airlock"
 var ErrUnknown = errors.New("unknown agent")
 
 // ErrNotFound is returned by Connect when the agent is not on this machine.
-var ErrNotFound = errors.New("agent not found on this machine")
+var ErrNotFound = errors.New("not found on this machine")
 
 // format is how an agent's file is written.
 type format int
@@ -249,3 +249,6 @@ func (a Agent) fields(e Entry) []field {
 	}
 	return out
 }
+
+// MCPEntry is the entry for the airlock program at path: `airlock mcp`.
+func MCPEntry(path string) Entry { return Entry{Command: path, Args: []string{"mcp"}} }

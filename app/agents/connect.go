@@ -105,7 +105,7 @@ func (h Host) Connect(a Agent, e Entry) (Result, error) {
 		if a.command != "" {
 			what += " and no " + a.command + " command on PATH"
 		}
-		return Result{Path: path}, fmt.Errorf("%w: %s (%s); install it and open it once, or run `airlock connect --print %s` to see the entry and add it yourself", ErrNotFound, a.Title, what, a.Name)
+		return Result{Path: path}, fmt.Errorf("%s was %w (%s); install it and open it once, or run `airlock connect --print %s` to see the entry and add it yourself", a.Title, ErrNotFound, what, a.Name)
 	}
 	return rewrite(path, func(src []byte) ([]byte, error) { return a.edit(src, e, false) })
 }

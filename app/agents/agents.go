@@ -35,7 +35,7 @@ type format int
 
 const (
 	formatJSON  format = iota // strict JSON: the agent reads it with a JSON parser
-	formatJSONC               // JSON with comments and trailing commas (VS Code)
+	formatJSONC               // JSON with comments and trailing commas (VS Code, Cursor)
 	formatTOML                // TOML (Codex)
 )
 
@@ -103,8 +103,10 @@ var all = []Agent{
 	{
 		// Cursor's global servers are in ~/.cursor/mcp.json, under
 		// "mcpServers" (cursor.com/docs/mcp, "Configuration
-		// locations"); on Windows ~ is %USERPROFILE%.
-		Name: "cursor", Title: "Cursor", format: formatJSON, container: "mcpServers", command: "cursor",
+		// locations"); on Windows ~ is %USERPROFILE%. Cursor is built on
+		// VS Code, whose JSON files may hold comments: a comment is kept,
+		// not refused.
+		Name: "cursor", Title: "Cursor", format: formatJSONC, container: "mcpServers", command: "cursor",
 		path:   func(h Host) string { return filepath.Join(h.Home, ".cursor", "mcp.json") },
 		marker: func(h Host) string { return filepath.Join(h.Home, ".cursor") },
 	},

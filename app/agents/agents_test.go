@@ -351,3 +351,20 @@ func TestPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRemoveLeavesOtherForms: disconnect changes nothing in a file whose
+// servers are written in a form connect refuses but that holds no entry of
+// Airlock's.
+func TestRemoveLeavesOtherForms(t *testing.T) {
+	for _, tc := range []struct{ agent, in string }{
+		{"codex", "a = 1\nmcp_servers = { other = { command = \"x\" } }\n"},
+		{"codex", "[mcp_servers.other]\ncommand = \"x\"\n"},
+		{"cursor", "// mine\n{\"mcpServers\": {\"x\": {}},}\n"},
+		{"claude-code", "{\"mcpServers\": 3}"},
+	} {
+		out, err := mustAgent(t, tc.agent).edit([]byte(tc.in), Entry{}, true)
+		if err != nil || string(out) != tc.in {
+			t.Errorf("%s %q: %q %v", tc.agent, tc.in, out, err)
+		}
+	}
+}

@@ -57,16 +57,17 @@ func editTOML(src []byte, path []string, fields []field, remove bool) ([]byte, e
 		case x.header && hasPrefix(x.key, path) && !x.array && len(x.key) > len(path):
 			regions = append(regions, [2]int{x.start, x.end}) // a sub-table, such as .env
 		case x.header && (hasPrefix(x.key, path) || hasPrefix(path, x.key)) && x.array:
-			return nil, unsupported(name, x.line)
+			return nil, fmt.Errorf("%s is an array of tables (line %d), which Codex does not read as servers; fix it, then run again", strings.Join(x.key, "."), x.line)
 		case !x.header && hasPrefix(x.table, path):
 			if slices.Equal(x.table, path) {
 				own = append(own, x)
 			}
 			regions[len(regions)-1][1] = x.end
-		case !x.header && (hasPrefix(full, path) || hasPrefix(path, full) && !remove):
-			// mcp_servers.airlock.command = ..., or mcp_servers = {...},
-			// which a [mcp_servers.airlock] table may not extend
-			return nil, unsupported(name, x.line)
+		case !x.header && hasPrefix(full, path):
+			return nil, fmt.Errorf("%s is set with dotted keys or an inline table (line %d); write it as a [%s] table or remove it, then run again", name, x.line, name)
+		case !x.header && hasPrefix(path, full) && !remove:
+			// A [mcp_servers.airlock] table may not extend an inline table.
+			return nil, fmt.Errorf("%s is an inline table (line %d), to which a [%s] table cannot be added; write its servers as [%s.NAME] tables, then run again", strings.Join(full, "."), x.line, name, path[0])
 		}
 	}
 
@@ -82,6 +83,10 @@ func editTOML(src []byte, path []string, fields []field, remove bool) ([]byte, e
 			// the entry gives back the file as it was.
 			if before := blankLineBefore(out, start); before >= 0 && (end == len(out) || blankLineAt(out, end)) {
 				start = before
+			}
+			// At the top of the file, the blank lines after it go too.
+			for start == 0 && end < len(out) && blankLineAt(out, end) {
+				end = lineEnd(out, end)
 			}
 			out = append(out[:start], out[end:]...)
 		}
@@ -138,10 +143,6 @@ func editTOML(src []byte, path []string, fields []field, remove bool) ([]byte, e
 		return src, nil
 	}
 	return append(out, src[last:]...), nil
-}
-
-func unsupported(name string, line int) error {
-	return fmt.Errorf("%s is written another way than as a [%s] table (line %d); write it as that table or remove it, then run again", name, name, line)
 }
 
 func hasPrefix(key, prefix []string) bool {

@@ -234,9 +234,25 @@ check-tsgen: tsgen
 
 ## test-desktop: the Linux desktop build under Xvfb (apt: xvfb x11-utils imagemagick): its window
 ## is shown and screenshot to build/bin/desktop.png (checked non-blank), its VM boots (a QEMU among
-## its descendants), and SIGTERM (sent twice) stops the VM and exits 0
+## its descendants), and SIGTERM (sent twice) stops the VM and exits 0. Then its tray
+## (build/linux/tray; apt: dbus-daemon xfce4-panel xdotool): in Xfce's panel on a D-Bus session of
+## its own, the icon and its open menu screenshot to build/bin/tray-icon.png and tray-menu.png
+## (checked non-blank), the menu's items read over D-Bus (the workspace and its VM's state, Open,
+## Stop, Quit), and Open, Stop and Quit clicked there; once more as AIRLOCK_TEST_USER when make
+## runs as root (about 15 s a run)
+TRAY_TEST := build/bin/tray.test
+TRAY_ENV := AIRLOCK_DESKTOP_BIN=$(CURDIR)/build/bin/airlock-desktop AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR)
 test-desktop: desktop image
 	build/linux/xvfb-smoke.sh build/bin/airlock-desktop build/bin/desktop.png
+	$(GO) test -c -tags xvfb -o $(TRAY_TEST) ./build/linux/tray/
+	cd build/linux/tray && $(TRAY_ENV) $(CURDIR)/$(TRAY_TEST) -test.v -test.count=1 -test.timeout 3m
+	@if [ "$$(id -u)" = 0 ] && [ -n "$(AIRLOCK_TEST_USER)" ]; then \
+		d=$$(mktemp -d /tmp/airlock-tray-user.XXXXXX) && chown $(AIRLOCK_TEST_USER): $$d && \
+		echo "the tray as $(AIRLOCK_TEST_USER), home $$d" && \
+		cd build/linux/tray && runuser -u $(AIRLOCK_TEST_USER) -- env -i PATH=/usr/local/bin:/usr/bin:/bin \
+			HOME=$$d TMPDIR=$$d LANG=C.UTF-8 $(TRAY_ENV) AIRLOCK_TRAY_SHOTS=$$d \
+			$(CURDIR)/$(TRAY_TEST) -test.v -test.count=1 -test.timeout 3m; rc=$$?; rm -rf $$d; exit $$rc; \
+	fi
 
 ## security-report: run the security suite and rewrite docs/security-report.md (commit it; a unit
 ## test keeps it in the suite's format). AIRLOCK_SECURITY_REPORT=FILE make test-security writes elsewhere.

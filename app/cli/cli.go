@@ -85,7 +85,7 @@ func newRoot(stdio Stdio) *cobra.Command {
 		newVMCmd(stdio, g, "restart", "Replace the service's VM with a fresh one"),
 		newTasksCmd(stdio, g), newLogsCmd(stdio, g), newCancelCmd(stdio, g),
 		newEgressCmd(stdio, g), newWorkspaceCmd(stdio, g), newImageCmd(stdio, g), newMCPCmd(stdio, g),
-		newSecretCmd(stdio, g))
+		newSecretCmd(stdio, g), newUninstallCmd(stdio, g))
 	root.AddCommand(newChangesCmds(stdio, g)...)
 	return root
 }

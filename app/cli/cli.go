@@ -87,7 +87,32 @@ func newRoot(stdio Stdio) *cobra.Command {
 		newEgressCmd(stdio, g), newWorkspaceCmd(stdio, g), newImageCmd(stdio, g), newMCPCmd(stdio, g),
 		newSecretCmd(stdio, g), newUninstallCmd(stdio, g))
 	root.AddCommand(newChangesCmds(stdio, g)...)
+	withUsage(root)
 	return root
+}
+
+// withUsage makes a command's wrong arguments or flags print its usage
+// line after the error, as one line: "accepts 1 arg(s), received 0"
+// alone does not say what the argument is.
+func withUsage(root *cobra.Command) {
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return fmt.Errorf("%w\nusage: %s", err, cmd.UseLine())
+	})
+	var walk func(*cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		if args := cmd.Args; args != nil {
+			cmd.Args = func(c *cobra.Command, a []string) error {
+				if err := args(c, a); err != nil {
+					return fmt.Errorf("%w\nusage: %s", err, c.UseLine())
+				}
+				return nil
+			}
+		}
+		for _, c := range cmd.Commands() {
+			walk(c)
+		}
+	}
+	walk(root)
 }
 
 // oneLine keeps an error to one line, so scripts can read it: its lines

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"io"
@@ -80,7 +81,7 @@ command runs on its warm VM instead, in milliseconds, and appears in
 --ephemeral boot a fresh one as above.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return fmt.Errorf("no command given\nusage: %s", cmd.UseLine())
+				return errors.New("no command given")
 			}
 			return nil
 		},

@@ -178,6 +178,8 @@ func TestErrorsNameTheCause(t *testing.T) {
 		{[]string{"logs", "nope", "--socket", sock}, "airlock: no task nope (see airlock tasks)\n"},
 		{[]string{"cancel", "nope", "--socket", sock}, "airlock: no task nope (see airlock tasks)\n"},
 		{[]string{"run", "--socket", sock}, "airlock: no command given; usage: airlock run [flags] -- CMD [ARG...]\n"},
+		{[]string{"logs", "--socket", sock}, "airlock: accepts 1 arg(s), received 0; usage: airlock logs ID [flags]\n"},
+		{[]string{"run", "--bogus", "--", "true"}, "airlock: unknown flag: --bogus; usage: airlock run [flags] -- CMD [ARG...]\n"},
 		{[]string{"run", "--cpus", many, "--", "true"}, "airlock: --cpus " + many + ": this machine has " + strconv.Itoa(runtime.NumCPU()) + " CPUs; choose between 1 and " + strconv.Itoa(min(runtime.NumCPU(), 64)) + "\n"},
 		{[]string{"run", "--allow", "https://pypi.org/simple", "--deny", "a b", "--", "true"},
 			"airlock: allow \"https://pypi.org/simple\": use a host name, not a URL (pypi.org); deny \"a b\": invalid character ' '\n"},

@@ -130,6 +130,7 @@ func TestJSONShapes(t *testing.T) {
 		{[]string{"egress", "log"}, true},
 		{[]string{"egress", "log", "--denied"}, true},
 		{[]string{"secret", "list"}, true},
+		{[]string{"uninstall"}, true},
 		{[]string{"status"}, false},
 		{[]string{"version"}, false},
 		{[]string{"start"}, false},
@@ -225,4 +226,33 @@ func TestServiceLostMidTask(t *testing.T) {
 	if code != ExitAirlockError || !strings.HasPrefix(errOut, want) || strings.Contains(errOut, "no Airlock service") {
 		t.Fatalf("exit %d, stderr %q; want 125, %q...", code, errOut, want)
 	}
+}
+
+// jsonShapes is what each command prints with --json: "array" (a
+// listing), "object" (a result or a change made), or why it prints no
+// JSON. A new command must say which.
+var jsonShapes = map[string]string{
+	"tasks": "array", "egress log": "array", "secret list": "array", "uninstall": "array (object with --purge)",
+	"status": "object", "version": "object", "start": "object", "stop": "object", "restart": "object",
+	"cancel": "object", "workspace set": "object", "workspace reset-disk": "object", "image set": "object",
+	"egress allow": "object", "egress deny": "object", "egress remove": "object",
+	"secret set": "object", "secret rm": "object", "apply": "object", "discard": "object", "undo": "object",
+	"changes": "object: the entries with the folder's mode", "checkpoints": "object: the list with the space used",
+	"run": "none: the task's own output", "logs": "none: the task's own output", "diff": "none: a unified diff",
+	"serve": "none: runs the service", "mcp": "none: speaks MCP on stdio",
+}
+
+// TestEveryCommandHasAJSONShape walks every command: each one that runs
+// has its --json shape decided (TestJSONShapes checks them).
+func TestEveryCommandHasAJSONShape(t *testing.T) {
+	root := newRoot(Stdio{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &bytes.Buffer{}})
+	walk(root, func(cmd *cobra.Command) {
+		path := strings.Join(strings.Fields(cmd.CommandPath())[1:], " ")
+		if !cmd.Runnable() || path == "help" || strings.HasPrefix(path, "completion") {
+			return
+		}
+		if _, ok := jsonShapes[path]; !ok {
+			t.Errorf("airlock %s: no --json shape decided (add it to jsonShapes and, for a listing or a change, to TestJSONShapes)", path)
+		}
+	})
 }

@@ -116,7 +116,7 @@ test-e2e: airlock
 	$(GO) run ./images/cmd/airlock-image -arch all -out $(IMAGE_DIR)
 	$(GO) run ./images/cmd/airlock-image -arch $(E2E_STANDARD_ARCHES) -image standard -out $(IMAGE_DIR) -q
 	AIRLOCK_E2E_BIN=$(CURDIR)/bin/airlock AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) AIRLOCK_REQUIRE_ARM64_STANDARD=1 \
-		$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./tests/e2e/ ./vm/qemu/ ./app/clock/ ./app/session/ 2>&1 | tee /tmp/airlock-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
+		$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./tests/e2e/ ./tests/connect/ ./vm/qemu/ ./app/clock/ ./app/session/ 2>&1 | tee /tmp/airlock-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
 
 ## bench: one table of figures, each against a baseline measured in the same run (tests/bench),
 ## also written as JSON to BENCH_OUT (default tests/bench/out/bench.json) so runs can be compared;
@@ -243,11 +243,12 @@ check-comments:
 
 ## tsgen: regenerate frontend/src/gen, the TypeScript types of what the control API sends and
 ## takes, from their Go types (build/tsgen): every type service.Core's methods take or return, and
-## app/api's request and answer bodies
+## app/api's request and answer bodies, and app/agents' answers (/v1/agents)
 .PHONY: tsgen check-tsgen
 API := github.com/airlock-sandbox/airlock/app/api
 TSGEN_ROOTS := github.com/airlock-sandbox/airlock/app/service.Core \
-	$(addprefix $(API).,LogPage WorkspaceRequest ImageRequest RuleRequest AnswerRequest ApplyRequest DiscardRequest DiscardResult UndoRequest)
+	$(addprefix $(API).,LogPage WorkspaceRequest ImageRequest RuleRequest AnswerRequest ApplyRequest DiscardRequest DiscardResult UndoRequest) \
+	github.com/airlock-sandbox/airlock/app/agents.Status github.com/airlock-sandbox/airlock/app/agents.Result
 tsgen:
 	$(GO) run ./build/tsgen -out frontend/src/gen $(TSGEN_ROOTS)
 

@@ -240,6 +240,8 @@ var jsonShapes = map[string]string{
 	"changes": "object: the entries with the folder's mode", "checkpoints": "object: the list with the space used",
 	"run": "none: the task's own output", "logs": "none: the task's own output", "diff": "none: a unified diff",
 	"serve": "none: runs the service", "mcp": "none: speaks MCP on stdio",
+	"connect":    "array: the agents, or what connecting each did (--print: the entry itself)",
+	"disconnect": "array: what disconnecting each did",
 }
 
 // TestEveryCommandHasAJSONShape walks every command: each one that runs

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,4 +88,23 @@ type busyCore struct{ service.Core }
 
 func (busyCore) Status(context.Context) (service.Status, error) {
 	return service.Status{RunningTasks: 1}, nil
+}
+
+// TestConnectJSON: connect and disconnect print, with --json, an array of
+// what they did to each agent's file, like connect's listing.
+func TestConnectJSON(t *testing.T) {
+	purgeHome(t)
+	os.MkdirAll(filepath.Join(os.Getenv("HOME"), ".claude"), 0o700)
+	for _, args := range [][]string{{"connect"}, {"connect", "claude-code"}, {"disconnect", "claude-code"}} {
+		code, out, errOut := cli(append(args, "--json")...)
+		var v []map[string]any
+		if code != 0 || json.Unmarshal([]byte(out), &v) != nil || len(v) == 0 {
+			t.Fatalf("airlock %v --json: exit %d, %q %q; want a JSON array", args, code, out, errOut)
+		}
+		if args[0] != "connect" || len(args) > 1 {
+			if v[0]["agent"] != "claude-code" || v[0]["changed"] != true {
+				t.Errorf("airlock %v --json: %s", args, out)
+			}
+		}
+	}
 }

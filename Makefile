@@ -3,7 +3,9 @@ SHELL := /bin/bash
 GO    ?= go
 ARCH  ?= $(shell $(GO) env GOARCH)
 OTHER_ARCH := $(if $(filter amd64,$(ARCH)),arm64,amd64)
-VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# The release version: the VERSION file, and the commit it was built from
+# (0.1.0+3b7d567, 0.1.0+3b7d567-dirty; 0.1.0 alone outside a git checkout).
+VERSION ?= $(shell v=$$(cat VERSION 2>/dev/null || echo 0.0.0); c=$$(git describe --always --dirty --exclude '*' 2>/dev/null); echo "$$v$${c:++$$c}")
 LDFLAGS := -s -w -X github.com/airlock-sandbox/airlock/app/service.Version=$(VERSION)
 IMAGE_DIR := images/out
 WORKSPACE ?= $(HOME)/airlock-demo
@@ -13,7 +15,7 @@ E2E_TIMEOUT ?= 40m
 APT_PACKAGES := qemu-system-x86 qemu-system-arm busybox-static kmod cpio xz-utils protobuf-compiler debootstrap e2fsprogs qemu-utils qemu-user-static binfmt-support \
 	gcc make bc flex bison libelf-dev libssl-dev
 
-.PHONY: all build airlock image image-all image-kernel-source image-standard image-standard-all deps run test test-unit test-e2e bench vet proto check-proto clean
+.PHONY: all build install uninstall airlock image image-all image-kernel-source image-standard image-standard-all deps run test test-unit test-e2e bench vet proto check-proto clean
 
 all: build
 
@@ -22,6 +24,28 @@ build: frontend airlock image
 
 airlock:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/airlock ./app/cmd/airlock
+
+## install: bin/airlock (AIRLOCK_BIN), the desktop app when built (build/bin/airlock-desktop) and
+## this architecture's guest images (INSTALL_IMAGES of minimal standard, those built) into PREFIX:
+## PREFIX/bin and PREFIX/share/airlock/images, where airlock looks for its images next to its own
+## executable (symlinks resolved). PREFIX is /usr/local for root, ~/.local for a user; DESTDIR is
+## prepended for staging. Builds nothing: run make build (and make image-standard) first.
+PREFIX ?= $(if $(filter 0,$(shell id -u)),/usr/local,$(HOME)/.local)
+BINDIR ?= $(PREFIX)/bin
+DATADIR ?= $(PREFIX)/share/airlock
+AIRLOCK_BIN ?= bin/airlock
+DESKTOP_BIN ?= build/bin/airlock-desktop
+INSTALL_IMAGES ?= minimal standard
+image_subdirs = $(foreach i,$(INSTALL_IMAGES),$(if $(filter minimal,$(i)),$(ARCH) kernel-source/$(ARCH),$(i)/$(ARCH) kernel-source/$(i)/$(ARCH)))
+install:
+	@test -x "$(AIRLOCK_BIN)" || { echo "$(AIRLOCK_BIN) is not built: run make build first"; exit 1; }
+	@dirs=""; for d in $(image_subdirs); do [ -f "$(IMAGE_DIR)/$$d/manifest.json" ] && dirs="$$dirs $$d"; done; 	case " $$dirs " in *" $(ARCH) "*|*" kernel-source/$(ARCH) "*) ;; 		*) echo "no minimal guest image in $(IMAGE_DIR): run make image first"; exit 1;; esac; 	set -e; install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(DATADIR)/images"; 	install -m 755 "$(AIRLOCK_BIN)" "$(DESTDIR)$(BINDIR)/airlock"; echo "installed $(DESTDIR)$(BINDIR)/airlock"; 	if [ -x "$(DESKTOP_BIN)" ]; then install -m 755 "$(DESKTOP_BIN)" "$(DESTDIR)$(BINDIR)/airlock-desktop"; echo "installed $(DESTDIR)$(BINDIR)/airlock-desktop"; fi; 	for d in $$dirs; do rm -rf "$(DESTDIR)$(DATADIR)/images/$$d"; done; 	tar -C "$(IMAGE_DIR)" -cf - $$dirs | tar -C "$(DESTDIR)$(DATADIR)/images" -xf -; 	echo "installed the guest images$$dirs in $(DESTDIR)$(DATADIR)/images"
+
+## uninstall: remove what make install put in PREFIX (same PREFIX and DESTDIR). Your settings, tasks,
+## templates and secrets stay: README, Where Airlock keeps data, says how to remove them.
+uninstall:
+	rm -f "$(DESTDIR)$(BINDIR)/airlock" "$(DESTDIR)$(BINDIR)/airlock-desktop"
+	rm -rf "$(DESTDIR)$(DATADIR)"
 
 ## image: the minimal guest image for this machine's architecture in $(IMAGE_DIR)/$(ARCH) (Debian's
 ## kernel, its drivers as modules) and, on amd64, also in $(IMAGE_DIR)/kernel-source/amd64 with a

@@ -66,6 +66,7 @@ it is connected. --print shows the entry for an agent instead of writing it.`,
 			if err != nil {
 				return err
 			}
+			done := []agentChange{}
 			for _, a := range as {
 				if print {
 					fmt.Fprintf(stdio.Err, "%s reads its MCP servers from %s:\n", a.Title, host.Path(a))
@@ -76,7 +77,13 @@ it is connected. --print shows the entry for an agent instead of writing it.`,
 				if err != nil {
 					return fmt.Errorf("connect %s: %w", a.Name, err)
 				}
-				reportChange(stdio, a, res, "connected", "was already connected")
+				done = append(done, agentChange{a.Name, res})
+				if !g.json {
+					reportChange(stdio, a, res, "connected", "was already connected")
+				}
+			}
+			if g.json && !print {
+				return printJSON(stdio.Out, done)
 			}
 			return nil
 		},
@@ -99,12 +106,19 @@ keeping everything else in it as it was. Restart the agent afterwards.`,
 			if err != nil {
 				return err
 			}
+			done := []agentChange{}
 			for _, a := range as {
 				res, err := host.Disconnect(a)
 				if err != nil {
 					return fmt.Errorf("disconnect %s: %w", a.Name, err)
 				}
-				reportChange(stdio, a, res, "disconnected", "was not connected")
+				done = append(done, agentChange{a.Name, res})
+				if !g.json {
+					reportChange(stdio, a, res, "disconnected", "was not connected")
+				}
+			}
+			if g.json {
+				return printJSON(stdio.Out, done)
 			}
 			return nil
 		},
@@ -124,6 +138,13 @@ func lookupAgents(names []string) ([]agents.Agent, error) {
 	return out, nil
 }
 
+// agentChange is what connect or disconnect did to one agent's file, as
+// --json prints it.
+type agentChange struct {
+	Agent string `json:"agent"`
+	agents.Result
+}
+
 func reportChange(stdio Stdio, a agents.Agent, res agents.Result, done, same string) {
 	if !res.Changed {
 		fmt.Fprintf(stdio.Out, "%s %s: %s\n", a.Title, same, res.Path)
@@ -139,7 +160,7 @@ func reportChange(stdio Stdio, a agents.Agent, res agents.Result, done, same str
 func listAgents(stdio Stdio, g *globals, host agents.Host, entry agents.Entry) error {
 	sts := host.Statuses(entry)
 	if g.json {
-		return printJSON(stdio.Out, sts)
+		return printJSON(stdio.Out, nonNil(sts))
 	}
 	tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGENT\tFOUND\tCONNECTED\tCONFIG")

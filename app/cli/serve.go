@@ -144,7 +144,7 @@ own, so that an app that crashed leaves no helper running).`,
 		},
 	}
 	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the API and browser UI on this loopback address (127.0.0.1:PORT)")
-	cmd.Flags().BoolVar(&noBoot, "no-boot", false, "do not boot the VM until the first task or `airlock start`")
+	cmd.Flags().BoolVar(&noBoot, "no-boot", false, "do not boot the VM until the first task or 'airlock start'")
 	cmd.Flags().IntVar(&parentPID, "parent-pid", 0, "stop, and stop the VM, when the process with this id ends")
 	return cmd
 }

@@ -35,7 +35,7 @@ export function settingsView(): View {
       h("dt", null, "Folder access"),
       h("dd", null, st.settings.read_only ? "Read only" : "Read and write"),
     );
-    const key = [st.state_dir, s.console_log, st.settings_path].join("\0");
+    const key = [st.state_dir, st.cache_dir, s.console_log, st.settings_path].join("\0");
     if (places.dataset.key !== key) {
       places.dataset.key = key;
       fill(
@@ -43,6 +43,7 @@ export function settingsView(): View {
       place("Airlock's data", "Task history and everything Airlock keeps between runs.", st.state_dir, "about-state-dir"),
       place("Task output", "Each task's output, saved as it arrives.", join(st.state_dir, "tasks")),
       place("Console log", "What the sandbox prints while it boots and runs.", s.console_log ?? "", "about-console-log"),
+      st.cache_dir ? place("Cache", "Saved machine starts (templates) and other files Airlock rebuilds when they are gone.", st.cache_dir, "about-cache-dir") : null,
       st.settings_path ? place("Settings file", "Size, folder and network rules.", st.settings_path) : null,
       );
     }

@@ -519,20 +519,46 @@ func flipCase(s string) string {
 	}, s)
 }
 
-// List returns the pending changes, sorted by path.
-func (s *Store) List() ([]Entry, error) {
+// List returns the pending changes, sorted by path. Each Conflict is
+// the last pull's, or set when the host's path in the folder workspace
+// (or a rename's old path) has changed since, by one lstat each
+// (statConflicts): so an edit the user made after the pull shows before
+// an apply refuses it. A folder that cannot be opened leaves the pull's.
+func (s *Store) List(workspace string) ([]Entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m, err := s.loadPending()
 	if err != nil {
 		return nil, err
 	}
+	root, err := os.OpenRoot(workspace)
+	if err == nil {
+		defer root.Close()
+	}
 	entries := make([]Entry, len(m.Records))
 	for i, r := range m.Records {
 		entries[i] = r.Entry
+		if root == nil || r.Conflict {
+			continue
+		}
+		// As Apply reads it (mayOverwrite): a deletion of what the user
+		// deleted too is none.
+		c := statConflicts(root, r.Path, r.Base, m.Epoch, m.Written, r.Kind == Deleted)
+		if !c && r.Kind == Renamed && r.FromBase != nil {
+			c = statConflicts(root, r.From, *r.FromBase, m.Epoch, m.Written, true)
+		}
+		entries[i].Conflict = c
 	}
 	slices.SortFunc(entries, func(a, b Entry) int { return cmp.Compare(a.Path, b.Path) })
 	return entries, nil
+}
+
+// Pending returns how many changes are pending.
+func (s *Store) Pending() (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, err := s.loadPending()
+	return len(m.Records), err
 }
 
 // Content opens the new content of a pending file (image previews).

@@ -375,18 +375,13 @@ const maxConflictWalk = 100_000
 // that saves the same bytes), and costs a review; the reverse would cost
 // the user's edit.
 func conflicts(root *os.Root, p string, base Base, now hostState, epoch time.Time, removes bool, wrote map[string]written) (bool, error) {
-	epoch = epoch.Add(-clockSlack)
-	if !now.same(base) {
+	if touched(p, base, now, epoch, wrote) {
 		return true, nil
-	}
-	if w, ok := wrote[p]; !ok || !w.same(now.Base) || !w.Changed.Equal(now.changed) {
-		if now.changed.After(epoch) {
-			return true, nil
-		}
 	}
 	if !removes || now.Type != Dir {
 		return false, nil
 	}
+	epoch = epoch.Add(-clockSlack)
 	n := 0
 	conflict := false
 	err := fs.WalkDir(root.FS(), p, func(q string, d fs.DirEntry, err error) error {
@@ -408,6 +403,49 @@ func conflicts(root *os.Root, p string, base Base, now hostState, epoch time.Tim
 		return nil
 	})
 	return conflict, err
+}
+
+// touched is conflicts' reading of the path p itself (not what is below
+// it): now is no longer base, or it changed after epoch and is not
+// exactly what Airlock wrote there.
+func touched(p string, base Base, now hostState, epoch time.Time, wrote map[string]written) bool {
+	if !now.same(base) {
+		return true
+	}
+	if w, ok := wrote[p]; ok && w.same(now.Base) && w.Changed.Equal(now.changed) {
+		return false
+	}
+	return now.changed.After(epoch.Add(-clockSlack))
+}
+
+// statConflicts is conflicts by one lstat of p, for List: a file's
+// content is taken to be its Base's (a change to it moves its ctime,
+// which counts), and what is below a folder is not read. What it misses
+// Apply finds, reading the file and walking the folder. gone says a path
+// no longer there is no conflict (a deletion, a rename's old path).
+func statConflicts(root *os.Root, p string, base Base, epoch time.Time, wrote map[string]written, gone bool) bool {
+	fi, err := root.Lstat(filepath.FromSlash(p))
+	var now hostState
+	switch {
+	case notExist(err):
+		if gone {
+			return false
+		}
+	case err != nil:
+		return true // unreadable, so not known to be unchanged
+	default:
+		now = stateOf(fi)
+	}
+	if now.Type == File && base.Type == File {
+		now.Hash = base.Hash
+	}
+	if w, ok := wrote[p]; ok && now.Type == File {
+		// Airlock's own write of the same size, mode and times, which a
+		// content change would have moved the ctime of.
+		w.Hash = now.Hash
+		wrote = map[string]written{p: w}
+	}
+	return touched(p, base, now, epoch, wrote)
 }
 
 // notExist reports whether err says a path does not exist, also when one

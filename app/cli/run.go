@@ -240,14 +240,14 @@ func pullHeld(ctx context.Context, stdio Stdio, h *service.Held, agent *client.C
 			warn(err)
 		}
 	}
-	pending, err := h.Store.List()
+	pending, err := h.Store.Pending()
 	if err != nil {
 		warn(err)
 		return
 	}
-	if len(pending) > 0 {
+	if pending > 0 {
 		ws := printable.String(h.Workspace)
-		fmt.Fprintf(stdio.Err, "airlock: %d change(s) wait for review; see them with: airlock changes --workspace %s\n", len(pending), ws)
+		fmt.Fprintf(stdio.Err, "airlock: %d change(s) wait for review; see them with: airlock changes --workspace %s\n", pending, ws)
 	}
 }
 

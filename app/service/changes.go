@@ -335,11 +335,10 @@ func (s *Service) closeHeld() error {
 
 // publishPending sends a "changes" event with the pending count.
 func (s *Service) publishPending(cur *Held) {
-	entries, err := cur.Store.List()
+	n, err := cur.Store.Pending()
 	if err != nil {
 		return
 	}
-	n := len(entries)
 	e := Event{Kind: "changes", Type: "changes", Pending: &n}
 	s.chg.subMu.Lock()
 	defer s.chg.subMu.Unlock()

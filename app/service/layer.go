@@ -70,7 +70,7 @@ func (h *Held) Close() error { return h.Store.Close() }
 // List is the pending changes with the mode and the store's space, as
 // the service and the CLI's --workspace commands show them.
 func (h *Held) List() (ChangesList, error) {
-	entries, err := h.Store.List()
+	entries, err := h.Store.List(h.Workspace)
 	if err != nil {
 		return ChangesList{}, err
 	}
@@ -137,8 +137,8 @@ func (h *Held) BootOptions(o *sandbox.Options) error {
 // edit the user made before now is no conflict. Call it only while no
 // task can write to the layer (before a boot, or with no task running).
 func (h *Held) Fresh() error {
-	pending, err := h.Store.List()
-	if err != nil || len(pending) > 0 {
+	pending, err := h.Store.Pending()
+	if err != nil || pending > 0 {
 		return err
 	}
 	forgotten, err := h.Store.Forgotten()
@@ -197,8 +197,8 @@ func (h *Held) Settle(ctx context.Context, agent *client.Client) error {
 	if agent != nil {
 		return h.forget(ctx, agent)
 	}
-	pending, err := h.Store.List()
-	if err != nil || len(pending) > 0 {
+	pending, err := h.Store.Pending()
+	if err != nil || pending > 0 {
 		return err
 	}
 	return h.WipeLayer()

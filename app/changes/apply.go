@@ -171,11 +171,12 @@ func (s *Store) finishApply(root *os.Root, cp cpManifest) error {
 	_ = s.pruneBlobs(m)
 	if root != nil {
 		for i, a := range cp.After {
-			if fi, err := root.Lstat(a.Path); err == nil && a.Type == File && fi.Mode().IsRegular() &&
+			fi, err := root.Lstat(a.Path)
+			if err == nil && a.Type == File && fi.Mode().IsRegular() &&
 				fi.Size() == a.Size && fi.ModTime().Equal(a.ModTime) && fi.Mode().Perm() == a.Mode {
 				cp.After[i].Ino, cp.After[i].Ctime = identity(fi)
 			}
-			if err := m.noteWritten(root, a.Path, a.Hash); err != nil {
+			if err := m.noteStat(a.Path, fi, err, a.Hash); err != nil {
 				return err
 			}
 		}

@@ -279,6 +279,8 @@ func (s *Store) keepBefore(root *os.Root, cp *cpManifest, take []record) error {
 	if err := os.MkdirAll(blobs, 0o700); err != nil {
 		return err
 	}
+	keepDirs := &folders{root: root}
+	defer keepDirs.close()
 	for i := range cp.Before {
 		st := &cp.Before[i]
 		if !st.Exists || st.Type != File || !contentKept[st.Path] {
@@ -289,7 +291,7 @@ func (s *Store) keepBefore(root *os.Root, cp *cpManifest, take []record) error {
 			return err
 		}
 		dst := filepath.Join(blobs, st.Blob)
-		if keepByLink(root, st.Path, *st, dst) == nil {
+		if keepByLink(root, keepDirs, st.Path, *st, dst) == nil {
 			st.Hash = baseHash[st.Path]
 			if st.Hash == "" {
 				h, err := hashHostFile(root, st.Path)
@@ -345,7 +347,7 @@ func keepContent(root *os.Root, p string, want state, dst string) (string, error
 // the kept version is then the checkpoint's alone, and no bytes move. It
 // fails when that cannot be (another file system, Windows); the caller
 // copies then.
-func keepByLink(root *os.Root, p string, want state, dst string) error {
+func keepByLink(root *os.Root, dirs *folders, p string, want state, dst string) error {
 	fi, err := root.Lstat(p)
 	if err != nil {
 		return err
@@ -353,13 +355,11 @@ func keepByLink(root *os.Root, p string, want state, dst string) error {
 	if !fi.Mode().IsRegular() || linkCount(fi) != 1 || fi.Size() != want.Size || !fi.ModTime().Equal(want.ModTime) {
 		return errors.ErrUnsupported
 	}
-	dir, err := root.Open(path.Dir(p))
+	dir, err := dirs.get(path.Dir(p))
 	if err != nil {
 		return err
 	}
-	err = linkOut(dir, path.Base(p), dst)
-	dir.Close()
-	if err != nil {
+	if err := linkOut(dir, path.Base(p), dst); err != nil {
 		return err
 	}
 	if kept, err := os.Lstat(dst); err != nil || !os.SameFile(fi, kept) {

@@ -36,6 +36,7 @@ func (s *Store) choose(root *os.Root, m pendingManifest, paths []string, opt App
 			becomesDir[r.Path] = true
 		}
 	}
+	parents := map[string]string{}
 	count := map[string]int{}
 	for _, r := range sel {
 		count[r.Path]++
@@ -48,7 +49,7 @@ func (s *Store) choose(root *os.Root, m pendingManifest, paths []string, opt App
 		}
 		for _, p := range []string{r.Path, r.From} {
 			if why == "" && p != "" {
-				why = parentProblem(root, p, becomesDir)
+				why = parentProblem(root, p, becomesDir, parents)
 			}
 		}
 		if why != "" {
@@ -149,27 +150,42 @@ func recordProblem(r record, goos string) string {
 
 // parentProblem says why p's parent folders on the host make it unsafe to
 // write p: a symlink (which os.Root would follow while it stays inside),
-// or a file no change turns into a folder.
-func parentProblem(root *os.Root, p string, becomesDir map[string]bool) string {
+// or a file no change turns into a folder. seen keeps what it found of
+// each folder for the next path (folderOK: a folder; "": nothing below
+// it needs looking at; else the problem).
+func parentProblem(root *os.Root, p string, becomesDir map[string]bool, seen map[string]string) string {
 	for _, a := range ancestors(p) {
-		fi, err := root.Lstat(a)
-		if notExist(err) {
-			return ""
+		why, ok := seen[a]
+		if !ok {
+			why = folderProblem(root, a, becomesDir)
+			seen[a] = why
 		}
-		if err != nil {
-			return printable.String(err.Error())
-		}
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			return "its parent folder " + printable.String(a) + " is a symlink on the host"
-		}
-		if !fi.IsDir() {
-			if becomesDir[a] {
-				return ""
-			}
-			return "its parent " + printable.String(a) + " is not a folder on the host"
+		if why != folderOK {
+			return why
 		}
 	}
 	return ""
+}
+
+// folderOK is folderProblem's word for a folder on the host.
+const folderOK = "\x00folder"
+
+// folderProblem is parentProblem's verdict on the folder a alone.
+func folderProblem(root *os.Root, a string, becomesDir map[string]bool) string {
+	fi, err := root.Lstat(a)
+	switch {
+	case notExist(err):
+		return ""
+	case err != nil:
+		return printable.String(err.Error())
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return "its parent folder " + printable.String(a) + " is a symlink on the host"
+	case fi.IsDir():
+		return folderOK
+	case becomesDir[a]:
+		return ""
+	}
+	return "its parent " + printable.String(a) + " is not a folder on the host"
 }
 
 // mayOverwrite says whether applying r could overwrite what the user
@@ -179,20 +195,30 @@ func parentProblem(root *os.Root, p string, becomesDir map[string]bool) string {
 // what the user deleted too is none. A device, fifo or socket at the path
 // is an error: Airlock never replaces one.
 func mayOverwrite(root *os.Root, r record, m pendingManifest) (bool, error) {
-	for _, p := range []string{r.Path, r.From} {
-		if p == "" {
-			continue
-		}
-		if _, err := lstate(root, p); err != nil {
-			return false, err
-		}
-	}
 	if r.Conflict {
+		for _, p := range []string{r.Path, r.From} {
+			if p == "" {
+				continue
+			}
+			if _, err := lstate(root, p); err != nil {
+				return false, err
+			}
+		}
 		return true, nil
 	}
-	now, err := hostBase(root, r.Path)
+	now, err := knownBase(root, r.Path, r.Base)
 	if err != nil {
 		return false, err
+	}
+	var from hostState
+	if r.From != "" {
+		var fb Base
+		if r.FromBase != nil {
+			fb = *r.FromBase
+		}
+		if from, err = knownBase(root, r.From, fb); err != nil {
+			return false, err
+		}
 	}
 	if r.Kind != Deleted || now.Exists {
 		c, err := conflicts(root, r.Path, r.Base, now, m.Epoch, r.Kind == Deleted || r.Type != Dir, m.Written)
@@ -200,12 +226,8 @@ func mayOverwrite(root *os.Root, r record, m pendingManifest) (bool, error) {
 			return c, err
 		}
 	}
-	if r.Kind != Renamed || r.FromBase == nil {
+	if r.Kind != Renamed || r.FromBase == nil || !from.Exists {
 		return false, nil
-	}
-	from, err := hostBase(root, r.From)
-	if err != nil || !from.Exists {
-		return false, err
 	}
 	return conflicts(root, r.From, *r.FromBase, from, m.Epoch, true, m.Written)
 }

@@ -31,14 +31,23 @@ func (s *Store) change(root *os.Root, id string, take []record, linkable map[str
 			dirs = append(dirs, path.Dir(r.Path))
 		}
 	}
+	// The write loop makes folders and temporaries only: a folder made or
+	// found is one until the renames below.
+	madeDir := map[string]bool{}
+	linkDirs := &folders{root: root}
+	defer linkDirs.close()
 	for _, r := range take {
 		if r.Kind == Deleted || r.Kind == ModeOnly {
 			continue
 		}
 		for _, a := range ancestors(r.Path) {
+			if madeDir[a] {
+				continue
+			}
 			if err := s.mkdir(root, a); err != nil {
 				return err
 			}
+			madeDir[a] = true
 		}
 		dirs = append(dirs, path.Dir(r.Path))
 		switch r.Type {
@@ -46,6 +55,7 @@ func (s *Store) change(root *os.Root, id string, take []record, linkable map[str
 			if err := s.mkdir(root, r.Path); err != nil {
 				return err
 			}
+			madeDir[r.Path] = true
 		case Symlink:
 			tmp := tempName(id, r.Path)
 			if err := s.step("symlink", tmp); err != nil {
@@ -68,7 +78,7 @@ func (s *Store) change(root *os.Root, id string, take []record, linkable map[str
 			if err := s.step("write", tmp); err != nil {
 				return err
 			}
-			if linkable[r.Blob] && s.linkHostFile(root, tmp, s.blobPath(r.Blob), r.Size, r.Mode, r.ModTime) == nil {
+			if linkable[r.Blob] && s.linkHostFile(root, linkDirs, tmp, s.blobPath(r.Blob), r.Size, r.Mode, r.ModTime) == nil {
 				continue
 			}
 			src, err := os.Open(s.blobPath(r.Blob))
@@ -82,6 +92,7 @@ func (s *Store) change(root *os.Root, id string, take []record, linkable map[str
 			}
 		}
 	}
+	linkDirs.close()
 	if err := s.syncTree(root, dirs); err != nil {
 		return err
 	}
@@ -241,13 +252,21 @@ func (s *Store) writeHostFile(root *os.Root, tmp string, src io.Reader, size int
 // src (a pending blob no other change names, so nothing else reads or
 // writes it), with mode and mtime set: no bytes move when the store and
 // the folder share a file system. It fails when they do not (the caller
-// copies then).
-func (s *Store) linkHostFile(root *os.Root, tmp, src string, size int64, mode fs.FileMode, mtime time.Time) error {
-	dir, err := root.Open(path.Dir(tmp))
+// copies then). The file's size, mode and time are checked and set by its
+// path in the store, the same inode as tmp's: no walk beneath root for
+// each.
+func (s *Store) linkHostFile(root *os.Root, dirs *folders, tmp, src string, size int64, mode fs.FileMode, mtime time.Time) error {
+	fi, err := os.Lstat(src)
 	if err != nil {
 		return err
 	}
-	defer dir.Close()
+	if !fi.Mode().IsRegular() || fi.Size() != size {
+		return fmt.Errorf("content of %s is %d bytes, want %d: the store is damaged", printable.String(tmp), fi.Size(), size)
+	}
+	dir, err := dirs.get(path.Dir(tmp))
+	if err != nil {
+		return err
+	}
 	err = linkInto(dir, path.Base(tmp), src)
 	if errors.Is(err, fs.ErrExist) {
 		_ = root.Remove(tmp)
@@ -256,18 +275,12 @@ func (s *Store) linkHostFile(root *os.Root, tmp, src string, size int64, mode fs
 	if err != nil {
 		return err
 	}
-	fi, err := root.Lstat(tmp)
-	if err == nil && (!fi.Mode().IsRegular() || fi.Size() != size) {
-		err = fmt.Errorf("content of %s is %d bytes, want %d: the store is damaged", printable.String(tmp), fi.Size(), size)
+	err = asFolderOwner(root, tmp)
+	if err == nil {
+		err = os.Chmod(src, mode.Perm())
 	}
 	if err == nil {
-		err = asFolderOwner(root, tmp)
-	}
-	if err == nil {
-		err = root.Chmod(tmp, mode.Perm())
-	}
-	if err == nil {
-		err = root.Chtimes(tmp, mtime, mtime)
+		err = os.Chtimes(src, mtime, mtime)
 	}
 	if err == nil && perFileSync {
 		var f *os.File
@@ -280,6 +293,45 @@ func (s *Store) linkHostFile(root *os.Root, tmp, src string, size int64, mode fs
 		_ = root.Remove(tmp)
 	}
 	return err
+}
+
+// folders are the folders beneath root an apply writes into or keeps
+// from, each opened once (os.Root.Open, so beneath root) for the links
+// made relative to it: a file is linked where Apply checked it, whatever
+// a parent folder becomes since.
+type folders struct {
+	root *os.Root
+	open map[string]*os.File
+}
+
+// maxOpenFolders bounds the descriptors folders holds; past it, it closes
+// them all and starts again (paths come sorted, so a folder's files come
+// together).
+const maxOpenFolders = 64
+
+func (f *folders) get(dir string) (*os.File, error) {
+	if d, ok := f.open[dir]; ok {
+		return d, nil
+	}
+	if len(f.open) >= maxOpenFolders {
+		f.close()
+	}
+	d, err := f.root.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	if f.open == nil {
+		f.open = map[string]*os.File{}
+	}
+	f.open[dir] = d
+	return d, nil
+}
+
+func (f *folders) close() {
+	for _, d := range f.open {
+		d.Close()
+	}
+	f.open = nil
 }
 
 // syncTree makes what was written beneath root (and in the store) durable.

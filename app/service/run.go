@@ -337,8 +337,8 @@ func (s *Service) Tasks(context.Context) ([]tasks.Task, error) { return s.store.
 // Wait blocks until the task is final or ctx is done. It waits on the
 // task itself, not on the store's event stream: a waiter is woken once,
 // when its task ends, instead of at every change of every task (16 waiters
-// of output-heavy tasks were each woken by all 16 tasks' writes, which also
-// went through one lock).
+// of output-heavy tasks would each be woken by all 16 tasks' writes,
+// through one lock).
 func (s *Service) Wait(ctx context.Context, id string) (tasks.Task, error) {
 	return s.store.Wait(ctx, id)
 }

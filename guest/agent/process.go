@@ -25,9 +25,9 @@ import (
 // In the guest, init calls it first thing in PID 1 (guest/boot), while the
 // runtime has few threads, and every thread made since copies the flag;
 // agent.Run's own call then only checks, instead of stopping every thread
-// again (12-25 ms of the boot's critical path under TCG). The calling
-// thread having it shows that only because nothing sets it on one thread
-// before the first call (start does, for tasks, after it).
+// again on the boot's critical path (docs/performance.md, Figures behind the
+// code). The calling thread having it shows that only because nothing sets it
+// on one thread before the first call (start does, for tasks, after it).
 func RestrictPrivileges() error {
 	if v, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0); err == nil && v == 1 {
 		return nil

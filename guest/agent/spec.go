@@ -123,7 +123,7 @@ func (s *Server) prepare(start *agentv1.ExecStart) (*spec, error) {
 // the default (the workspace when it is mounted, else home). Whether it is
 // an existing directory is left to the child's chdir, and only a start that
 // failed looks (checkDir): on the workspace a stat is a round trip to the
-// host's file server, which cost every task ~0.5 ms under emulation.
+// host's file server, which every task would pay.
 func (s *Server) taskDir(cwd, home string) (string, error) {
 	if strings.IndexByte(cwd, 0) >= 0 || len(cwd) > 4096 {
 		return "", invalid("bad cwd")

@@ -67,10 +67,10 @@ func (e Exit) ShellCode() int {
 }
 
 // stdinChunk is the most stdin one message carries. A read of stdin sends
-// what it got at once, so a small chunk only splits big input: 256 KiB
-// moved 32 MiB into a task's dd ~30 % faster than 32 KiB under TCG (12 of
-// 12 alternating rounds, 32-37 → 42-45 MiB/s), each message a decode, a
-// queue hand-off and a pipe write in the guest; 1 MiB was no better.
+// what it got at once, so a small chunk only splits big input: each
+// message is a decode, a queue hand-off and a pipe write in the guest, and
+// 256 KiB moves input into a task faster than 32 KiB under TCG, where 1 MiB
+// is no better (docs/performance.md, Figures behind the code).
 const stdinChunk = 256 << 10
 
 // maxSignal is the highest Linux signal number (SIGRTMAX).

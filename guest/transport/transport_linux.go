@@ -61,11 +61,11 @@ func Open(ctx context.Context, kind api.Transport, o Options) (*Transport, error
 			}
 			o.Park(w)
 		}
-		// A 1 MiB receive window, as the host gives its own streams: the
-		// host sends egress downloads and stdin that far ahead of the
-		// guest's reads (egress +37-43 % over 256 KiB, guest context
-		// switches per MiB 100-114 -> 63-67). It costs only the guest's
-		// memory, and only while a reader lags.
+		// A 1 MiB receive window, as the host gives its own streams: the host
+		// sends egress downloads and stdin that far ahead of the guest's
+		// reads: faster egress and fewer guest context switches than 256 KiB
+		// (docs/performance.md, Figures behind the code). It costs only the
+		// guest's memory, and only while a reader lags.
 		cfg := mux.GuestConfig()
 		cfg.Splice = true
 		return &Transport{kind: kind, port: f, session: mux.Server(f, cfg)}, nil

@@ -513,7 +513,7 @@ func (f *parkFake) tryStart(t *testing.T, opts Options) (*Machine, error) {
 		defer cancel()
 		m.Stop(ctx)
 	})
-	if m.transport != api.TransportSerial {
+	if m.tr.kind() != api.TransportSerial {
 		t.Skip("this host has vhost-vsock: templates need the serial transport")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -39,7 +39,8 @@ import (
 //     instead; bind(2) of a unix socket is then not refused.
 //
 // The filter also hands symlink calls to the agent, which checks their
-// targets in the workspace (symlink.go). Without a shared folder tasks run
+// targets in the workspace (symlink.go), and rename and hard link calls,
+// which it checks for links moved out of it (rename.go). Without a shared folder tasks run
 // without any of it: nothing they write reaches the host.
 //
 // World-writable modes are not refused: a filter that cannot see paths or
@@ -72,9 +73,9 @@ type taskRules struct {
 	// ruleset is the Landlock ruleset's descriptor, or -1 without
 	// Landlock (or without a workspace to guard).
 	ruleset int
-	// links, when set, has the filter hand symlink calls, and chmod calls
-	// with setuid or setgid bits, to the agent (symlink.go), which guards
-	// the workspace ws.
+	// links, when set, has the filter hand symlink, rename and link
+	// calls, and chmod calls with setuid or setgid bits, to the agent
+	// (symlink.go, rename.go), which guards the workspace ws.
 	links bool
 	ws    wsIdentity
 	// rootFilter is the filter for root's tasks when ruleset is set: it
@@ -118,6 +119,9 @@ func newTaskRules(workspace string) (r taskRules, noLandlock error, err error) {
 		return r, nil, fmt.Errorf("workspace: %w", err)
 	}
 	r.links, r.ws = true, wsIdentity{dev: st.Dev, ino: st.Ino}
+	if err := openLinkLock(); err != nil {
+		return r, nil, fmt.Errorf("the links' lock %s: %w", linkLockPath, err)
+	}
 	r.ruleset, noLandlock = landlockRuleset(workspace)
 	r.filter, err = taskFilter(r.ruleset < 0)
 	if err == nil && r.ruleset >= 0 {
@@ -269,8 +273,8 @@ type modeCheck struct {
 
 // taskFilter assembles the seccomp filter. noSpecial refuses mknod of
 // anything but a regular file (no Landlock to refuse them in the
-// workspace only). symlink calls, and chmod calls that set a setuid or
-// setgid bit, go to the agent's listener.
+// workspace only). symlink, rename and link calls, and chmod calls that
+// set a setuid or setgid bit, go to the agent's listener.
 func taskFilter(noSpecial bool) ([]unix.SockFilter, error) {
 	if auditArch == 0 {
 		return nil, errors.New("seccomp: no filter for this architecture")
@@ -287,7 +291,7 @@ func taskFilter(noSpecial bool) ([]unix.SockFilter, error) {
 	for _, nr := range []uint32{unix.SYS_IO_URING_SETUP, unix.SYS_OPENAT2} {
 		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 1}, retENOSYS)
 	}
-	for _, nr := range []int{unix.SYS_SYMLINKAT, sysSymlink} {
+	for _, nr := range []int{unix.SYS_SYMLINKAT, sysSymlink, unix.SYS_RENAMEAT, unix.SYS_RENAMEAT2, sysRename, unix.SYS_LINKAT, sysLink} {
 		if nr >= 0 {
 			prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipFalse: 1}, retNotify)
 		}

@@ -9,9 +9,12 @@ const (
 	// x32Bit marks the x32 ABI's syscall numbers, which reach the same
 	// calls under other numbers: refused.
 	x32Bit = 0x40000000
-	// sysSymlink is symlink(2), beside symlinkat.
+	// sysSymlink, sysRename and sysLink are symlink(2), rename(2) and
+	// link(2), beside the *at calls.
 	sysChmod   = unix.SYS_CHMOD
 	sysSymlink = unix.SYS_SYMLINK
+	sysRename  = unix.SYS_RENAME
+	sysLink    = unix.SYS_LINK
 )
 
 // legacyModeChecks are the calls amd64 has beside the *at ones.

@@ -7,9 +7,11 @@ import "golang.org/x/sys/unix"
 const (
 	auditArch = unix.AUDIT_ARCH_AARCH64
 	x32Bit    = 0 // no second ABI on the same numbers
-	// sysSymlink: arm64 has only symlinkat.
+	// sysSymlink, sysRename, sysLink: arm64 has only the *at calls.
 	sysChmod   = -1
 	sysSymlink = -1
+	sysRename  = -1
+	sysLink    = -1
 )
 
 // legacyModeChecks: arm64 has only the *at calls.

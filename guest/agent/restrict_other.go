@@ -7,6 +7,8 @@ package agent
 const (
 	auditArch  = 0
 	x32Bit     = 0
+	sysRename  = -1
+	sysLink    = -1
 	sysChmod   = -1
 	sysSymlink = -1
 )

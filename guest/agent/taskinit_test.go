@@ -4,6 +4,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,6 +22,9 @@ import (
 // TestMain makes the test binary a task init when started as one, as the
 // guest binary is (Config.TaskInit).
 func TestMain(m *testing.M) {
+	// The links' lock beside the tests', not in the host's /run: the
+	// same path for the test and the task inits it starts.
+	linkLockPath = filepath.Join(os.TempDir(), fmt.Sprintf("airlock-agent-test-%d", os.Geteuid()), "links.lock")
 	if len(os.Args) > 1 && os.Args[1] == TaskInitArg {
 		RunTaskInit()
 	}

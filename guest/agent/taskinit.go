@@ -33,10 +33,19 @@ import (
 // task orphans, and tells the agent how the task started and ended over a
 // pipe (its fd 3).
 //
+// Each such task also has its own IPC namespace and /dev/shm (a tmpfs of
+// its own, gone with the task), so that one task cannot read or change
+// another's shared memory, semaphores or message queues. /tmp and the
+// loopback network stay shared: tasks are the commands of one session,
+// and a server one task starts is what another task's client talks to.
+//
 // Root tasks keep the guest's namespaces: root can undo any of it, and an
 // administrator's root task is where the whole guest is looked at (ps,
 // kill).
 const TaskInitArg = "task-init"
+
+// taskNamespaces are the namespaces a task init starts in.
+const taskNamespaces = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC
 
 // The task init's reports on its fd 3, 8 bytes each (a pipe writes them
 // whole): a kind and a value.
@@ -226,15 +235,20 @@ func taskInit(args []string) int {
 }
 
 // mountTaskProc gives the init's mount namespace a /proc of its PID
-// namespace. Mounts below / become slaves first, so this mount never
-// propagates to the guest's own namespace (and hides the agent's /proc
-// there).
+// namespace and a /dev/shm of its own. Mounts below / become slaves
+// first, so these mounts never propagate to the guest's own namespace
+// (and hide the agent's /proc there).
 func mountTaskProc() error {
 	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make / a slave mount: %w", err)
 	}
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount /proc: %w", err)
+	}
+	// POSIX shared memory lives in /dev/shm: a tmpfs of the task's own,
+	// as its SysV IPC is its IPC namespace's.
+	if err := unix.Mount("tmpfs", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("mount /dev/shm: %w", err)
 	}
 	return nil
 }

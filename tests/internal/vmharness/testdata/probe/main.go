@@ -212,6 +212,9 @@ func main() {
 	case "rename":
 		check("rename", unix.Rename(arg(2), arg(3)))
 		fmt.Println("ok: renamed")
+	case "exchange":
+		check("renameat2", unix.Renameat2(unix.AT_FDCWD, arg(2), unix.AT_FDCWD, arg(3), unix.RENAME_EXCHANGE))
+		fmt.Println("ok: exchanged")
 	case "rmdir":
 		check("rmdir", unix.Rmdir(arg(2)))
 		fmt.Println("ok: removed")

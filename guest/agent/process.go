@@ -100,7 +100,7 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 	case isolated:
 		// The task's init, in namespaces of its own, starts it
 		// (see TaskInitArg) and reports on its fd 3.
-		args := taskInitArgs("airlock-task-init", sp.tty, s.cfg.UID, s.cfg.GID, s.rulesWorkspace(), sp.dir, sp.path, sp.argv)
+		args := taskInitArgs("airlock-task-init", sp.tty, s.cfg.UID, s.cfg.GID, s.rulesWorkspace(), toolNamesArg(s.cfg.RefuseToolNames), sp.dir, sp.path, sp.argv)
 		cmd = &exec.Cmd{Path: s.cfg.TaskInit, Args: args, Env: sp.env, Dir: "/"}
 		attr.Cloneflags = taskNamespaces
 		r, w, perr := outputPipe()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -198,6 +199,9 @@ func (c *callCtx) renameFor(req *seccompNotif) unix.Errno {
 			return unix.ENOTDIR
 		}
 	}
+	if c.toolName(to.dfd, to.name) || flags&unix.RENAME_EXCHANGE != 0 && c.toolName(from.dfd, from.name) {
+		return unix.EPERM
+	}
 	if errno := c.moveAllowed(from, to); errno != 0 {
 		return errno
 	}
@@ -242,6 +246,8 @@ func (c *callCtx) linkFor(req *seccompNotif) unix.Errno {
 		return unix.EEXIST
 	case to.slash:
 		return unix.ENOENT
+	case c.toolName(to.dfd, to.name):
+		return unix.EPERM
 	}
 	pid := strconv.FormatUint(uint64(req.PID), 10)
 	if oldp == "" && flags&unix.AT_EMPTY_PATH != 0 || flags&unix.AT_SYMLINK_FOLLOW != 0 {
@@ -475,4 +481,61 @@ func linksFit(fd int, depth, level int, budget *int) bool {
 			return errors.Is(err, io.EOF)
 		}
 	}
+}
+
+// topToolNames are the names at the workspace's top that hold what the
+// user's tools run on the host (api.HostRunPaths): .git, .envrc, .vscode,
+// .idea.
+var topToolNames = func() []string {
+	var names []string
+	for _, t := range toolConfig {
+		names = append(names, t.name)
+	}
+	return names
+}()
+
+// toolName says whether name in the folder dfd is one of topToolNames at
+// the workspace's top, which the task may not make (RefuseToolNames):
+// a .git folder or link made there, or anything renamed or linked to one
+// of those names, would be what git, direnv or an editor on the host
+// reads and runs.
+func (c *callCtx) toolName(dfd int, name string) bool {
+	if !c.ws.toolNames || !slices.Contains(topToolNames, name) {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Fstat(dfd, &st) == nil && st.Dev == c.ws.dev && st.Ino == c.ws.ino
+}
+
+// mkdirFor does the task's mkdir call req (handed over with
+// RefuseToolNames only), or refuses it: EPERM for a folder of
+// topToolNames at the workspace's top.
+func (c *callCtx) mkdirFor(req *seccompNotif) unix.Errno {
+	a := req.Data.Args
+	dirfd, addr, mode := int32(unix.AT_FDCWD), a[0], uint32(a[1])
+	if int(req.Data.Nr) == unix.SYS_MKDIRAT {
+		dirfd, addr, mode = int32(a[0]), a[1], uint32(a[2])
+	}
+	path, err := readString(req.PID, addr)
+	if err != nil {
+		return errnoOf(err, unix.EFAULT)
+	}
+	at, errno := c.splitTaskPath(req.PID, dirfd, path)
+	defer at.close()
+	if errno != 0 {
+		return errno
+	}
+	if at.name == "" || at.name == "." || at.name == ".." {
+		return unix.EEXIST
+	}
+	if !c.stillWaiting(req) {
+		return unix.ENOENT
+	}
+	if c.toolName(at.dfd, at.name) {
+		return unix.EPERM
+	}
+	// The kernel takes the thread's umask from the mode as well: 0 when
+	// serveCalls gave the thread its own (else the agent's applies too).
+	mode &= 0o7777 &^ c.umask
+	return errnoOf(unix.Mkdirat(at.dfd, at.name, mode), unix.EIO)
 }

@@ -55,7 +55,7 @@ func (s *Server) buildRules() (taskRules, error) {
 	if s.workspaceMounted() {
 		ws = s.cfg.WorkspaceDir
 	}
-	r, noLandlock, err := newTaskRules(ws)
+	r, noLandlock, err := newTaskRules(ws, s.cfg.RefuseToolNames)
 	if noLandlock != nil {
 		s.log.Warn("no Landlock: FIFOs, sockets and device nodes are refused by mknod everywhere, and unix sockets can be bound in the workspace", "err", noLandlock)
 	}
@@ -105,11 +105,12 @@ const landlockSpecial = unix.LANDLOCK_ACCESS_FS_MAKE_CHAR | unix.LANDLOCK_ACCESS
 	unix.LANDLOCK_ACCESS_FS_MAKE_FIFO | unix.LANDLOCK_ACCESS_FS_MAKE_SOCK
 
 // newTaskRules builds the rules for tasks beside workspace ("" when no
-// folder is shared). A kernel without Landlock (or with only its first
+// folder is shared); toolNames has the agent refuse the tool
+// configuration's names at its top (RefuseToolNames). A kernel without Landlock (or with only its first
 // version, which refuses every rename between folders) is no error:
 // noLandlock says why, and the filter then refuses special files
 // everywhere.
-func newTaskRules(workspace string) (r taskRules, noLandlock error, err error) {
+func newTaskRules(workspace string, toolNames bool) (r taskRules, noLandlock error, err error) {
 	r.ruleset = -1
 	if workspace == "" {
 		return r, nil, nil // nothing a task writes reaches the host
@@ -118,14 +119,14 @@ func newTaskRules(workspace string) (r taskRules, noLandlock error, err error) {
 	if err := unix.Stat(workspace, &st); err != nil {
 		return r, nil, fmt.Errorf("workspace: %w", err)
 	}
-	r.links, r.ws = true, wsIdentity{dev: st.Dev, ino: st.Ino}
+	r.links, r.ws = true, wsIdentity{dev: st.Dev, ino: st.Ino, toolNames: toolNames}
 	if err := openLinkLock(); err != nil {
 		return r, nil, fmt.Errorf("the links' lock %s: %w", linkLockPath, err)
 	}
 	r.ruleset, noLandlock = landlockRuleset(workspace)
-	r.filter, err = taskFilter(r.ruleset < 0)
+	r.filter, err = taskFilter(r.ruleset < 0, toolNames)
 	if err == nil && r.ruleset >= 0 {
-		r.rootFilter, err = taskFilter(true)
+		r.rootFilter, err = taskFilter(true, toolNames)
 	}
 	if err != nil && r.ruleset >= 0 {
 		unix.Close(r.ruleset)
@@ -274,8 +275,9 @@ type modeCheck struct {
 // taskFilter assembles the seccomp filter. noSpecial refuses mknod of
 // anything but a regular file (no Landlock to refuse them in the
 // workspace only). symlink, rename and link calls, and chmod calls that
-// set a setuid or setgid bit, go to the agent's listener.
-func taskFilter(noSpecial bool) ([]unix.SockFilter, error) {
+// set a setuid or setgid bit, go to the agent's listener; with mkdirs,
+// mkdir calls too (RefuseToolNames).
+func taskFilter(noSpecial, mkdirs bool) ([]unix.SockFilter, error) {
 	if auditArch == 0 {
 		return nil, errors.New("seccomp: no filter for this architecture")
 	}
@@ -291,7 +293,11 @@ func taskFilter(noSpecial bool) ([]unix.SockFilter, error) {
 	for _, nr := range []uint32{unix.SYS_IO_URING_SETUP, unix.SYS_OPENAT2} {
 		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 1}, retENOSYS)
 	}
-	for _, nr := range []int{unix.SYS_SYMLINKAT, sysSymlink, unix.SYS_RENAMEAT, unix.SYS_RENAMEAT2, sysRename, unix.SYS_LINKAT, sysLink} {
+	notify := []int{unix.SYS_SYMLINKAT, sysSymlink, unix.SYS_RENAMEAT, unix.SYS_RENAMEAT2, sysRename, unix.SYS_LINKAT, sysLink}
+	if mkdirs {
+		notify = append(notify, unix.SYS_MKDIRAT, sysMkdir)
+	}
+	for _, nr := range notify {
 		if nr >= 0 {
 			prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipFalse: 1}, retNotify)
 		}

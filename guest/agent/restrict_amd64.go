@@ -15,6 +15,7 @@ const (
 	sysSymlink = unix.SYS_SYMLINK
 	sysRename  = unix.SYS_RENAME
 	sysLink    = unix.SYS_LINK
+	sysMkdir   = unix.SYS_MKDIR
 )
 
 // legacyModeChecks are the calls amd64 has beside the *at ones.

@@ -12,6 +12,7 @@ const (
 	sysSymlink = -1
 	sysRename  = -1
 	sysLink    = -1
+	sysMkdir   = -1
 )
 
 // legacyModeChecks: arm64 has only the *at calls.

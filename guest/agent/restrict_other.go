@@ -9,6 +9,7 @@ const (
 	x32Bit     = 0
 	sysRename  = -1
 	sysLink    = -1
+	sysMkdir   = -1
 	sysChmod   = -1
 	sysSymlink = -1
 )

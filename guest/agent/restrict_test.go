@@ -175,7 +175,7 @@ func testRestrictTask(t *testing.T, uid uint32, forRoot bool) {
 	if other == "" {
 		t.Skip("no file system beside the test's temporary folder's")
 	}
-	rules, noLandlock, err := newTaskRules(ws)
+	rules, noLandlock, err := newTaskRules(ws, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,30 +64,46 @@ type seccompNotifResp struct {
 	Flags uint32
 }
 
-// wsIdentity names the workspace's top folder: its device and inode.
+// wsIdentity names the workspace's top folder: its device and inode;
+// toolNames refuses the tool configuration's names there
+// (Config.RefuseToolNames).
 type wsIdentity struct {
-	dev, ino uint64
+	dev, ino  uint64
+	toolNames bool
 }
 
 // serveCalls answers the calls the filter hands over (symlink, chmod
-// with a setuid or setgid bit, rename and hard link) of the tasks whose
-// filter made listener, until none of them is left; it closes listener.
-// It keeps its goroutine on one thread, whose file system credentials it
-// switches to a task's for each call it does for it (taskCreds).
+// with a setuid or setgid bit, rename, hard link, and mkdir when the
+// tool configuration's names are refused) of the tasks whose filter made
+// listener, until none of them is left; it closes listener. It keeps its
+// goroutine on one thread, whose file system credentials it switches to
+// a task's for each call it does for it (asTask).
 func serveCalls(listener int, ws wsIdentity) {
-	defer unix.Close(listener)
 	// The thread waits in poll(2) itself rather than in Go's netpoller: a
 	// goroutine locked to its thread, woken by the netpoller, is handed
 	// from thread to thread, which costs each call more than its work.
 	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		// The main thread is wedged, not ended, when a goroutine locked
+		// to it exits (as in restrictedStart): serve from another.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			serveCalls(listener, ws)
+		}()
+		<-done
+		runtime.UnlockOSThread()
+		return
+	}
+	defer unix.Close(listener)
+	// Never unlocked: the thread's umask and credentials change per call,
+	// and it ends with this goroutine. Its umask is its own (CLONE_FS),
+	// 0, so that a mkdir done for a task gets the task's umask alone.
 	c := &callCtx{listener: listener, ws: ws, self: threadCreds()}
-	defer func() {
-		// A thread whose credentials could not be put back ends with this
-		// goroutine (never unlocked): nothing else may run with them.
-		if !c.tainted {
-			runtime.UnlockOSThread()
-		}
-	}()
+	if err := unix.Unshare(unix.CLONE_FS); err == nil {
+		unix.Umask(0)
+		c.ownUmask = true
+	}
 	for !c.tainted {
 		// The receive would wait on even when no task is left: wait for a
 		// notification, or for the last task to end, in poll first.
@@ -118,6 +134,8 @@ func serveCalls(listener int, ws wsIdentity) {
 			errno = c.asTask(req.PID, func() unix.Errno { return c.renameFor(&req) })
 		case nr == unix.SYS_LINKAT || nr == sysLink:
 			errno = c.asTask(req.PID, func() unix.Errno { return c.linkFor(&req) })
+		case nr == unix.SYS_MKDIRAT || nr == sysMkdir:
+			errno = c.asTask(req.PID, func() unix.Errno { return c.mkdirFor(&req) })
 		default:
 			errno = c.chmodFor(&req)
 		}
@@ -137,12 +155,17 @@ type callCtx struct {
 	self     fsIdentity
 	// tainted: the thread's own credentials could not be put back.
 	tainted bool
+	// ownUmask: the thread has a umask of its own, 0.
+	ownUmask bool
+	// umask is the task's, while asTask runs for it.
+	umask uint32
 }
 
 // fsIdentity is a thread's file system uid, gid and groups.
 type fsIdentity struct {
 	uid, gid uint32
 	groups   []uint32
+	umask    uint32 // the process's (fsCreds)
 	err      error
 }
 
@@ -241,6 +264,9 @@ func (c *callCtx) symlinkFor(req *seccompNotif) unix.Errno {
 	// task's.
 	if !c.stillWaiting(req) {
 		return unix.ENOENT
+	}
+	if c.toolName(dfd, name) {
+		return unix.EPERM
 	}
 	unlock := lockLinks()
 	defer unlock()
@@ -364,6 +390,7 @@ func (c *callCtx) asTask(pid uint32, op func() unix.Errno) unix.Errno {
 	if err != nil {
 		return unix.ENOENT
 	}
+	c.umask = task.umask
 	errno := task.become()
 	if errno == 0 {
 		errno = op()
@@ -374,9 +401,10 @@ func (c *callCtx) asTask(pid uint32, op func() unix.Errno) unix.Errno {
 	return errno
 }
 
-// fsCreds reads a process's file system uid and gid and its groups.
+// fsCreds reads a process's file system uid and gid, its groups and its
+// umask (0022 when its status has none, before Linux 4.7).
 func fsCreds(pid uint32) (fsIdentity, error) {
-	var id fsIdentity
+	id := fsIdentity{umask: 0o022}
 	fd, err := unix.Open("/proc/"+strconv.FormatUint(uint64(pid), 10)+"/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return id, err
@@ -393,6 +421,9 @@ func fsCreds(pid uint32) (fsIdentity, error) {
 		k, v, _ := strings.Cut(line, ":")
 		f := strings.Fields(v)
 		switch {
+		case k == "Umask" && len(f) == 1:
+			n, _ := strconv.ParseUint(f[0], 8, 32)
+			id.umask = uint32(n) & 0o777
 		case k == "Uid" && len(f) == 4:
 			n, _ := strconv.ParseUint(f[3], 10, 32)
 			id.uid, seen = uint32(n), seen|1

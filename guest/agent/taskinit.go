@@ -74,15 +74,24 @@ var initSignals = []os.Signal{
 
 // taskInitArgs is the init's command line after TaskInitArg: mode ("t"
 // with a terminal, "p" without), uid, gid, the workspace whose rules
-// restrict the task (restrict.go; "" for none), working directory,
+// restrict the task (restrict.go; "" for none), whether they refuse the
+// tool configuration's names there (toolNamesArg), working directory,
 // executable, then the task's argv. Its environment is the task's.
-func taskInitArgs(self string, tty bool, uid, gid uint32, ws, dir, path string, argv []string) []string {
+func taskInitArgs(self string, tty bool, uid, gid uint32, ws, names, dir, path string, argv []string) []string {
 	mode := "p"
 	if tty {
 		mode = "t"
 	}
-	args := []string{self, TaskInitArg, mode, strconv.FormatUint(uint64(uid), 10), strconv.FormatUint(uint64(gid), 10), ws, dir, path}
+	args := []string{self, TaskInitArg, mode, strconv.FormatUint(uint64(uid), 10), strconv.FormatUint(uint64(gid), 10), ws, names, dir, path}
 	return append(args, argv...)
+}
+
+// toolNamesArg is RefuseToolNames on a task init's command line.
+func toolNamesArg(refuse bool) string {
+	if refuse {
+		return "names"
+	}
+	return "-"
 }
 
 // rulesWorkspace is the workspace the tasks' rules guard (buildRules): ""
@@ -95,9 +104,9 @@ func (s *Server) rulesWorkspace() string {
 }
 
 // initRules builds, in a task init, the rules the agent built for its
-// tasks (buildRules), for the workspace ws.
-func initRules(ws string) (taskRules, error) {
-	r, _, err := newTaskRules(ws)
+// tasks (buildRules), for the workspace ws; names is toolNamesArg's.
+func initRules(ws, names string) (taskRules, error) {
+	r, _, err := newTaskRules(ws, names == toolNamesArg(true))
 	if err != nil && auditArch == 0 {
 		return r, nil // as buildRules: no filter for this architecture
 	}
@@ -151,18 +160,18 @@ func taskInit(args []string) int {
 
 	var t initTask
 	var rules taskRules
-	if len(args) == 2 && args[0] == spareArg {
+	if len(args) == 3 && args[0] == spareArg {
 		// A spare: its rules are made ahead; the task comes over the
 		// socket, stdio with it.
 		var err error
-		if rules, err = initRules(args[1]); err != nil {
+		if rules, err = initRules(args[1], args[2]); err != nil {
 			return failAs(initSetupFail, err)
 		}
 		if t, err = recvTask(report); err != nil {
 			return failAs(initSetupFail, err)
 		}
 	} else {
-		if len(args) < 7 {
+		if len(args) < 8 {
 			return failAs(initSetupFail, unix.EINVAL)
 		}
 		uid, err1 := strconv.ParseUint(args[1], 10, 32)
@@ -171,10 +180,10 @@ func taskInit(args []string) int {
 			return failAs(initSetupFail, unix.EINVAL)
 		}
 		var err error
-		if rules, err = initRules(args[3]); err != nil {
+		if rules, err = initRules(args[3], args[4]); err != nil {
 			return failAs(initSetupFail, err)
 		}
-		t = initTask{tty: args[0] == "t", uid: uint32(uid), gid: uint32(gid), dir: args[4], path: args[5], argv: args[6:],
+		t = initTask{tty: args[0] == "t", uid: uint32(uid), gid: uint32(gid), dir: args[5], path: args[6], argv: args[7:],
 			env: os.Environ(), stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
 	}
 	tty, uid, gid := t.tty, t.uid, t.gid

@@ -95,6 +95,7 @@ func openLinkLock() error {
 
 // lockLinks takes the links' lock and returns its release.
 func lockLinks() func() {
+	_ = openLinkLock() // opened by newTaskRules; without the file, -1
 	links.mu.Lock()
 	fd := links.fd
 	if fd >= 0 {

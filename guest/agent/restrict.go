@@ -39,8 +39,9 @@ import (
 //     instead; bind(2) of a unix socket is then not refused.
 //
 // The filter also hands symlink calls to the agent, which checks their
-// targets in the workspace (symlink.go), and rename and hard link calls,
-// which it checks for links moved out of it (rename.go). Without a shared folder tasks run
+// targets in the workspace (symlink.go), rename and hard link calls,
+// which it checks for links moved out of it, and, in direct mode, mkdir
+// calls, for the tool configuration's names (rename.go). Without a shared folder tasks run
 // without any of it: nothing they write reaches the host.
 //
 // World-writable modes are not refused: a filter that cannot see paths or

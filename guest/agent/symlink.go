@@ -102,7 +102,6 @@ func serveCalls(listener int, ws wsIdentity) {
 	c := &callCtx{listener: listener, ws: ws, self: threadCreds()}
 	if err := unix.Unshare(unix.CLONE_FS); err == nil {
 		unix.Umask(0)
-		c.ownUmask = true
 	}
 	for !c.tainted {
 		// The receive would wait on even when no task is left: wait for a
@@ -155,8 +154,6 @@ type callCtx struct {
 	self     fsIdentity
 	// tainted: the thread's own credentials could not be put back.
 	tainted bool
-	// ownUmask: the thread has a umask of its own, 0.
-	ownUmask bool
 	// umask is the task's, while asTask runs for it.
 	umask uint32
 }

@@ -156,13 +156,13 @@ func (c *callCtx) renameFor(req *seccompNotif) unix.Errno {
 	odir, ndir := int32(unix.AT_FDCWD), int32(unix.AT_FDCWD)
 	var opath, npath uint64
 	var flags uint32
-	switch int(req.Data.Nr) {
-	case unix.SYS_RENAMEAT2:
+	switch nr := int(req.Data.Nr); {
+	case nr == unix.SYS_RENAMEAT2:
 		flags = uint32(a[4])
-		fallthrough
-	case unix.SYS_RENAMEAT:
 		odir, opath, ndir, npath = int32(a[0]), a[1], int32(a[2]), a[3]
-	case sysRename:
+	case nr == sysRenameat:
+		odir, opath, ndir, npath = int32(a[0]), a[1], int32(a[2]), a[3]
+	case nr == sysRename:
 		opath, npath = a[0], a[1]
 	default:
 		return unix.ENOSYS
@@ -221,10 +221,10 @@ func (c *callCtx) linkFor(req *seccompNotif) unix.Errno {
 	odir, ndir := int32(unix.AT_FDCWD), int32(unix.AT_FDCWD)
 	var opath, npath uint64
 	var flags int
-	switch int(req.Data.Nr) {
-	case unix.SYS_LINKAT:
+	switch nr := int(req.Data.Nr); {
+	case nr == unix.SYS_LINKAT:
 		odir, opath, ndir, npath, flags = int32(a[0]), a[1], int32(a[2]), a[3], int(int32(a[4]))
-	case sysLink:
+	case nr == sysLink:
 		opath, npath = a[0], a[1]
 	default:
 		return unix.ENOSYS

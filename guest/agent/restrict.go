@@ -294,7 +294,7 @@ func taskFilter(noSpecial, mkdirs bool) ([]unix.SockFilter, error) {
 	for _, nr := range []uint32{unix.SYS_IO_URING_SETUP, unix.SYS_OPENAT2} {
 		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 1}, retENOSYS)
 	}
-	notify := []int{unix.SYS_SYMLINKAT, sysSymlink, unix.SYS_RENAMEAT, unix.SYS_RENAMEAT2, sysRename, unix.SYS_LINKAT, sysLink}
+	notify := []int{unix.SYS_SYMLINKAT, sysSymlink, sysRenameat, unix.SYS_RENAMEAT2, sysRename, unix.SYS_LINKAT, sysLink}
 	if mkdirs {
 		notify = append(notify, unix.SYS_MKDIRAT, sysMkdir)
 	}

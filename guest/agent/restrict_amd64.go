@@ -11,11 +11,12 @@ const (
 	x32Bit = 0x40000000
 	// sysSymlink, sysRename and sysLink are symlink(2), rename(2) and
 	// link(2), beside the *at calls.
-	sysChmod   = unix.SYS_CHMOD
-	sysSymlink = unix.SYS_SYMLINK
-	sysRename  = unix.SYS_RENAME
-	sysLink    = unix.SYS_LINK
-	sysMkdir   = unix.SYS_MKDIR
+	sysChmod    = unix.SYS_CHMOD
+	sysSymlink  = unix.SYS_SYMLINK
+	sysRename   = unix.SYS_RENAME
+	sysLink     = unix.SYS_LINK
+	sysMkdir    = unix.SYS_MKDIR
+	sysRenameat = unix.SYS_RENAMEAT // beside renameat2, which newer architectures have alone
 )
 
 // legacyModeChecks are the calls amd64 has beside the *at ones.

@@ -129,7 +129,7 @@ func serveCalls(listener int, ws wsIdentity) {
 		switch nr := int(req.Data.Nr); {
 		case nr == unix.SYS_SYMLINKAT || nr == sysSymlink:
 			errno = c.asTask(req.PID, func() unix.Errno { return c.symlinkFor(&req) })
-		case nr == unix.SYS_RENAMEAT || nr == unix.SYS_RENAMEAT2 || nr == sysRename:
+		case nr == sysRenameat || nr == unix.SYS_RENAMEAT2 || nr == sysRename:
 			errno = c.asTask(req.PID, func() unix.Errno { return c.renameFor(&req) })
 		case nr == unix.SYS_LINKAT || nr == sysLink:
 			errno = c.asTask(req.PID, func() unix.Errno { return c.linkFor(&req) })

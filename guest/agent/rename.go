@@ -250,27 +250,13 @@ func (c *callCtx) linkFor(req *seccompNotif) unix.Errno {
 	case c.toolName(to.dfd, to.name):
 		return unix.EPERM
 	}
-	pid := strconv.FormatUint(uint64(req.PID), 10)
 	if oldp == "" && flags&unix.AT_EMPTY_PATH != 0 || flags&unix.AT_SYMLINK_FOLLOW != 0 {
 		// The old name is a whole file: the task's descriptor, or the path
 		// with every link followed. Linked through this process's
 		// /proc/self/fd as the kernel links an O_TMPFILE's; with
 		// AT_EMPTY_PATH the kernel's own rule (CAP_DAC_READ_SEARCH) holds,
 		// as the call is made with the task's credentials.
-		var ofd int
-		var err error
-		if oldp == "" && flags&unix.AT_EMPTY_PATH != 0 {
-			ofd, err = unix.Open("/proc/"+pid+"/fd/"+strconv.Itoa(int(odir)), unix.O_PATH|unix.O_CLOEXEC, 0)
-			if errors.Is(err, unix.ENOENT) {
-				err = unix.EBADF
-			}
-		} else {
-			var errno unix.Errno
-			ofd, errno = c.taskOpen(req.PID, odir, oldp)
-			if errno != 0 {
-				err = errno
-			}
-		}
+		ofd, err := openFor(req.PID, odir, oldp, uint64(flags&unix.AT_EMPTY_PATH))
 		if err != nil {
 			return errnoOf(err, unix.ENOENT)
 		}
@@ -318,28 +304,6 @@ func (c *callCtx) linkFor(req *seccompNotif) unix.Errno {
 		}
 	}
 	return errnoOf(unix.Linkat(from.dfd, from.name, to.dfd, to.name, 0), unix.EIO)
-}
-
-// taskOpen opens path O_PATH as the task pid resolves it from dirfd,
-// following links.
-func (c *callCtx) taskOpen(pid uint32, dirfd int32, path string) (int, unix.Errno) {
-	dir, name := ".", path
-	if i := strings.LastIndexByte(path, '/'); i >= 0 {
-		dir, name = path[:i+1], path[i+1:]
-	}
-	if name == "" {
-		name = "."
-	}
-	dfd, errno := c.taskDir(pid, dirfd, dir)
-	if errno != 0 {
-		return -1, errno
-	}
-	defer unix.Close(dfd)
-	fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, errnoOf(err, unix.ENOENT)
-	}
-	return fd, 0
 }
 
 // moveAllowed checks the move of from to to: EXDEV when, in the

@@ -284,32 +284,11 @@ func (c *callCtx) stillWaiting(req *seccompNotif) bool {
 // its dirfd, its working folder or, when absolute, its root) O_PATH. Run
 // with the task's credentials, so that its search permissions apply.
 func (c *callCtx) taskDir(pid uint32, dirfd int32, dir string) (int, unix.Errno) {
-	p := strconv.FormatUint(uint64(pid), 10)
-	base := "/proc/" + p + "/cwd"
-	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC}
-	switch {
-	case strings.HasPrefix(dir, "/"):
-		base, dir = "/proc/"+p+"/root", strings.TrimLeft(dir, "/")
-		how.Resolve = unix.RESOLVE_IN_ROOT
-	case dirfd != unix.AT_FDCWD:
-		base = "/proc/" + p + "/fd/" + strconv.Itoa(int(dirfd))
-	}
-	if dir == "" {
-		dir = "."
-	}
-	bfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		if dirfd != unix.AT_FDCWD && errors.Is(err, unix.ENOENT) {
-			return -1, unix.EBADF
-		}
-		return -1, errnoOf(err, unix.ENOENT)
-	}
-	defer unix.Close(bfd)
-	dfd, err := unix.Openat2(bfd, dir, &how)
+	fd, err := openTaskPath(pid, dirfd, dir, unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC})
 	if err != nil {
 		return -1, errnoOf(err, unix.ENOENT)
 	}
-	return dfd, 0
+	return fd, 0
 }
 
 // linkUps is how many folders a link to target climbs before it names
@@ -501,7 +480,6 @@ func errnoOf(err error, def unix.Errno) unix.Errno {
 // bit: refused for a file in the workspace, done for the task elsewhere
 // (dpkg and install set them on programs in the guest's system).
 func (c *callCtx) chmodFor(req *seccompNotif) unix.Errno {
-	pid := strconv.FormatUint(uint64(req.PID), 10)
 	a := req.Data.Args
 	var fd int
 	var err error
@@ -509,10 +487,10 @@ func (c *callCtx) chmodFor(req *seccompNotif) unix.Errno {
 	switch int(req.Data.Nr) {
 	case unix.SYS_FCHMOD:
 		mode = uint32(a[1])
-		fd, err = unix.Open("/proc/"+pid+"/fd/"+strconv.Itoa(int(int32(a[0]))), unix.O_PATH|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.ENOENT) {
-			err = unix.EBADF
+		if int32(a[0]) < 0 {
+			return unix.EBADF
 		}
+		fd, err = openFor(req.PID, int32(a[0]), "", unix.AT_EMPTY_PATH)
 	case unix.SYS_FCHMODAT, sysFchmodat2, sysChmod:
 		dirfd, path, flags := int32(a[0]), a[1], uint64(0)
 		mode = uint32(a[2])
@@ -524,7 +502,7 @@ func (c *callCtx) chmodFor(req *seccompNotif) unix.Errno {
 		}
 		var p string
 		if p, err = readString(req.PID, path); err == nil {
-			fd, err = openFor(pid, dirfd, p, flags)
+			fd, err = openFor(req.PID, dirfd, p, flags)
 		}
 	default:
 		return unix.ENOSYS
@@ -550,20 +528,29 @@ func (c *callCtx) chmodFor(req *seccompNotif) unix.Errno {
 
 // openFor opens path as the task pid would resolve it from dirfd, O_PATH
 // (fchmodat2's AT_SYMLINK_NOFOLLOW and AT_EMPTY_PATH are honoured).
-func openFor(pid string, dirfd int32, path string, flags uint64) (int, error) {
-	base := "/proc/" + pid + "/cwd"
+func openFor(pid uint32, dirfd int32, path string, flags uint64) (int, error) {
 	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC}
 	if flags&unix.AT_SYMLINK_NOFOLLOW != 0 {
 		how.Flags |= unix.O_NOFOLLOW
 	}
-	switch {
-	case path == "" && flags&unix.AT_EMPTY_PATH == 0:
+	if path == "" && flags&unix.AT_EMPTY_PATH == 0 {
 		return -1, unix.ENOENT
+	}
+	return openTaskPath(pid, dirfd, path, how)
+}
+
+// openTaskPath opens path with how as the task pid resolves it: from its
+// dirfd, its working folder or, when absolute, its root ("" is dirfd's
+// own file, as with AT_EMPTY_PATH).
+func openTaskPath(pid uint32, dirfd int32, path string, how unix.OpenHow) (int, error) {
+	p := strconv.FormatUint(uint64(pid), 10)
+	base := "/proc/" + p + "/cwd"
+	switch {
 	case strings.HasPrefix(path, "/"):
-		base, path = "/proc/"+pid+"/root", strings.TrimLeft(path, "/")
-		how.Resolve = unix.RESOLVE_IN_ROOT
+		base, path = "/proc/"+p+"/root", strings.TrimLeft(path, "/")
+		how.Resolve |= unix.RESOLVE_IN_ROOT
 	case dirfd != unix.AT_FDCWD:
-		base = "/proc/" + pid + "/fd/" + strconv.Itoa(int(dirfd))
+		base = "/proc/" + p + "/fd/" + strconv.Itoa(int(dirfd))
 	}
 	if path == "" {
 		path = "."
@@ -576,8 +563,8 @@ func openFor(pid string, dirfd int32, path string, flags uint64) (int, error) {
 		return -1, err
 	}
 	defer unix.Close(bfd)
-	if path == "." {
-		return unix.Dup(bfd)
+	if path == "." && how.Flags&unix.O_DIRECTORY == 0 {
+		return unix.Dup(bfd) // the file itself, whatever it is
 	}
 	return unix.Openat2(bfd, path, &how)
 }

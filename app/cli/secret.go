@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/api"
 	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/egress/intercept"
 	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/settings"
@@ -114,7 +115,7 @@ any other host is refused and logged. Values are never shown.`,
 				return err
 			}
 			if g.json {
-				return printJSON(stdio.Out, l)
+				return printJSON(stdio.Out, nonNil(l))
 			}
 			tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tHOSTS\tSENT AS\tVALUE FROM\tSTATUS")
@@ -142,6 +143,9 @@ any other host is refused and logged. Values are never shown.`,
 			defer done()
 			if err := core.RemoveSecret(cmd.Context(), args[0]); err != nil {
 				return err
+			}
+			if g.json {
+				return printJSON(stdio.Out, map[string]any{"name": args[0], "removed": true})
 			}
 			fmt.Fprintf(stdio.Out, "secret %s removed\n", args[0])
 			return nil
@@ -183,7 +187,7 @@ func (f runFlags) ephemeralCredentials() (egress.Config, []string, error) {
 	if err != nil {
 		return cfg, nil, fmt.Errorf("state folder: %w", err)
 	}
-	if cfg.CA, err = egress.LoadCA(filepath.Join(state, "ca")); err != nil {
+	if cfg.CA, err = intercept.LoadCA(filepath.Join(state, "ca")); err != nil {
 		return cfg, nil, err
 	}
 	st := settings.Default()
@@ -204,7 +208,7 @@ func (f runFlags) ephemeralCredentials() (egress.Config, []string, error) {
 			return cfg, nil, skipped
 		}
 	}
-	cfg.UpstreamRoots, err = egress.UpstreamRoots(append(st.UpstreamCAs, f.upstreamCAs...))
+	cfg.UpstreamRoots, err = intercept.UpstreamRoots(append(st.UpstreamCAs, f.upstreamCAs...))
 	if err != nil {
 		return cfg, nil, err
 	}

@@ -3,7 +3,9 @@ SHELL := /bin/bash
 GO    ?= go
 ARCH  ?= $(shell $(GO) env GOARCH)
 OTHER_ARCH := $(if $(filter amd64,$(ARCH)),arm64,amd64)
-VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# The release version: the VERSION file, and the commit it was built from
+# (0.1.0+3b7d567, 0.1.0+3b7d567-dirty; 0.1.0 alone outside a git checkout).
+VERSION ?= $(shell v=$$(cat VERSION 2>/dev/null || echo 0.0.0); c=$$(git describe --always --dirty --exclude '*' 2>/dev/null); echo "$$v$${c:++$$c}")
 LDFLAGS := -s -w -X github.com/airlock-sandbox/airlock/app/service.Version=$(VERSION)
 IMAGE_DIR := images/out
 WORKSPACE ?= $(HOME)/airlock-demo
@@ -13,7 +15,7 @@ E2E_TIMEOUT ?= 40m
 APT_PACKAGES := qemu-system-x86 qemu-system-arm busybox-static kmod cpio xz-utils protobuf-compiler debootstrap e2fsprogs qemu-utils qemu-user-static binfmt-support \
 	gcc make bc flex bison libelf-dev libssl-dev
 
-.PHONY: all build airlock image image-all image-kernel-source image-standard image-standard-all deps run test test-unit test-e2e bench vet proto check-proto clean
+.PHONY: all build install uninstall airlock image image-all image-kernel-source image-standard image-standard-all deps run test test-unit test-e2e bench vet proto check-proto clean
 
 all: build
 
@@ -22,6 +24,28 @@ build: frontend airlock image
 
 airlock:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/airlock ./app/cmd/airlock
+
+## install: bin/airlock (AIRLOCK_BIN), the desktop app when built (build/bin/airlock-desktop) and
+## this architecture's guest images (INSTALL_IMAGES of minimal standard, those built) into PREFIX:
+## PREFIX/bin and PREFIX/share/airlock/images, where airlock looks for its images next to its own
+## executable (symlinks resolved). PREFIX is /usr/local for root, ~/.local for a user; DESTDIR is
+## prepended for staging. Builds nothing: run make build (and make image-standard) first.
+PREFIX ?= $(if $(filter 0,$(shell id -u)),/usr/local,$(HOME)/.local)
+BINDIR ?= $(PREFIX)/bin
+DATADIR ?= $(PREFIX)/share/airlock
+AIRLOCK_BIN ?= bin/airlock
+DESKTOP_BIN ?= build/bin/airlock-desktop
+INSTALL_IMAGES ?= minimal standard
+image_subdirs = $(foreach i,$(INSTALL_IMAGES),$(if $(filter minimal,$(i)),$(ARCH) kernel-source/$(ARCH),$(i)/$(ARCH) kernel-source/$(i)/$(ARCH)))
+install:
+	@test -x "$(AIRLOCK_BIN)" || { echo "$(AIRLOCK_BIN) is not built: run make build first"; exit 1; }
+	@dirs=""; for d in $(image_subdirs); do [ -f "$(IMAGE_DIR)/$$d/manifest.json" ] && dirs="$$dirs $$d"; done; 	case " $$dirs " in *" $(ARCH) "*|*" kernel-source/$(ARCH) "*) ;; 		*) echo "no minimal guest image in $(IMAGE_DIR): run make image first"; exit 1;; esac; 	set -e; install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(DATADIR)/images"; 	install -m 755 "$(AIRLOCK_BIN)" "$(DESTDIR)$(BINDIR)/airlock"; echo "installed $(DESTDIR)$(BINDIR)/airlock"; 	if [ -x "$(DESKTOP_BIN)" ]; then install -m 755 "$(DESKTOP_BIN)" "$(DESTDIR)$(BINDIR)/airlock-desktop"; echo "installed $(DESTDIR)$(BINDIR)/airlock-desktop"; fi; 	for d in $$dirs; do rm -rf "$(DESTDIR)$(DATADIR)/images/$$d"; done; 	tar -C "$(IMAGE_DIR)" -cf - $$dirs | tar -C "$(DESTDIR)$(DATADIR)/images" -xf -; 	echo "installed the guest images$$dirs in $(DESTDIR)$(DATADIR)/images"
+
+## uninstall: remove what make install put in PREFIX (same PREFIX and DESTDIR). Your settings, tasks,
+## templates and secrets stay: README, Where Airlock keeps data, says how to remove them.
+uninstall:
+	rm -f "$(DESTDIR)$(BINDIR)/airlock" "$(DESTDIR)$(BINDIR)/airlock-desktop"
+	rm -rf "$(DESTDIR)$(DATADIR)"
 
 ## image: the minimal guest image for this machine's architecture in $(IMAGE_DIR)/$(ARCH) (Debian's
 ## kernel, its drivers as modules) and, on amd64, also in $(IMAGE_DIR)/kernel-source/amd64 with a
@@ -92,7 +116,7 @@ test-e2e: airlock
 	$(GO) run ./images/cmd/airlock-image -arch all -out $(IMAGE_DIR)
 	$(GO) run ./images/cmd/airlock-image -arch $(E2E_STANDARD_ARCHES) -image standard -out $(IMAGE_DIR) -q
 	AIRLOCK_E2E_BIN=$(CURDIR)/bin/airlock AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) AIRLOCK_REQUIRE_ARM64_STANDARD=1 \
-		$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./tests/e2e/ ./vm/qemu/ ./app/clock/ ./app/session/ 2>&1 | tee /tmp/airlock-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
+		$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./tests/e2e/ ./tests/connect/ ./vm/qemu/ ./app/clock/ ./app/session/ 2>&1 | tee /tmp/airlock-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
 
 ## bench: one table of figures, each against a baseline measured in the same run (tests/bench),
 ## also written as JSON to BENCH_OUT (default tests/bench/out/bench.json) so runs can be compared;
@@ -104,12 +128,12 @@ bench: airlock
 	AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) AIRLOCK_BENCH_BIN=$(CURDIR)/bin/airlock AIRLOCK_BENCH_OUT=$(BENCH_OUT) AIRLOCK_BENCH_ROUNDS=$(BENCH_ROUNDS) \
 		$(GO) test -count=1 -tags e2e -run '^$$' -bench '^BenchmarkTable$$' -benchtime 1x -timeout 15m ./tests/bench/
 
-.bin/protoc-gen-go: go.mod
-	$(GO) build -o .bin/ google.golang.org/protobuf/cmd/protoc-gen-go
+.bin/protoc-gen-go-lite: go.mod
+	$(GO) build -o .bin/ github.com/aperturerobotics/protobuf-go-lite/cmd/protoc-gen-go-lite
 
-## proto: regenerate the agent's protobuf messages (needs protoc from protobuf-compiler)
-proto: .bin/protoc-gen-go
-	cd guest/api/agent/v1/agentpb && $(GO) generate
+## proto: regenerate the host<->guest messages from agent.proto (needs protoc from protobuf-compiler)
+proto: .bin/protoc-gen-go-lite
+	cd guest/api/agent/v1 && $(GO) generate
 
 check-proto: proto
 	@git diff --exit-code -- guest/api/agent/v1 || { echo "generated code drifted from agent.proto: run make proto and commit"; exit 1; }
@@ -219,11 +243,12 @@ check-comments:
 
 ## tsgen: regenerate frontend/src/gen, the TypeScript types of what the control API sends and
 ## takes, from their Go types (build/tsgen): every type service.Core's methods take or return, and
-## app/api's request and answer bodies
+## app/api's request and answer bodies, and app/agents' answers (/v1/agents)
 .PHONY: tsgen check-tsgen
 API := github.com/airlock-sandbox/airlock/app/api
 TSGEN_ROOTS := github.com/airlock-sandbox/airlock/app/service.Core \
-	$(addprefix $(API).,LogPage WorkspaceRequest ImageRequest RuleRequest AnswerRequest ApplyRequest DiscardRequest DiscardResult UndoRequest)
+	$(addprefix $(API).,LogPage WorkspaceRequest ImageRequest RuleRequest AnswerRequest ApplyRequest DiscardRequest DiscardResult UndoRequest) \
+	github.com/airlock-sandbox/airlock/app/agents.Status github.com/airlock-sandbox/airlock/app/agents.Result
 tsgen:
 	$(GO) run ./build/tsgen -out frontend/src/gen $(TSGEN_ROOTS)
 
@@ -233,9 +258,25 @@ check-tsgen: tsgen
 
 ## test-desktop: the Linux desktop build under Xvfb (apt: xvfb x11-utils imagemagick): its window
 ## is shown and screenshot to build/bin/desktop.png (checked non-blank), its VM boots (a QEMU among
-## its descendants), and SIGTERM (sent twice) stops the VM and exits 0
+## its descendants), and SIGTERM (sent twice) stops the VM and exits 0. Then its tray
+## (build/linux/tray; apt: dbus-daemon xfce4-panel xdotool): in Xfce's panel on a D-Bus session of
+## its own, the icon and its open menu screenshot to build/bin/tray-icon.png and tray-menu.png
+## (checked non-blank), the menu's items read over D-Bus (the workspace and its VM's state, Open,
+## Stop, Quit), and Open, Stop and Quit clicked there; once more as AIRLOCK_TEST_USER when make
+## runs as root (about 15 s a run)
+TRAY_TEST := build/bin/tray.test
+TRAY_ENV := AIRLOCK_DESKTOP_BIN=$(CURDIR)/build/bin/airlock-desktop AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR)
 test-desktop: desktop image
 	build/linux/xvfb-smoke.sh build/bin/airlock-desktop build/bin/desktop.png
+	$(GO) test -c -tags xvfb -o $(TRAY_TEST) ./build/linux/tray/
+	cd build/linux/tray && $(TRAY_ENV) $(CURDIR)/$(TRAY_TEST) -test.v -test.count=1 -test.timeout 3m
+	@if [ "$$(id -u)" = 0 ] && [ -n "$(AIRLOCK_TEST_USER)" ]; then \
+		d=$$(mktemp -d /tmp/airlock-tray-user.XXXXXX) && chown $(AIRLOCK_TEST_USER): $$d && \
+		echo "the tray as $(AIRLOCK_TEST_USER), home $$d" && \
+		cd build/linux/tray && runuser -u $(AIRLOCK_TEST_USER) -- env -i PATH=/usr/local/bin:/usr/bin:/bin \
+			HOME=$$d TMPDIR=$$d LANG=C.UTF-8 $(TRAY_ENV) AIRLOCK_TRAY_SHOTS=$$d \
+			$(CURDIR)/$(TRAY_TEST) -test.v -test.count=1 -test.timeout 3m; rc=$$?; rm -rf $$d; exit $$rc; \
+	fi
 
 ## security-report: run the security suite and rewrite docs/security-report.md (commit it; a unit
 ## test keeps it in the suite's format). AIRLOCK_SECURITY_REPORT=FILE make test-security writes elsewhere.

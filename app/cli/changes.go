@@ -73,7 +73,7 @@ type changesFlags struct {
 }
 
 func (f *changesFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVarP(&f.workspace, "workspace", "w", "", "the folder of an `airlock run --workspace DIR` (default: the service's workspace)")
+	cmd.Flags().StringVarP(&f.workspace, "workspace", "w", "", "the folder of an 'airlock run --workspace DIR' (default: the service's workspace)")
 }
 
 // open returns the changes of --workspace (opened here, closed by done)

@@ -72,24 +72,59 @@ func newRoot(stdio Stdio) *cobra.Command {
 	root.SetErr(stdio.Err)
 	g := &globals{}
 	root.PersistentFlags().StringVar(&g.socket, "socket", "", "control socket of the service (default: the per-user socket)")
-	root.PersistentFlags().BoolVar(&g.json, "json", false, "print listings as JSON")
+	root.PersistentFlags().BoolVar(&g.json, "json", false, "print the result as JSON: a listing as one array (one object a line with --follow), any other result as one object")
 	serve := newServeCmd(stdio, g)
+	// -v is --verbose on every command (never --version, which cobra
+	// would give it otherwise).
+	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log what Airlock does to stderr")
+	root.SetVersionTemplate("airlock {{.Version}}\n")
 	serve.Flags().StringVar(&g.imageDir, "image-dir", "", "folder of the guest image (default: found next to the program)")
-	serve.Flags().BoolVarP(&g.verbose, "verbose", "v", false, "log what Airlock does to stderr")
-	root.AddCommand(newRunCmd(stdio, g), serve, newStatusCmd(stdio, g),
+	root.AddCommand(newRunCmd(stdio, g), serve, newStatusCmd(stdio, g), newVersionCmd(stdio, g),
 		newVMCmd(stdio, g, "start", "Boot the service's VM"),
 		newVMCmd(stdio, g, "stop", "Shut the service's VM down"),
 		newVMCmd(stdio, g, "restart", "Replace the service's VM with a fresh one"),
 		newTasksCmd(stdio, g), newLogsCmd(stdio, g), newCancelCmd(stdio, g),
 		newEgressCmd(stdio, g), newWorkspaceCmd(stdio, g), newImageCmd(stdio, g), newMCPCmd(stdio, g),
-		newSecretCmd(stdio, g))
+		newSecretCmd(stdio, g), newUninstallCmd(stdio, g))
 	root.AddCommand(newChangesCmds(stdio, g)...)
+	root.AddCommand(newConnectCmds(stdio, g)...)
+	withUsage(root)
 	return root
 }
 
-// oneLine keeps an error to one line: the first line, with the rest's
-// line breaks folded, so scripts can read it, and what else a terminal
-// would act on escaped (an error may quote what the guest sent).
+// withUsage makes a command's wrong arguments or flags print its usage
+// line after the error, as one line: "accepts 1 arg(s), received 0"
+// alone does not say what the argument is.
+func withUsage(root *cobra.Command) {
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return fmt.Errorf("%w\nusage: %s", err, cmd.UseLine())
+	})
+	var walk func(*cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		if args := cmd.Args; args != nil {
+			cmd.Args = func(c *cobra.Command, a []string) error {
+				if err := args(c, a); err != nil {
+					return fmt.Errorf("%w\nusage: %s", err, c.UseLine())
+				}
+				return nil
+			}
+		}
+		for _, c := range cmd.Commands() {
+			walk(c)
+		}
+	}
+	walk(root)
+}
+
+// oneLine keeps an error to one line, so scripts can read it: its lines
+// (the causes errors.Join put one a line) joined by "; ", and what else a
+// terminal would act on escaped (an error may quote what the guest sent).
 func oneLine(s string) string {
-	return printable.String(strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " "))
+	var lines []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.Join(strings.Fields(l), " "); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return printable.String(strings.Join(lines, "; "))
 }

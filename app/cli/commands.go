@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -16,6 +17,14 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/printable"
 	"github.com/spf13/cobra"
 )
+
+// nonNil makes an empty listing print as [] in JSON, not null.
+func nonNil[T any](l []T) []T {
+	if l == nil {
+		return []T{}
+	}
+	return l
+}
 
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
@@ -117,6 +126,9 @@ func newVMCmd(stdio Stdio, g *globals, action, short string) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if g.json {
+				return printJSON(stdio.Out, st)
+			}
 			fmt.Fprintf(stdio.Out, "vm: %s\n", st.Session.State)
 			return nil
 		},
@@ -136,7 +148,7 @@ func newTasksCmd(stdio Stdio, g *globals) *cobra.Command {
 				return err
 			}
 			if g.json {
-				return printJSON(stdio.Out, ts)
+				return printJSON(stdio.Out, nonNil(ts))
 			}
 			tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATE\tEXIT\tCREATED\tCOMMAND")
@@ -190,7 +202,7 @@ func newLogsCmd(stdio Stdio, g *globals) *cobra.Command {
 			if followFlag {
 				ch, err := c.FollowLogs(cmd.Context(), args[0], 0)
 				if err != nil {
-					return err
+					return taskErr(args[0], err)
 				}
 				for ch := range ch {
 					writeChunk(stdio, ch)
@@ -200,7 +212,7 @@ func newLogsCmd(stdio Stdio, g *globals) *cobra.Command {
 			for off := int64(0); ; {
 				chunks, next, err := c.Logs(cmd.Context(), args[0], off)
 				if err != nil {
-					return err
+					return taskErr(args[0], err)
 				}
 				for _, ch := range chunks {
 					writeChunk(stdio, ch)
@@ -214,6 +226,15 @@ func newLogsCmd(stdio Stdio, g *globals) *cobra.Command {
 	}
 	cmd.Flags().BoolVarP(&followFlag, "follow", "f", false, "keep printing output until the task ends")
 	return cmd
+}
+
+// taskErr names the task the user asked for when the service knows no
+// such task, and where to find the ones it knows.
+func taskErr(id string, err error) error {
+	if errors.Is(err, tasks.ErrNotFound) {
+		return fmt.Errorf("no task %s (see airlock tasks)", printable.String(id))
+	}
+	return err
 }
 
 func writeChunk(stdio Stdio, c tasks.Chunk) {
@@ -233,7 +254,14 @@ func newCancelCmd(stdio Stdio, g *globals) *cobra.Command {
 				return err
 			}
 			if err := c.Cancel(cmd.Context(), args[0]); err != nil {
-				return err
+				return taskErr(args[0], err)
+			}
+			if g.json {
+				t, err := c.Task(cmd.Context(), args[0])
+				if err != nil {
+					return taskErr(args[0], err)
+				}
+				return printJSON(stdio.Out, t)
 			}
 			fmt.Fprintf(stdio.Out, "cancelling %s\n", args[0])
 			return nil
@@ -278,11 +306,14 @@ func newEgressCmd(stdio Stdio, g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.json && !deniedOnly {
-				for i := range ds {
-					ds[i] = printableDecision(ds[i])
+			if g.json {
+				shown := []egress.Decision{}
+				for _, d := range ds {
+					if !deniedOnly || d.Action == egress.ActionDeny {
+						shown = append(shown, printableDecision(d))
+					}
 				}
-				return printJSON(stdio.Out, ds)
+				return printJSON(stdio.Out, shown)
 			}
 			for _, d := range ds {
 				show(d)
@@ -354,6 +385,9 @@ func newWorkspaceCmd(stdio Stdio, g *globals) *cobra.Command {
 			st, err := c.Status(ctx)
 			if err != nil {
 				return err
+			}
+			if g.json {
+				return printJSON(stdio.Out, st)
 			}
 			how := "changes " + string(st.Settings.ChangesMode(st.Session.Workspace))
 			if st.Session.ReadOnly {

@@ -46,6 +46,9 @@ refused (each VM holds a lock on its disk): stop that VM first.`,
 				if err != nil {
 					return err
 				}
+				if g.json {
+					return printJSON(stdio.Out, st)
+				}
 				fmt.Fprintf(stdio.Out, "persistent disk of %s reset (vm %s)\n", displayWorkspace(st.Session.Workspace), st.Session.State)
 				return nil
 			}
@@ -55,6 +58,9 @@ refused (each VM holds a lock on its disk): stop that VM first.`,
 			}
 			if err := sandbox.ResetDataDisk(path); err != nil {
 				return err
+			}
+			if g.json {
+				return printJSON(stdio.Out, map[string]string{"workspace": ws, "disk": path})
 			}
 			fmt.Fprintf(stdio.Out, "persistent disk of %s reset (%s)\n", displayWorkspace(ws), path)
 			return nil
@@ -116,6 +122,9 @@ read-only root disk. Changes outside /workspace start clean every boot unless
 			st, err := c.Status(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if g.json {
+				return printJSON(stdio.Out, st)
 			}
 			fmt.Fprintf(stdio.Out, "image: %s, keep disk: %t (vm %s)\n", st.Session.Image, st.Session.KeepDisk, st.Session.State)
 			return nil

@@ -25,7 +25,11 @@ workspace or the network rules: only you can.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			log := slog.New(slog.NewTextHandler(stdio.Err, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			level := slog.LevelWarn
+			if g.verbose {
+				level = slog.LevelDebug
+			}
+			log := slog.New(slog.NewTextHandler(stdio.Err, &slog.HandlerOptions{Level: level}))
 			var core service.Core
 			opts := appmcp.Options{Version: Version, Logger: log}
 			c, err := g.client(ctx)

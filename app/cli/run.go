@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"io"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/egress/policy"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/tasks"
@@ -77,8 +79,14 @@ When the Airlock service is running (airlock serve, or the desktop app), the
 command runs on its warm VM instead, in milliseconds, and appears in
 'airlock tasks'; flags that shape a VM (--workspace, --tty, --allow, ...) or
 --ephemeral boot a fresh one as above.`,
-		Args: cobra.MinimumNArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return errors.New("no command given")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f.verbose = g.verbose
 			if c := useService(cmd, g); c != nil {
 				return runViaService(cmd.Context(), stdio, c, f, args)
 			}
@@ -100,7 +108,6 @@ command runs on its warm VM instead, in milliseconds, and appears in
 	fl.StringVar(&f.imageDir, "image-dir", "", "folder of the guest image (default: found next to the program)")
 	fl.StringVar(&f.consoleLog, "console-log", "", "file to write the guest's console to (default: a file in the user cache folder)")
 	fl.StringArrayVar(&f.kernelArgs, "kernel-arg", nil, "extra kernel command line word, for debugging (repeatable)")
-	fl.BoolVarP(&f.verbose, "verbose", "v", false, "log what Airlock does to stderr")
 	fl.StringArrayVar(&f.allow, "allow", nil, "let the command connect to HOST, *.DOMAIN, an address or CIDR, optionally :PORT (repeatable)")
 	fl.StringArrayVar(&f.deny, "deny", nil, "never let the command connect to PATTERN; wins over --allow (repeatable)")
 	fl.StringArrayVar(&f.mapHosts, "map-host", nil, "connect NAME to ADDR for this run (NAME=ADDR, repeatable); --allow NAME[:PORT] still decides which ports are open")
@@ -122,6 +129,10 @@ func run(ctx context.Context, stdio Stdio, f runFlags, argv []string) error {
 	mode, err := changes.ParseMode(f.changes)
 	if err != nil {
 		return fmt.Errorf("--changes: %w", err)
+	}
+	// The rules are the user's to fix: say so before looking for an image.
+	if _, err := policy.New(f.allow, f.deny, f.mapHosts); err != nil {
+		return err
 	}
 	opts, err := f.sandboxOptions(stdio)
 	if err != nil {
@@ -152,7 +163,7 @@ func run(ctx context.Context, stdio Stdio, f runFlags, argv []string) error {
 	gcfg.Allow, gcfg.Deny, gcfg.MapHosts, gcfg.LogFile, gcfg.Logger = f.allow, f.deny, f.mapHosts, f.egressLog, opts.Logger
 	gate, err := egress.New(gcfg)
 	if err != nil {
-		return fmt.Errorf("egress rules: %w", err)
+		return err
 	}
 	opts.GuestCA = gcfg.CA.CertPEM()
 	defer gate.Close()
@@ -259,8 +270,8 @@ func (f runFlags) sandboxOptions(stdio Stdio) (sandbox.Options, error) {
 	if f.verbose {
 		o.Logger = slog.New(slog.NewTextHandler(stdio.Err, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	if f.cpus < 1 || f.cpus > 64 {
-		return o, fmt.Errorf("--cpus %d: choose between 1 and 64", f.cpus)
+	if n := min(runtime.NumCPU(), 64); f.cpus < 1 || f.cpus > n {
+		return o, fmt.Errorf("--cpus %d: this machine has %d CPUs; choose between 1 and %d", f.cpus, runtime.NumCPU(), n)
 	}
 	if f.memory < 256 || f.memory > 1<<20 {
 		return o, fmt.Errorf("--memory %d: choose at least 256 (MiB)", f.memory)

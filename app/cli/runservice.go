@@ -58,7 +58,7 @@ func runViaService(ctx context.Context, stdio Stdio, c *api.Client, f runFlags, 
 	}
 	logs, err := c.FollowLogs(ctx, t.ID, 0)
 	if err != nil {
-		return err
+		return serviceLost(ctx, c, t.ID, err)
 	}
 	for ch := range logs {
 		writeChunk(stdio, ch)
@@ -72,8 +72,9 @@ func runViaService(ctx context.Context, stdio Stdio, c *api.Client, f runFlags, 
 		fmt.Fprintf(stdio.Err, "airlock: interrupted; task %s was cancelled\n", t.ID)
 		return exitError{code: 128 + int(syscall.SIGINT)}
 	}
-	if t, err = c.Wait(ctx, t.ID); err != nil {
-		return err
+	id := t.ID
+	if t, err = c.Wait(ctx, id); err != nil {
+		return serviceLost(ctx, c, id, err)
 	}
 	// The service pulled what the task changed before it said the task
 	// ended: say when some of it waits for review.
@@ -81,6 +82,21 @@ func runViaService(ctx context.Context, stdio Stdio, c *api.Client, f runFlags, 
 		fmt.Fprintf(stdio.Err, "airlock: %d change(s) wait for review; see them with: airlock changes\n", len(l.Entries))
 	}
 	return taskExit(stdio, t, f.timeout)
+}
+
+// serviceLost says, when err came from a service that no longer answers,
+// that task id is lost with it: "no service" would read as if the task
+// never ran.
+func serviceLost(ctx context.Context, c *api.Client, id string, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if c.Ping(pctx) == nil {
+		return err
+	}
+	return fmt.Errorf("task %s is lost: the Airlock service stopped while it ran (see airlock tasks once the service runs again)", id)
 }
 
 // taskExit maps a finished task to run's exit codes.

@@ -115,7 +115,7 @@ any other host is refused and logged. Values are never shown.`,
 				return err
 			}
 			if g.json {
-				return printJSON(stdio.Out, l)
+				return printJSON(stdio.Out, nonNil(l))
 			}
 			tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tHOSTS\tSENT AS\tVALUE FROM\tSTATUS")
@@ -143,6 +143,9 @@ any other host is refused and logged. Values are never shown.`,
 			defer done()
 			if err := core.RemoveSecret(cmd.Context(), args[0]); err != nil {
 				return err
+			}
+			if g.json {
+				return printJSON(stdio.Out, map[string]any{"name": args[0], "removed": true})
 			}
 			fmt.Fprintf(stdio.Out, "secret %s removed\n", args[0])
 			return nil

@@ -107,7 +107,7 @@ own, so that an app that crashed leaves no helper running).`,
 					fmt.Fprintf(stdio.Err, "airlock: %s\n", oneLine(err.Error()))
 				}
 			}()
-			h := api.Handler(svc, nil)
+			h := api.Handler(svc, nil, agentsAPI())
 			errc := make(chan error, 2)
 			go func() { errc <- api.Serve(ctx, l, h, nil) }()
 			fmt.Fprintf(stdio.Err, "airlock: serving on %s\n", sock)
@@ -144,7 +144,7 @@ own, so that an app that crashed leaves no helper running).`,
 		},
 	}
 	cmd.Flags().StringVar(&httpAddr, "http", "", "also serve the API and browser UI on this loopback address (127.0.0.1:PORT)")
-	cmd.Flags().BoolVar(&noBoot, "no-boot", false, "do not boot the VM until the first task or `airlock start`")
+	cmd.Flags().BoolVar(&noBoot, "no-boot", false, "do not boot the VM until the first task or 'airlock start'")
 	cmd.Flags().IntVar(&parentPID, "parent-pid", 0, "stop, and stop the VM, when the process with this id ends")
 	return cmd
 }

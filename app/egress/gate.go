@@ -38,7 +38,7 @@ type Gate struct {
 func New(cfg Config) (*Gate, error) {
 	p, err := policy.New(cfg.Allow, cfg.Deny, cfg.MapHosts)
 	if err != nil {
-		return nil, fmt.Errorf("egress: policy: %w", err)
+		return nil, err
 	}
 	g := &Gate{
 		resolver: cfg.Resolver,
@@ -95,7 +95,7 @@ func New(cfg Config) (*Gate, error) {
 func (g *Gate) SetPolicy(allow, deny, mapHosts []string) error {
 	p, err := policy.New(allow, deny, mapHosts)
 	if err != nil {
-		return fmt.Errorf("egress: policy: %w", err)
+		return err
 	}
 	p.KeepSession(g.policy.Load())
 	g.policy.Store(p)

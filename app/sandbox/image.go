@@ -117,7 +117,7 @@ func FindNamedImage(name string, dirs []string) (Image, error) {
 	if name == manifest.ImageStandard {
 		hint = manifest.RebuildHintStandard
 	}
-	return Image{}, fmt.Errorf("no %s guest image found (looked in %s); build it with `%s`", name, strings.Join(dirs, ", "), hint)
+	return Image{}, fmt.Errorf("no %s guest image found (looked in %s): set AIRLOCK_IMAGE_DIR to the folder that holds it, or build it with `%s`", name, strings.Join(dirs, ", "), hint)
 }
 
 // imageDigests remembers the digests of image artifacts that LoadImage

@@ -104,8 +104,11 @@ type Status struct {
 	Settings     settings.Settings `json:"settings"`
 	RunningTasks int               `json:"running_tasks"`
 	StateDir     string            `json:"state_dir"`
-	SettingsPath string            `json:"settings_path"`
-	Version      string            `json:"version,omitempty"`
+	// CacheDir holds what Airlock can rebuild: the machine templates
+	// (templates/), the last console log and image checksums.
+	CacheDir     string `json:"cache_dir"`
+	SettingsPath string `json:"settings_path"`
+	Version      string `json:"version,omitempty"`
 }
 
 // RunRequest asks for one task. Exactly one of Argv and Shell is set.

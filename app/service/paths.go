@@ -39,6 +39,17 @@ func StateDir(goos, home string, getenv func(string) string) (string, error) {
 	}
 }
 
+// CacheDir is the user's Airlock cache folder (templates, console log,
+// image checksums: what a run rebuilds when it is gone), "" when the
+// platform has none.
+func CacheDir() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "airlock")
+}
+
 // Version is Airlock's version, set at build time with
 // -ldflags "-X github.com/airlock-sandbox/airlock/app/service.Version=...".
 var Version = "dev"

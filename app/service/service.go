@@ -203,7 +203,7 @@ func (s *Service) Status(context.Context) (Status, error) {
 	running := len(s.running)
 	s.mu.Unlock()
 	return Status{Session: s.sess.Status(), Settings: st, RunningTasks: running, StateDir: s.cfg.StateDir,
-		SettingsPath: s.cfg.SettingsPath, Version: s.cfg.Version}, nil
+		CacheDir: CacheDir(), SettingsPath: s.cfg.SettingsPath, Version: s.cfg.Version}, nil
 }
 
 // Settings returns the current settings.

@@ -419,3 +419,15 @@ func TestAsk(t *testing.T) {
 		t.Fatalf("second answer: %v", err)
 	}
 }
+
+// TestStatusCacheDir: the status names the cache folder (templates, the
+// console log), so "where things are" can show it.
+func TestStatusCacheDir(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	w := newWorld(t)
+	st, err := w.service.Status(context.Background())
+	if err != nil || st.CacheDir != filepath.Join(cache, "airlock") {
+		t.Fatalf("Status().CacheDir = %q, %v; want %s", st.CacheDir, err, filepath.Join(cache, "airlock"))
+	}
+}

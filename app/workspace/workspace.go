@@ -8,6 +8,7 @@ package workspace
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -28,6 +29,10 @@ type Host struct {
 	Resolve func(string) (string, error)
 	// Stat reports on a canonical path (os.Stat on the real machine).
 	Stat func(string) (fs.FileInfo, error)
+	// Read lists one entry of a canonical folder (readable on the real
+	// machine), so a folder the user may not read is refused before a VM
+	// boots on it; nil skips the check.
+	Read func(string) error
 }
 
 // Local returns the Host for the machine this program runs on.
@@ -39,7 +44,21 @@ func Local(goos string) (Host, error) {
 	if h, err := canonical(home); err == nil {
 		home = h
 	}
-	return Host{GOOS: goos, Home: home, Resolve: canonical, Stat: os.Stat}, nil
+	return Host{GOOS: goos, Home: home, Resolve: canonical, Stat: os.Stat, Read: readable}, nil
+}
+
+// readable opens the folder p and reads one entry of it, as the hypervisor
+// sharing it will.
+func readable(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.Readdirnames(1); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
 }
 
 func canonical(p string) (string, error) {
@@ -70,11 +89,22 @@ func (h Host) Validate(dir string) (string, error) {
 	if !fi.IsDir() {
 		return "", fmt.Errorf("%w: %s is a file, not a folder; choose the folder that contains it", ErrRefused, p)
 	}
-	if reason := h.refusal(p); reason != "" {
-		return "", fmt.Errorf("%w: %s is %s; choose a project folder inside it instead", ErrRefused, p, reason)
+	if reason, inside := h.refusal(p); reason != "" {
+		if inside {
+			return "", fmt.Errorf("%w: %s is %s; choose a project folder inside it instead", ErrRefused, p, reason)
+		}
+		return "", fmt.Errorf("%w: %s is %s; choose a folder of your own, such as a project folder in your home folder", ErrRefused, p, reason)
 	}
 	if reason := h.sensitive(p); reason != "" {
 		return "", fmt.Errorf("%w: %s %s; choose a project folder elsewhere", ErrRefused, p, reason)
+	}
+	if h.Read != nil {
+		if err := h.Read(p); err != nil {
+			if errors.Is(err, fs.ErrPermission) {
+				return "", fmt.Errorf("%w: you cannot read this folder (%s); share a folder you can read, or change its permissions", ErrRefused, p)
+			}
+			return "", fmt.Errorf("%w: %s cannot be read: %v", ErrRefused, p, err)
+		}
 	}
 	return p, nil
 }
@@ -96,34 +126,35 @@ func (h Host) norm(s string) string {
 	return s
 }
 
-// refusal says why the canonical path p is refused, or "" when it is fine.
-func (h Host) refusal(p string) string {
+// refusal says why the canonical path p is refused, or "" when it is fine,
+// and whether a folder inside p may be shared.
+func (h Host) refusal(p string) (reason string, inside bool) {
 	sep, norm := h.sep(), h.norm
 	np := norm(p)
 	if np == "" || (h.GOOS == "windows" && len(np) == 2 && np[1] == ':') {
-		return "the root of the file system"
+		return "the root of the file system", true
 	}
 	if h.Home != "" {
 		home := norm(h.Home)
 		if np == home {
-			return "your home folder"
+			return "your home folder", true
 		}
 		if strings.HasPrefix(home, np+sep) {
-			return "a folder that contains your home folder"
+			return "a folder that contains your home folder", true
 		}
 	}
 	under := func(base string) bool { b := norm(base); return np == b || strings.HasPrefix(np, b+sep) }
 	for _, s := range systemTrees[h.GOOS] {
 		if under(s) {
-			return "a system folder"
+			return "a system folder", false
 		}
 	}
 	for _, s := range systemFolders[h.GOOS] {
 		if np == norm(s) {
-			return "a system folder"
+			return "a system folder", true
 		}
 	}
-	return ""
+	return "", false
 }
 
 // sensitive says how the canonical path p touches a folder of the home

@@ -196,3 +196,53 @@ func TestLocal(t *testing.T) {
 		t.Fatalf("missing folder: %v", err)
 	}
 }
+
+// TestValidateSystemTreeAdvice: a folder inside a system tree is refused
+// like the tree, so the refusal of /usr/share/doc must not send the user
+// into it; a folder only refused itself (/tmp) may be left for one inside.
+func TestValidateSystemTreeAdvice(t *testing.T) {
+	h := fakeHost("linux", "/home/ann", nil)
+	_, err := h.Validate("/usr/share/doc")
+	if err == nil || strings.Contains(err.Error(), "inside it") || !strings.Contains(err.Error(), "a folder of your own") {
+		t.Fatalf("Validate(/usr/share/doc) = %v; want advice away from the system tree", err)
+	}
+	if _, err := h.Validate("/tmp"); err == nil || !strings.Contains(err.Error(), "inside it") {
+		t.Fatalf("Validate(/tmp) = %v; want a folder inside it suggested", err)
+	}
+}
+
+// TestValidateUnreadable: a folder the user may not read is refused with
+// that cause, before any hypervisor tries to open it.
+func TestValidateUnreadable(t *testing.T) {
+	h := fakeHost("linux", "/home/ann", nil)
+	h.Read = func(p string) error { return &fs.PathError{Op: "open", Path: p, Err: fs.ErrPermission} }
+	_, err := h.Validate("/home/ann/locked")
+	if err == nil || !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "you cannot read this folder (/home/ann/locked)") {
+		t.Fatalf("Validate(unreadable) = %v", err)
+	}
+}
+
+// TestLocalUnreadable: on the real machine, a folder with no read
+// permission is refused for an ordinary user; root reads every folder, so
+// it is shared.
+func TestLocalUnreadable(t *testing.T) {
+	h, err := Local("linux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "locked")
+	if err := os.Mkdir(dir, 0o000); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(dir, 0o755) })
+	_, err = h.Validate(dir)
+	if os.Geteuid() == 0 {
+		if err != nil {
+			t.Fatalf("root: Validate(0000 folder) = %v; root reads it", err)
+		}
+		return
+	}
+	if err == nil || !strings.Contains(err.Error(), "you cannot read this folder") {
+		t.Fatalf("Validate(0000 folder) = %v; want \"you cannot read this folder\"", err)
+	}
+}

@@ -5,6 +5,7 @@
 
 // The types of what the API sends and takes are generated from its Go types
 // (frontend/src/gen, make tsgen); the names below are the UI's for them.
+import type * as agents from "./gen/agents";
 import type * as apiTypes from "./gen/api";
 import type * as changes from "./gen/changes";
 import type * as egress from "./gen/egress";
@@ -36,6 +37,9 @@ export type Changes = service.ChangesList;
 export type Checkpoint = changes.Checkpoint;
 export type ApplyResult = changes.ApplyResult;
 export type Event = service.Event;
+/** AgentStatus is one agent on this machine: found, connected, its file. */
+export type AgentStatus = agents.Status;
+export type AgentResult = agents.Result;
 
 /**
  * Verdict is an answer the UI gives to an ask: the service's Verdict*
@@ -322,6 +326,8 @@ export const api = {
   secrets: () => call<SecretInfo[]>("GET", "/v1/secrets"),
   setSecret: (req: SecretRequest) => call<SecretInfo>("PUT", `/v1/secrets/${encodeURIComponent(req.name)}`, req),
   removeSecret: (name: string) => call<void>("DELETE", `/v1/secrets/${encodeURIComponent(name)}`),
+  agents: () => call<AgentStatus[]>("GET", "/v1/agents"),
+  connectAgent: (name: string, connect: boolean) => call<AgentResult>("POST", `/v1/agents/${encodeURIComponent(name)}/${connect ? "connect" : "disconnect"}`),
 
   changes: () => call<Changes>("GET", "/v1/changes"),
   /** diff is the unified diff of the paths, as text, cut at limit bytes. */

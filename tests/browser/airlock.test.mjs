@@ -432,6 +432,7 @@ test("settings: where data and logs live", async () => {
   const stateDir = `${serve.dirs.XDG_STATE_HOME}/airlock`;
   await page.getByTestId("about-state-dir").filter({ hasText: stateDir }).waitFor();
   assert.match(await page.getByTestId("about-console-log").innerText(), /console\.log$/);
+  await page.getByTestId("about-cache-dir").filter({ hasText: `${serve.dirs.XDG_CACHE_HOME}/airlock` }).waitFor();
   await screenshot(page, "08-settings");
 });
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -68,6 +69,9 @@ func parseEntry(s string) (Entry, string) {
 	if s == "" {
 		return Entry{}, "empty entry"
 	}
+	if strings.Contains(s, "://") {
+		return Entry{}, urlReason(s)
+	}
 	host, port, err := SplitHostPort(s)
 	if err != nil {
 		return Entry{}, err.Error()
@@ -113,6 +117,17 @@ func parseEntry(s string) (Entry, string) {
 	}
 	e.Name = n
 	return e, ""
+}
+
+// urlReason is the reason a URL is not an entry, with the entry it
+// probably means (its host and explicit port) when it has one.
+func urlReason(s string) string {
+	const reason = "use a host name, not a URL"
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return reason
+	}
+	return reason + " (" + u.Host + ")"
 }
 
 // String returns the entry in canonical form; ParseEntry(e.String()) == e.
@@ -179,7 +194,7 @@ func ParseMapHost(s string) (MapHost, error) {
 	}
 	name, addr, ok := strings.Cut(strings.TrimSpace(s), "=")
 	if !ok {
-		return fail("map-host needs NAME=ADDR")
+		return fail("expected NAME=ADDR")
 	}
 	name, addr = strings.TrimSpace(name), strings.TrimSpace(addr)
 	if strings.Contains(name, "*") {

@@ -25,7 +25,7 @@ func New(allow, deny, mapHosts []string) (*Policy, error) {
 	for _, s := range allow {
 		e, err := ParseAllowEntry(s)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("allow: %w", err))
+			errs = append(errs, fmt.Errorf("allow %w", err))
 			continue
 		}
 		p.allow = append(p.allow, e)
@@ -33,7 +33,7 @@ func New(allow, deny, mapHosts []string) (*Policy, error) {
 	for _, s := range deny {
 		e, err := ParseEntry(s)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("deny: %w", err))
+			errs = append(errs, fmt.Errorf("deny %w", err))
 			continue
 		}
 		p.deny = append(p.deny, e)
@@ -41,7 +41,7 @@ func New(allow, deny, mapHosts []string) (*Policy, error) {
 	for _, s := range mapHosts {
 		m, err := ParseMapHost(s)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("map-host: %w", err))
+			errs = append(errs, fmt.Errorf("map-host %w", err))
 			continue
 		}
 		p.pins[m.Name] = append(p.pins[m.Name], m.Addr)

@@ -102,7 +102,7 @@ func TestParseEntry(t *testing.T) {
 		{in: "example.com/8", err: "invalid CIDR"},
 		{in: "fe80::1%eth0", err: "zones"},
 		{in: "127.1", err: "numeric last label"},
-		{in: "http://example.com", err: "invalid port"},
+		{in: "http://example.com", err: "use a host name, not a URL (example.com)"},
 		{in: "user@example.com", err: "invalid character '@'"},
 	}
 	for _, tt := range tests {
@@ -170,16 +170,16 @@ func TestNewPolicyErrorsNameEveryEntry(t *testing.T) {
 		t.Fatal("New accepted malformed entries")
 	}
 	for _, want := range []string{
-		`allow: "*.com": wildcard needs at least two labels`,
-		`allow: "exa mple.com": invalid character ' '`,
-		`deny: "host:99999": port out of range`,
-		`map-host: "nope": map-host needs NAME=ADDR`,
+		`allow "*.com": wildcard needs at least two labels`,
+		`allow "exa mple.com": invalid character ' '`,
+		`deny "host:99999": port out of range`,
+		`map-host "nope": expected NAME=ADDR`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
-	if strings.Contains(err.Error(), `deny: "*.com"`) {
+	if strings.Contains(err.Error(), `deny "*.com"`) {
 		t.Errorf("*.com refused in a deny list: %v", err)
 	}
 	if !errors.Is(err, ErrInvalidEntry) {
@@ -341,5 +341,20 @@ func TestParseAllowEntry(t *testing.T) {
 	}
 	if _, err := ParseAllowEntry("*.example.com"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestURLEntry: a URL given as a rule says to use a host name and names
+// the one it holds, once, without a stutter of prefixes.
+func TestURLEntry(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"https://pypi.org/simple", `allow "https://pypi.org/simple": use a host name, not a URL (pypi.org)`},
+		{"http://files.test:8080", `allow "http://files.test:8080": use a host name, not a URL (files.test:8080)`},
+		{"https://", `allow "https://": use a host name, not a URL`},
+	} {
+		_, err := New([]string{tt.in}, nil, nil)
+		if err == nil || err.Error() != tt.want || !errors.Is(err, ErrInvalidEntry) {
+			t.Errorf("New(allow %q) = %v; want %s", tt.in, err, tt.want)
+		}
 	}
 }

@@ -142,6 +142,11 @@ export interface Status {
   settings: settings.Settings;
   running_tasks: number;
   state_dir: string;
+  /**
+   * CacheDir holds what Airlock can rebuild: the machine templates
+   * (templates/), the last console log and image checksums.
+   */
+  cache_dir: string;
   settings_path: string;
   version?: string;
 }

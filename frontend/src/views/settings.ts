@@ -5,6 +5,7 @@ import { fill, h } from "../dom";
 import { memory } from "../format";
 import { store } from "../store";
 import { card, header, pathLine, type View } from "../ui";
+import { agentsCard } from "./agents";
 
 declare const __AIRLOCK_UI_VERSION__: string;
 
@@ -12,6 +13,7 @@ export function settingsView(): View {
   const size = h("dl", { class: "facts" });
   const places = h("div", { class: "places", "data-testid": "about-places" });
   const versions = h("dl", { class: "facts", "data-testid": "about-versions" });
+  const agents = agentsCard();
 
   function join(dir: string, name: string): string {
     if (!dir) return "";
@@ -33,7 +35,7 @@ export function settingsView(): View {
       h("dt", null, "Folder access"),
       h("dd", null, st.settings.read_only ? "Read only" : "Read and write"),
     );
-    const key = [st.state_dir, s.console_log, st.settings_path].join("\0");
+    const key = [st.state_dir, st.cache_dir, s.console_log, st.settings_path].join("\0");
     if (places.dataset.key !== key) {
       places.dataset.key = key;
       fill(
@@ -41,6 +43,7 @@ export function settingsView(): View {
       place("Airlock's data", "Task history and everything Airlock keeps between runs.", st.state_dir, "about-state-dir"),
       place("Task output", "Each task's output, saved as it arrives.", join(st.state_dir, "tasks")),
       place("Console log", "What the sandbox prints while it boots and runs.", s.console_log ?? "", "about-console-log"),
+      st.cache_dir ? place("Cache", "Saved machine starts (templates) and other files Airlock rebuilds when they are gone.", st.cache_dir, "about-cache-dir") : null,
       st.settings_path ? place("Settings file", "Size, folder and network rules.", st.settings_path) : null,
       );
     }
@@ -65,8 +68,9 @@ export function settingsView(): View {
     { class: "page", "data-testid": "screen-settings" },
     header("Settings", "How the sandbox is set up, where Airlock keeps its files, and which version this is."),
     h("div", { class: "grid-2" }, card("Sandbox", size, h("p", { class: "hint" }, "Processors and memory are read from the settings file when the sandbox starts.")), card("About Airlock", versions, h("p", { class: "hint" }, "Airlock gives tasks a disposable Linux computer that sees one folder, and only the websites you allow."))),
+    agents.el,
     card("Where things are", places),
   );
   render();
-  return { id: "settings", title: "Settings", icon: "settings", el, update: (t) => t === "status" && render() };
+  return { id: "settings", title: "Settings", icon: "settings", el, update: (t) => t === "status" && render(), shown: () => void agents.refresh() };
 }

@@ -130,8 +130,18 @@ func TestProgress(t *testing.T) {
 	}
 	defer cs.Close()
 	go func() {
-		waitFor(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.runs) == 1 })
-		time.Sleep(30 * time.Millisecond)
+		// The call below starts task0001, which stays queued for a few
+		// of the server's looks, then runs.
+		for {
+			f.mu.Lock()
+			n := len(f.runs)
+			f.mu.Unlock()
+			if n == 1 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond)
 		f.mu.Lock()
 		ft := f.tasks["task0001"]
 		ft.t.State, ft.t.Started = tasks.Running, time.Now()

@@ -201,6 +201,128 @@ func readDir(root *os.Root, p string) ([]string, error) {
 	return names, err
 }
 
+// keepBefore records every path the apply touches as it is now in the
+// checkpoint (content in blobs/), durably, before anything changes.
+func (s *Store) keepBefore(root *os.Root, cp *cpManifest, take []record) error {
+	seen := map[string]bool{}
+	add := func(sts ...state) {
+		for _, st := range sts {
+			if !seen[st.Path] {
+				seen[st.Path] = true
+				cp.Before = append(cp.Before, st)
+			}
+		}
+	}
+	contentKept := map[string]bool{}
+	baseHash := map[string]string{} // the host's files, as mayOverwrite found them
+	for _, r := range take {
+		if r.Base.Exists && r.Base.Type == File {
+			baseHash[r.Path] = r.Base.Hash
+		}
+		for _, p := range []string{r.Path, r.From} {
+			if p == "" {
+				continue
+			}
+			for _, a := range ancestors(p) {
+				if seen[a] {
+					continue
+				}
+				st, err := lstate(root, a)
+				if err != nil {
+					return err
+				}
+				if !st.Exists {
+					add(st) // a folder the apply creates
+				}
+			}
+			if r.Kind == ModeOnly {
+				st, err := lstate(root, p)
+				if err != nil {
+					return err
+				}
+				if st.Type == File {
+					st.Hash = r.Base.Hash // the content stays
+				}
+				add(st)
+				continue
+			}
+			// A folder that stays a folder keeps what it holds; anything
+			// else at the path goes, folder tree and all.
+			tree, err := lstateTree(root, p)
+			if err != nil {
+				return err
+			}
+			if p == r.Path && r.Kind != Deleted && r.Type == Dir && tree[0].Exists && tree[0].Type == Dir {
+				tree = tree[:1]
+			}
+			for _, st := range tree {
+				contentKept[st.Path] = true
+			}
+			add(tree...)
+		}
+	}
+	for i, n := 0, len(cp.Before); i < n; i++ {
+		parent := path.Dir(cp.Before[i].Path)
+		if seen[parent] {
+			continue
+		}
+		st, err := lstate(root, parent)
+		if err != nil {
+			return err
+		}
+		if st.Exists && st.Type == Dir {
+			st.Parent = true
+			add(st)
+		}
+	}
+	blobs := filepath.Join(s.cpDir(cp.ID), blobsDir)
+	if err := os.MkdirAll(blobs, 0o700); err != nil {
+		return err
+	}
+	keepDirs := &folders{root: root}
+	defer keepDirs.close()
+	for i := range cp.Before {
+		st := &cp.Before[i]
+		if !st.Exists || st.Type != File || !contentKept[st.Path] {
+			continue
+		}
+		st.Blob = fmt.Sprint(i)
+		if err := s.step("keep", st.Path); err != nil {
+			return err
+		}
+		dst := filepath.Join(blobs, st.Blob)
+		if keepByLink(root, keepDirs, st.Path, *st, dst) == nil {
+			st.Hash = baseHash[st.Path]
+			if st.Hash == "" {
+				h, err := hashHostFile(root, st.Path)
+				if err != nil {
+					return err
+				}
+				st.Hash = h
+			}
+		} else {
+			hash, err := keepContent(root, st.Path, *st, dst)
+			if err != nil {
+				return err
+			}
+			st.Hash = hash
+		}
+		cp.Bytes += st.Size
+	}
+	if !perFileSync {
+		d, err := os.Open(s.dir)
+		if err != nil {
+			return err
+		}
+		err = syncFS(d)
+		d.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return s.saveCheckpoint(*cp)
+}
+
 // keepContent copies the host file p into the checkpoint's file dst,
 // synced unless a file-system sync follows, and returns its SHA-256.
 func keepContent(root *os.Root, p string, want state, dst string) (string, error) {
@@ -225,7 +347,7 @@ func keepContent(root *os.Root, p string, want state, dst string) (string, error
 // the kept version is then the checkpoint's alone, and no bytes move. It
 // fails when that cannot be (another file system, Windows); the caller
 // copies then.
-func keepByLink(root *os.Root, p string, want state, dst string) error {
+func keepByLink(root *os.Root, dirs *folders, p string, want state, dst string) error {
 	fi, err := root.Lstat(p)
 	if err != nil {
 		return err
@@ -233,13 +355,11 @@ func keepByLink(root *os.Root, p string, want state, dst string) error {
 	if !fi.Mode().IsRegular() || linkCount(fi) != 1 || fi.Size() != want.Size || !fi.ModTime().Equal(want.ModTime) {
 		return errors.ErrUnsupported
 	}
-	dir, err := root.Open(path.Dir(p))
+	dir, err := dirs.get(path.Dir(p))
 	if err != nil {
 		return err
 	}
-	err = linkOut(dir, path.Base(p), dst)
-	dir.Close()
-	if err != nil {
+	if err := linkOut(dir, path.Base(p), dst); err != nil {
 		return err
 	}
 	if kept, err := os.Lstat(dst); err != nil || !os.SameFile(fi, kept) {
@@ -267,362 +387,4 @@ func copyTo(dst string, r io.Reader, size int64) error {
 		err = cerr
 	}
 	return err
-}
-
-// tempName is where the content for p is written before it is renamed
-// over p: beside it, hidden, named by the checkpoint so that a recovery
-// finds and removes it.
-func tempName(id, p string) string {
-	sum := sha256.Sum256([]byte(p))
-	return path.Join(path.Dir(p), ".airlock-"+id+"-"+hex.EncodeToString(sum[:8])+".tmp")
-}
-
-// writeHostFile writes size bytes from src to the temporary file beside
-// p, with mode and mtime set, synced when each file syncs alone; the
-// caller renames it over p. A temporary left by a crash is replaced.
-func (s *Store) writeHostFile(root *os.Root, tmp string, src io.Reader, size int64, mode fs.FileMode, mtime time.Time) error {
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|noFollow, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		_ = root.Remove(tmp)
-		f, err = root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|noFollow, 0o600)
-	}
-	if err != nil {
-		return err
-	}
-	err = asFolderOwner(root, tmp)
-	var n int64
-	if err == nil {
-		n, err = io.Copy(f, src)
-	}
-	if err == nil && n != size {
-		err = fmt.Errorf("content of %s is %d bytes, want %d: the store is damaged", printable.String(tmp), n, size)
-	}
-	if err == nil {
-		err = f.Chmod(mode.Perm())
-	}
-	if err == nil && perFileSync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = root.Chtimes(tmp, mtime, mtime)
-	}
-	if err != nil {
-		_ = root.Remove(tmp)
-	}
-	return err
-}
-
-// linkHostFile makes the temporary tmp a hard link to the store's file
-// src (a pending blob no other change names, so nothing else reads or
-// writes it), with mode and mtime set: no bytes move when the store and
-// the folder share a file system. It fails when they do not (the caller
-// copies then).
-func (s *Store) linkHostFile(root *os.Root, tmp, src string, size int64, mode fs.FileMode, mtime time.Time) error {
-	dir, err := root.Open(path.Dir(tmp))
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	err = linkInto(dir, path.Base(tmp), src)
-	if errors.Is(err, fs.ErrExist) {
-		_ = root.Remove(tmp)
-		err = linkInto(dir, path.Base(tmp), src)
-	}
-	if err != nil {
-		return err
-	}
-	fi, err := root.Lstat(tmp)
-	if err == nil && (!fi.Mode().IsRegular() || fi.Size() != size) {
-		err = fmt.Errorf("content of %s is %d bytes, want %d: the store is damaged", printable.String(tmp), fi.Size(), size)
-	}
-	if err == nil {
-		err = asFolderOwner(root, tmp)
-	}
-	if err == nil {
-		err = root.Chmod(tmp, mode.Perm())
-	}
-	if err == nil {
-		err = root.Chtimes(tmp, mtime, mtime)
-	}
-	if err == nil && perFileSync {
-		var f *os.File
-		if f, err = root.OpenFile(tmp, os.O_RDONLY|noFollow, 0); err == nil {
-			err = f.Sync()
-			f.Close()
-		}
-	}
-	if err != nil {
-		_ = root.Remove(tmp)
-	}
-	return err
-}
-
-// syncTree makes what was written beneath root (and in the store) durable.
-func (s *Store) syncTree(root *os.Root, dirs []string) error {
-	if !perFileSync {
-		f, err := root.Open(".")
-		if err != nil {
-			return err
-		}
-		err = syncFS(f)
-		f.Close()
-		if err != nil {
-			return err
-		}
-		d, err := os.Open(s.dir)
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		return syncFS(d)
-	}
-	for _, dir := range dirs {
-		if f, err := root.Open(dir); err == nil {
-			_ = f.Sync() // folders cannot be synced on Windows
-			f.Close()
-		}
-	}
-	return nil
-}
-
-// sameState says whether the host path now is what want recorded
-// (comparing content by hash when want has one and all else matches).
-func sameState(root *os.Root, want state) (bool, error) {
-	got, err := lstate(root, want.Path)
-	if err != nil {
-		return false, err
-	}
-	if got.Exists != want.Exists {
-		return false, nil
-	}
-	if !got.Exists {
-		return true, nil
-	}
-	if got.Type != want.Type || got.Mode != want.Mode {
-		return false, nil
-	}
-	switch got.Type {
-	case File:
-		if got.Size != want.Size || !got.ModTime.Equal(want.ModTime) {
-			return false, nil
-		}
-		if want.Ino != 0 && got.Ino == want.Ino && got.Ctime == want.Ctime {
-			return true, nil
-		}
-		if want.Hash != "" {
-			h, err := hashHostFile(root, want.Path)
-			return h == want.Hash, err
-		}
-	case Symlink:
-		return got.Link == want.Link, nil
-	}
-	return true, nil
-}
-
-// restore puts every path of before back as it was: blobs holds the
-// content, id names the temporaries to clear. It is idempotent, so a
-// recovery interrupted in turn runs it again.
-func (s *Store) restore(root *os.Root, id, blobs string, before []state) error {
-	sorted := slices.Clone(before)
-	slices.SortFunc(sorted, func(a, b state) int { return strings.Compare(a.Path, b.Path) })
-	// Deepest first: clear temporaries, remove what did not exist and what
-	// has the wrong type (children before their folder).
-	for i := len(sorted) - 1; i >= 0; i-- {
-		b := sorted[i]
-		if b.Parent {
-			continue
-		}
-		if err := s.step("remove", tempName(id, b.Path)); err != nil {
-			return err
-		}
-		if err := root.Remove(tempName(id, b.Path)); err != nil && !notExist(err) {
-			return err
-		}
-		cur, err := lstate(root, b.Path)
-		if err != nil {
-			return err
-		}
-		if !cur.Exists || (b.Exists && cur.Type == b.Type) {
-			continue
-		}
-		if err := s.step("remove", b.Path); err != nil {
-			return err
-		}
-		if err := root.Remove(b.Path); err != nil && !notExist(err) {
-			return fmt.Errorf("remove %s: %w", printable.String(b.Path), err)
-		}
-	}
-	// Shallowest first: folders, then their files and links.
-	for _, b := range sorted {
-		if b.Parent || !b.Exists {
-			continue
-		}
-		if err := s.restoreOne(root, id, blobs, b); err != nil {
-			return fmt.Errorf("restore %s: %w", printable.String(b.Path), err)
-		}
-	}
-	var dirs []string
-	for _, b := range sorted {
-		if b.Exists && b.Type == Dir {
-			dirs = append(dirs, b.Path)
-		}
-	}
-	if err := s.syncTree(root, dirs); err != nil {
-		return err
-	}
-	// Deepest first, once nothing more is written into them: folders'
-	// times.
-	for i := len(sorted) - 1; i >= 0; i-- {
-		b := sorted[i]
-		if !b.Exists || b.Type != Dir {
-			continue
-		}
-		if err := s.step("chtimes", b.Path); err != nil {
-			return err
-		}
-		if err := root.Chtimes(b.Path, b.ModTime, b.ModTime); err != nil && !(b.Parent && notExist(err)) {
-			return err
-		}
-	}
-	return nil
-}
-
-func (s *Store) restoreOne(root *os.Root, id, blobs string, b state) error {
-	cur, err := lstate(root, b.Path)
-	if err != nil {
-		return err
-	}
-	switch b.Type {
-	case Dir:
-		if !cur.Exists {
-			if err := s.step("mkdir", b.Path); err != nil {
-				return err
-			}
-			if err := root.Mkdir(b.Path, 0o700); err != nil {
-				return err
-			}
-			if err := asFolderOwner(root, b.Path); err != nil {
-				return err
-			}
-		}
-		if cur.Mode != b.Mode || !cur.Exists {
-			if err := s.step("chmod", b.Path); err != nil {
-				return err
-			}
-			return root.Chmod(b.Path, b.Mode)
-		}
-		return nil
-	case Symlink:
-		if cur.Exists && cur.Type == Symlink && cur.Link == b.Link {
-			return nil
-		}
-		tmp := tempName(id, b.Path)
-		if err := s.step("symlink", tmp); err != nil {
-			return err
-		}
-		_ = root.Remove(tmp)
-		if err := root.Symlink(b.Link, tmp); err != nil {
-			return err
-		}
-		if err := asFolderOwner(root, tmp); err != nil {
-			return err
-		}
-		if !b.ModTime.IsZero() {
-			if err := setLinkTime(root, tmp, b.ModTime); err != nil {
-				return err
-			}
-		}
-		if err := s.step("rename", b.Path); err != nil {
-			return err
-		}
-		return root.Rename(tmp, b.Path)
-	}
-	var kept fs.FileInfo
-	if b.Blob != "" {
-		if kept, err = os.Stat(filepath.Join(blobs, b.Blob)); err != nil {
-			return err
-		}
-		if fi, err := root.Lstat(b.Path); err == nil && os.SameFile(fi, kept) {
-			b.Blob = "" // kept by a link and not replaced yet: it is still there
-		}
-	}
-	if b.Blob == "" { // content untouched: only the mode and time
-		if cur.Mode != b.Mode {
-			if err := s.step("chmod", b.Path); err != nil {
-				return err
-			}
-			if err := root.Chmod(b.Path, b.Mode); err != nil {
-				return err
-			}
-		}
-		if !cur.ModTime.Equal(b.ModTime) {
-			if err := s.step("chtimes", b.Path); err != nil {
-				return err
-			}
-			return root.Chtimes(b.Path, b.ModTime, b.ModTime)
-		}
-		return nil
-	}
-	if cur.Exists && cur.Size == b.Size && cur.Mode == b.Mode && cur.ModTime.Equal(b.ModTime) {
-		// Unchanged (the crash came before this path): compare the bytes
-		// to be sure, since a guest can choose a size and a time.
-		same, err := sameBytes(root, b.Path, filepath.Join(blobs, b.Blob))
-		if err != nil || same {
-			return err
-		}
-	}
-	src, err := os.Open(filepath.Join(blobs, b.Blob))
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	tmp := tempName(id, b.Path)
-	if err := s.step("write", tmp); err != nil {
-		return err
-	}
-	// The kept file's own size, not b.Size: should a program that had
-	// the file open have written to it since (Undo refuses that up
-	// front), a recovery still finishes.
-	if err := s.writeHostFile(root, tmp, src, kept.Size(), b.Mode, b.ModTime); err != nil {
-		return err
-	}
-	if err := s.step("rename", b.Path); err != nil {
-		return err
-	}
-	return root.Rename(tmp, b.Path)
-}
-
-// sameBytes compares the host file p with the store's file blob.
-func sameBytes(root *os.Root, p, blob string) (bool, error) {
-	a, err := hashHostFile(root, p)
-	if err != nil {
-		return false, err
-	}
-	f, err := os.Open(blob)
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return false, err
-	}
-	return a == hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// dirBytes is the size of the files beneath dir.
-func dirBytes(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n
 }

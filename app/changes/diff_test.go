@@ -132,7 +132,7 @@ func TestContent(t *testing.T) {
 }
 
 func TestDiscard(t *testing.T) {
-	s, _ := ingested(t, []hostFile{hf("old", "same"), hf("keep", "k")},
+	s, ws := ingested(t, []hostFile{hf("old", "same"), hf("keep", "k")},
 		whiteout(".", "old"), file("new", "same"), file("a", "a"), file("b", "b"))
 	got, err := s.Discard([]string{"new", "a"})
 	if err != nil || !slices.Equal(got, []string{"a", "new"}) {
@@ -141,7 +141,7 @@ func TestDiscard(t *testing.T) {
 	if f, _ := s.Forgotten(); !slices.Equal(f, []string{"a", "new", "old"}) {
 		t.Errorf("Forgotten = %q", f)
 	}
-	if list, _ := s.List(); len(list) != 1 || list[0].Path != "b" {
+	if list, _ := s.List(ws); len(list) != 1 || list[0].Path != "b" {
 		t.Errorf("left %+v", list)
 	}
 	// Only b's blob is left ("same" and "a" went with their records).

@@ -53,7 +53,7 @@ func TestIngestApplyUndo(t *testing.T) {
 	s.ClearForgotten()
 	os.WriteFile(filepath.Join(ws, "new", "b.txt"), []byte("the user's"), 0o644)
 	ingest(file("a.txt", "three"), file("new/b.txt", "guest's b"))
-	list, err := s.List()
+	list, err := s.List(ws)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,9 +49,9 @@ func FuzzIngest(f *testing.F) {
 		if _, err := s.Ingest(ctx, bytes.NewReader(before), ws, epoch, lim); err != nil {
 			t.Fatal(err)
 		}
-		want, _ := s.List()
+		want, _ := s.List(ws)
 		_, err = s.Ingest(ctx, bytes.NewReader(stream), ws, epoch, lim)
-		got, lerr := s.List()
+		got, lerr := s.List(ws)
 		if lerr != nil {
 			t.Fatalf("List after Ingest: %v", lerr)
 		}

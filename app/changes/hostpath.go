@@ -4,7 +4,14 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
+	"unicode"
+
+	"github.com/airlock-sandbox/airlock/internal/printable"
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
 )
 
 // nameProblem says why the slash-separated, workspace-relative name p
@@ -83,3 +90,63 @@ func ancestors(p string) []string {
 
 // under says whether p is q or beneath it.
 func under(p, q string) bool { return p == q || strings.HasPrefix(p, q+"/") }
+
+// refuseFolded refuses the layer's entries whose names differ only in
+// case or Unicode normalisation: on a host that takes them as one name,
+// applying both would write one path twice.
+func refuseFolded(l *layer) {
+	byKey := map[string][]string{}
+	for p := range l.entries {
+		k := foldKey(p)
+		byKey[k] = append(byKey[k], p)
+	}
+	for _, ps := range byKey {
+		if len(ps) > 1 {
+			slices.Sort(ps)
+			for _, p := range ps {
+				l.refuse(p, "differs from "+printable.String(strings.Join(slices.DeleteFunc(slices.Clone(ps), func(q string) bool { return q == p }), ", "))+
+					" only in case or Unicode normalisation, which the host's file system takes as one name")
+			}
+		}
+	}
+}
+
+var folder = cases.Fold()
+
+func foldKey(p string) string { return norm.NFC.String(folder.String(norm.NFD.String(p))) }
+
+// foldsNames reports whether the host's file system at root takes names
+// that differ only in case as one: it looks the first of the workspace's
+// entries (or else the workspace folder itself) that has a letter up by
+// its name in the other case, and asks whether that is the same file.
+// Such a file system (APFS, HFS+, NTFS by default) also counts as
+// normalising, which APFS and HFS+ are.
+func foldsNames(root *os.Root, workspace string) bool {
+	if f, err := root.Open("."); err == nil {
+		names, _ := f.Readdirnames(256)
+		f.Close()
+		for _, n := range names {
+			if flip := flipCase(n); flip != n {
+				a, errA := root.Lstat(n)
+				b, errB := root.Lstat(flip)
+				return errA == nil && errB == nil && os.SameFile(a, b)
+			}
+		}
+	}
+	dir, name := filepath.Split(filepath.Clean(workspace))
+	if flip := flipCase(name); flip != name {
+		a, errA := os.Lstat(filepath.Join(dir, name))
+		b, errB := os.Lstat(filepath.Join(dir, flip))
+		return errA == nil && errB == nil && os.SameFile(a, b)
+	}
+	return false
+}
+
+func flipCase(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsUpper(r) {
+			return unicode.ToLower(r)
+		}
+		return unicode.ToUpper(r)
+	}, s)
+}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -40,7 +41,7 @@ func TestIngestBrokenStreamKeepsPending(t *testing.T) {
 	if _, err := s.Ingest(context.Background(), bytes.NewReader(good), ws, epoch, Limits{}); err != nil {
 		t.Fatal(err)
 	}
-	wantList, _ := s.List()
+	wantList, _ := s.List(ws)
 	wantManifest, wantBlobs := storeFiles(t, s)
 	if len(wantList) != 2 || len(wantBlobs) != 2 {
 		t.Fatalf("first ingest: %+v, blobs %q", wantList, wantBlobs)
@@ -81,7 +82,7 @@ func TestIngestBrokenStreamKeepsPending(t *testing.T) {
 			if tc.ctx == nil && !errors.Is(err, ErrLayer) {
 				t.Errorf("error %v is not ErrLayer", err)
 			}
-			if got, _ := s.List(); !slices.Equal(got, wantList) {
+			if got, _ := s.List(ws); !slices.Equal(got, wantList) {
 				t.Errorf("pending after: %+v", got)
 			}
 			if m, blobs := storeFiles(t, s); m != wantManifest || !slices.Equal(blobs, wantBlobs) {
@@ -96,17 +97,31 @@ func hashOf(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
-func conflicted(t *testing.T, s *Store) map[string]bool {
+// conflicted returns the Conflict flags Ingest stored, and checks that
+// List, which re-reads the host (workspace ws), agrees while the host is
+// as Ingest found it.
+func conflicted(t *testing.T, s *Store, ws string) map[string]bool {
 	t.Helper()
-	list, err := s.List()
+	m, err := s.loadPending()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := map[string]bool{}
-	for _, e := range list {
-		m[e.Path] = e.Conflict
+	stored := map[string]bool{}
+	for _, r := range m.Records {
+		stored[r.Path] = r.Conflict
 	}
-	return m
+	list, err := s.List(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, e := range list {
+		listed[e.Path] = e.Conflict
+	}
+	if !maps.Equal(stored, listed) {
+		t.Errorf("List's conflicts %v, Ingest's %v", listed, stored)
+	}
+	return stored
 }
 
 func TestIngestConflicts(t *testing.T) {
@@ -129,7 +144,7 @@ func TestIngestConflicts(t *testing.T) {
 		if _, err := s.Ingest(ctx, bytes.NewReader(layer), ws, epoch, Limits{}); err != nil {
 			t.Fatal(err)
 		}
-		if got := conflicted(t, s); !got["a.txt"] || got["b.txt"] || got["d"] {
+		if got := conflicted(t, s, ws); !got["a.txt"] || got["b.txt"] || got["d"] {
 			t.Errorf("conflicts %v", got)
 		}
 	})
@@ -146,7 +161,7 @@ func TestIngestConflicts(t *testing.T) {
 		if _, err := s.Ingest(ctx, bytes.NewReader(layer), ws, epoch, Limits{}); err != nil {
 			t.Fatal(err)
 		}
-		if got := conflicted(t, s); !got["d"] || got["a.txt"] {
+		if got := conflicted(t, s, ws); !got["d"] || got["a.txt"] {
 			t.Errorf("conflicts %v", got)
 		}
 	})
@@ -164,7 +179,7 @@ func TestIngestConflicts(t *testing.T) {
 		if _, err := s.Ingest(ctx, bytes.NewReader(layer), ws, epoch, Limits{}); err != nil {
 			t.Fatal(err)
 		}
-		if got := conflicted(t, s); !got["a.txt"] || got["b.txt"] {
+		if got := conflicted(t, s, ws); !got["a.txt"] || got["b.txt"] {
 			t.Errorf("conflicts %v", got)
 		}
 	})
@@ -175,7 +190,7 @@ func TestIngestConflicts(t *testing.T) {
 		if _, err := s.Ingest(ctx, bytes.NewReader(layer), ws, time.Now().Add(clockSlack/2), Limits{}); err != nil {
 			t.Fatal(err)
 		}
-		if got := conflicted(t, s); !got["a.txt"] {
+		if got := conflicted(t, s, ws); !got["a.txt"] {
 			t.Errorf("conflicts %v", got)
 		}
 	})
@@ -195,7 +210,7 @@ func TestIngestConflicts(t *testing.T) {
 		if _, err := s.Ingest(ctx, bytes.NewReader(layer), ws, epoch, Limits{}); err != nil {
 			t.Fatal(err)
 		}
-		if got := conflicted(t, s); got["a.txt"] {
+		if got := conflicted(t, s, ws); got["a.txt"] {
 			t.Errorf("Airlock's own write conflicts: %v", got)
 		}
 		// The user's edit after it does, even one that only its ctime
@@ -208,7 +223,7 @@ func TestIngestConflicts(t *testing.T) {
 		if _, err := s.Ingest(ctx, bytes.NewReader(layer), ws, epoch, Limits{}); err != nil {
 			t.Fatal(err)
 		}
-		if got := conflicted(t, s); !got["a.txt"] {
+		if got := conflicted(t, s, ws); !got["a.txt"] {
 			t.Errorf("the user's edit after Airlock's: %v", got)
 		}
 	})
@@ -218,7 +233,7 @@ func TestIngestConflicts(t *testing.T) {
 		if _, err := s.Ingest(ctx, bytes.NewReader(layer), ws, epoch, Limits{}); err != nil {
 			t.Fatal(err)
 		}
-		if got := conflicted(t, s); got["a.txt"] || got["b.txt"] || got["d"] {
+		if got := conflicted(t, s, ws); got["a.txt"] || got["b.txt"] || got["d"] {
 			t.Fatalf("first ingest: conflicts %v", got)
 		}
 		write(t, ws, "a.txt", "user's edit\n")
@@ -226,7 +241,7 @@ func TestIngestConflicts(t *testing.T) {
 		if _, err := s.Ingest(ctx, bytes.NewReader(layer), ws, time.Now().Add(clockSlack+time.Second), Limits{}); err != nil {
 			t.Fatal(err)
 		}
-		if got := conflicted(t, s); !got["a.txt"] || got["b.txt"] {
+		if got := conflicted(t, s, ws); !got["a.txt"] || got["b.txt"] {
 			t.Errorf("conflicts %v", got)
 		}
 		m, _ := s.loadPending()
@@ -241,7 +256,7 @@ func TestIngestConflicts(t *testing.T) {
 		if _, err := s.Ingest(ctx, bytes.NewReader(rename), ws, epoch, Limits{}); err != nil {
 			t.Fatal(err)
 		}
-		if got := conflicted(t, s); len(got) != 1 || got["new"] {
+		if got := conflicted(t, s, ws); len(got) != 1 || got["new"] {
 			t.Fatalf("first ingest: %v", got)
 		}
 		// Touched, same content: still the rename, which now conflicts.
@@ -253,7 +268,7 @@ func TestIngestConflicts(t *testing.T) {
 		if _, err := s.Ingest(ctx, bytes.NewReader(rename), ws, epoch, Limits{}); err != nil {
 			t.Fatal(err)
 		}
-		if got := conflicted(t, s); len(got) != 1 || !got["new"] {
+		if got := conflicted(t, s, ws); len(got) != 1 || !got["new"] {
 			t.Errorf("conflicts %v", got)
 		}
 	})
@@ -272,7 +287,7 @@ func TestIngestFoldedNames(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			list, _ := s.List()
+			list, _ := s.List(ws)
 			var got []string
 			for _, e := range list {
 				got = append(got, e.Path)
@@ -298,7 +313,7 @@ func TestIngestWindowsNames(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			list, _ := s.List()
+			list, _ := s.List(ws)
 			var got []string
 			for _, e := range list {
 				got = append(got, e.Path)
@@ -337,7 +352,7 @@ func TestIngestSkipsForgotten(t *testing.T) {
 		if _, err := s.Ingest(context.Background(), bytes.NewReader(layer), ws, epoch, Limits{}); err != nil {
 			t.Fatal(err)
 		}
-		list, _ := s.List()
+		list, _ := s.List(ws)
 		var paths []string
 		for _, e := range list {
 			paths = append(paths, e.Path)

@@ -15,10 +15,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
-
-	"golang.org/x/text/cases"
-	"golang.org/x/text/unicode/norm"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
 	"github.com/airlock-sandbox/airlock/internal/printable"
@@ -459,80 +455,46 @@ func linkedFolder(root *os.Root, dir string, links map[string]bool) (string, err
 	return "", nil
 }
 
-// refuseFolded refuses the layer's entries whose names differ only in
-// case or Unicode normalisation: on a host that takes them as one name,
-// applying both would write one path twice.
-func refuseFolded(l *layer) {
-	byKey := map[string][]string{}
-	for p := range l.entries {
-		k := foldKey(p)
-		byKey[k] = append(byKey[k], p)
-	}
-	for _, ps := range byKey {
-		if len(ps) > 1 {
-			slices.Sort(ps)
-			for _, p := range ps {
-				l.refuse(p, "differs from "+printable.String(strings.Join(slices.DeleteFunc(slices.Clone(ps), func(q string) bool { return q == p }), ", "))+
-					" only in case or Unicode normalisation, which the host's file system takes as one name")
-			}
-		}
-	}
-}
-
-var folder = cases.Fold()
-
-func foldKey(p string) string { return norm.NFC.String(folder.String(norm.NFD.String(p))) }
-
-// foldsNames reports whether the host's file system at root takes names
-// that differ only in case as one: it looks the first of the workspace's
-// entries (or else the workspace folder itself) that has a letter up by
-// its name in the other case, and asks whether that is the same file.
-// Such a file system (APFS, HFS+, NTFS by default) also counts as
-// normalising, which APFS and HFS+ are.
-func foldsNames(root *os.Root, workspace string) bool {
-	if f, err := root.Open("."); err == nil {
-		names, _ := f.Readdirnames(256)
-		f.Close()
-		for _, n := range names {
-			if flip := flipCase(n); flip != n {
-				a, errA := root.Lstat(n)
-				b, errB := root.Lstat(flip)
-				return errA == nil && errB == nil && os.SameFile(a, b)
-			}
-		}
-	}
-	dir, name := filepath.Split(filepath.Clean(workspace))
-	if flip := flipCase(name); flip != name {
-		a, errA := os.Lstat(filepath.Join(dir, name))
-		b, errB := os.Lstat(filepath.Join(dir, flip))
-		return errA == nil && errB == nil && os.SameFile(a, b)
-	}
-	return false
-}
-
-func flipCase(s string) string {
-	return strings.Map(func(r rune) rune {
-		if unicode.IsUpper(r) {
-			return unicode.ToLower(r)
-		}
-		return unicode.ToUpper(r)
-	}, s)
-}
-
-// List returns the pending changes, sorted by path.
-func (s *Store) List() ([]Entry, error) {
+// List returns the pending changes, sorted by path. Each Conflict is
+// the last pull's, or set when the host's path in the folder workspace
+// (or a rename's old path) has changed since, by one lstat each
+// (statConflicts): so an edit the user made after the pull shows before
+// an apply refuses it. A folder that cannot be opened leaves the pull's.
+func (s *Store) List(workspace string) ([]Entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m, err := s.loadPending()
 	if err != nil {
 		return nil, err
 	}
+	root, err := os.OpenRoot(workspace)
+	if err == nil {
+		defer root.Close()
+	}
 	entries := make([]Entry, len(m.Records))
 	for i, r := range m.Records {
 		entries[i] = r.Entry
+		if root == nil || r.Conflict {
+			continue
+		}
+		// As Apply reads it (mayOverwrite): a deletion of what the user
+		// deleted too is none.
+		c := statConflicts(root, r.Path, r.Base, m.Epoch, m.Written, r.Kind == Deleted)
+		if !c && r.Kind == Renamed && r.FromBase != nil {
+			c = statConflicts(root, r.From, *r.FromBase, m.Epoch, m.Written, true)
+		}
+		entries[i].Conflict = c
 	}
 	slices.SortFunc(entries, func(a, b Entry) int { return cmp.Compare(a.Path, b.Path) })
 	return entries, nil
+}
+
+// Pending returns how many changes are pending.
+func (s *Store) Pending() (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, err := s.loadPending()
+	return len(m.Records), err
 }
 
 // Content opens the new content of a pending file (image previews).

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 	"github.com/airlock-sandbox/airlock/internal/filelock"
+	"github.com/airlock-sandbox/airlock/internal/printable"
 )
 
 // A workspace's store is one folder in the state folder:
@@ -88,6 +89,12 @@ type Base struct {
 	ModTime time.Time   `json:"mtime,omitempty"`
 	// Hash is the SHA-256 of a file's content, hex.
 	Hash string `json:"hash,omitempty"`
+	// Ino and Ctime identify the file whose content Hash is (identity),
+	// when its last change was old enough for a write in the same clock
+	// tick to show (clockSlack): while both still hold, the content is
+	// Hash's without reading it (knownBase). Not part of same.
+	Ino   uint64 `json:"ino,omitempty"`
+	Ctime int64  `json:"ctime,omitempty"`
 }
 
 // pendingManifest is pending/manifest.json.
@@ -117,6 +124,11 @@ type written struct {
 // and Undo call it for each path they write, then save m.
 func (m *pendingManifest) noteWritten(root *os.Root, p, hash string) error {
 	fi, err := root.Lstat(filepath.FromSlash(p))
+	return m.noteStat(p, fi, err, hash)
+}
+
+// noteStat is noteWritten with p's Lstat (fi, err) already made.
+func (m *pendingManifest) noteStat(p string, fi fs.FileInfo, err error, hash string) error {
 	if notExist(err) {
 		delete(m.Written, p)
 		return nil
@@ -300,6 +312,39 @@ func hostBase(root *os.Root, p string) (hostState, error) {
 		if st.Hash, err = hashFile(root, p, fi); err != nil {
 			return hostState{}, err
 		}
+		// The identity read before the content: a write since moves it.
+		if ino, ctime := identity(fi); ino != 0 && time.Unix(0, ctime).Before(time.Now().Add(-clockSlack)) {
+			st.Ino, st.Ctime = ino, ctime
+		}
+	}
+	return st, nil
+}
+
+// knownBase is hostBase for a path whose Base is known: a file that is
+// still the one base identifies (same inode and change time, so nothing
+// has written it since its hash was read) takes base's hash unread. A
+// device, fifo or socket is an error, as lstate makes it.
+func knownBase(root *os.Root, p string, base Base) (hostState, error) {
+	fi, err := root.Lstat(filepath.FromSlash(p))
+	if notExist(err) {
+		return hostState{}, nil
+	}
+	if err != nil {
+		return hostState{}, err
+	}
+	if _, ok := typeOf(fi.Mode()); !ok {
+		return hostState{}, fmt.Errorf("the host has a device, fifo or socket at %s, which Airlock never replaces", printable.String(p))
+	}
+	st := stateOf(fi)
+	if st.Type != File {
+		return st, nil
+	}
+	if ino, ctime := identity(fi); base.Ino != 0 && ino == base.Ino && ctime == base.Ctime && st.same(Base{Exists: true, Type: File, Size: base.Size, Mode: base.Mode, ModTime: base.ModTime}) {
+		st.Hash, st.Ino, st.Ctime = base.Hash, ino, ctime
+		return st, nil
+	}
+	if st.Hash, err = hashFile(root, p, fi); err != nil {
+		return hostState{}, err
 	}
 	return st, nil
 }
@@ -375,18 +420,13 @@ const maxConflictWalk = 100_000
 // that saves the same bytes), and costs a review; the reverse would cost
 // the user's edit.
 func conflicts(root *os.Root, p string, base Base, now hostState, epoch time.Time, removes bool, wrote map[string]written) (bool, error) {
-	epoch = epoch.Add(-clockSlack)
-	if !now.same(base) {
+	if touched(p, base, now, epoch, wrote) {
 		return true, nil
-	}
-	if w, ok := wrote[p]; !ok || !w.same(now.Base) || !w.Changed.Equal(now.changed) {
-		if now.changed.After(epoch) {
-			return true, nil
-		}
 	}
 	if !removes || now.Type != Dir {
 		return false, nil
 	}
+	epoch = epoch.Add(-clockSlack)
 	n := 0
 	conflict := false
 	err := fs.WalkDir(root.FS(), p, func(q string, d fs.DirEntry, err error) error {
@@ -408,6 +448,49 @@ func conflicts(root *os.Root, p string, base Base, now hostState, epoch time.Tim
 		return nil
 	})
 	return conflict, err
+}
+
+// touched is conflicts' reading of the path p itself (not what is below
+// it): now is no longer base, or it changed after epoch and is not
+// exactly what Airlock wrote there.
+func touched(p string, base Base, now hostState, epoch time.Time, wrote map[string]written) bool {
+	if !now.same(base) {
+		return true
+	}
+	if w, ok := wrote[p]; ok && w.same(now.Base) && w.Changed.Equal(now.changed) {
+		return false
+	}
+	return now.changed.After(epoch.Add(-clockSlack))
+}
+
+// statConflicts is conflicts by one lstat of p, for List: a file's
+// content is taken to be its Base's (a change to it moves its ctime,
+// which counts), and what is below a folder is not read. What it misses
+// Apply finds, reading the file and walking the folder. gone says a path
+// no longer there is no conflict (a deletion, a rename's old path).
+func statConflicts(root *os.Root, p string, base Base, epoch time.Time, wrote map[string]written, gone bool) bool {
+	fi, err := root.Lstat(filepath.FromSlash(p))
+	var now hostState
+	switch {
+	case notExist(err):
+		if gone {
+			return false
+		}
+	case err != nil:
+		return true // unreadable, so not known to be unchanged
+	default:
+		now = stateOf(fi)
+	}
+	if now.Type == File && base.Type == File {
+		now.Hash = base.Hash
+	}
+	if w, ok := wrote[p]; ok && now.Type == File {
+		// Airlock's own write of the same size, mode and times, which a
+		// content change would have moved the ctime of.
+		w.Hash = now.Hash
+		wrote = map[string]written{p: w}
+	}
+	return touched(p, base, now, epoch, wrote)
 }
 
 // notExist reports whether err says a path does not exist, also when one

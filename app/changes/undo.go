@@ -3,6 +3,7 @@ package changes
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -198,4 +199,64 @@ func (s *Store) finishUndo(root *os.Root, cp cpManifest) error {
 	}
 	_ = os.RemoveAll(filepath.Join(s.cpDir(cp.ID), blobsDir))
 	return s.removeJournal()
+}
+
+// symlinkAbove says whether one of p's parent folders is a symlink on
+// the host (os.Root would follow it while it stays inside).
+func symlinkAbove(root *os.Root, p string) bool {
+	for _, a := range ancestors(p) {
+		fi, err := root.Lstat(a)
+		if err != nil || fi.Mode()&fs.ModeSymlink != 0 || !fi.IsDir() {
+			return err == nil && fi.Mode()&fs.ModeSymlink != 0
+		}
+	}
+	return false
+}
+
+// sameState says whether the host path now is what want recorded
+// (comparing content by hash when want has one and all else matches).
+func sameState(root *os.Root, want state) (bool, error) {
+	got, err := lstate(root, want.Path)
+	if err != nil {
+		return false, err
+	}
+	if got.Exists != want.Exists {
+		return false, nil
+	}
+	if !got.Exists {
+		return true, nil
+	}
+	if got.Type != want.Type || got.Mode != want.Mode {
+		return false, nil
+	}
+	switch got.Type {
+	case File:
+		if got.Size != want.Size || !got.ModTime.Equal(want.ModTime) {
+			return false, nil
+		}
+		if want.Ino != 0 && got.Ino == want.Ino && got.Ctime == want.Ctime {
+			return true, nil
+		}
+		if want.Hash != "" {
+			h, err := hashHostFile(root, want.Path)
+			return h == want.Hash, err
+		}
+	case Symlink:
+		return got.Link == want.Link, nil
+	}
+	return true, nil
+}
+
+// dirBytes is the size of the files beneath dir.
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -22,7 +23,10 @@ import (
 )
 
 // changesCore is what the change commands need: the service (service.Core
-// has it), or one folder's store opened here (heldCore).
+// has it), or one folder's held changes opened here with no VM
+// (service.Held): what is applied or discarded then waits in the forget
+// list for the next VM on the folder, and a layer with nothing pending
+// left is wiped.
 type changesCore interface {
 	Changes(ctx context.Context) (service.ChangesList, error)
 	Diff(ctx context.Context, paths []string, w io.Writer) error
@@ -30,41 +34,6 @@ type changesCore interface {
 	Discard(ctx context.Context, paths []string) ([]string, error)
 	Checkpoints(ctx context.Context) (service.CheckpointList, error)
 	Undo(ctx context.Context, id string) (changes.Checkpoint, error)
-}
-
-// heldCore is a folder's held changes opened by this process, with no VM:
-// what is applied or discarded waits in the forget list for the next VM
-// on the folder, and a layer with nothing pending left is wiped.
-type heldCore struct{ h *service.Held }
-
-func (c heldCore) Changes(context.Context) (service.ChangesList, error) { return c.h.List() }
-
-func (c heldCore) Diff(_ context.Context, paths []string, w io.Writer) error {
-	return c.h.Store.Diff(c.h.Workspace, paths, w)
-}
-
-func (c heldCore) Apply(ctx context.Context, paths []string, force bool) (changes.ApplyResult, error) {
-	res, err := c.h.Store.Apply(c.h.Workspace, paths, changes.ApplyOptions{Force: force})
-	if err != nil {
-		return res, err
-	}
-	return res, c.h.Settle(ctx, nil)
-}
-
-func (c heldCore) Discard(ctx context.Context, paths []string) ([]string, error) {
-	done, err := c.h.Store.Discard(paths)
-	if err != nil {
-		return done, err
-	}
-	return done, c.h.Settle(ctx, nil)
-}
-
-func (c heldCore) Checkpoints(context.Context) (service.CheckpointList, error) {
-	return c.h.Checkpoints()
-}
-
-func (c heldCore) Undo(_ context.Context, id string) (changes.Checkpoint, error) {
-	return c.h.Store.Undo(c.h.Workspace, id)
 }
 
 // changesFlags are the flags every change command takes.
@@ -78,7 +47,7 @@ func (f *changesFlags) add(cmd *cobra.Command) {
 
 // open returns the changes of --workspace (opened here, closed by done)
 // or the service's, and the workspace's canonical path.
-func (f *changesFlags) open(ctx context.Context, g *globals) (c changesCore, ws string, done func(), err error) {
+func (f *changesFlags) open(ctx context.Context, stdio Stdio, g *globals) (c changesCore, ws string, done func(), err error) {
 	if f.workspace == "" {
 		cl, err := g.client(ctx)
 		if err != nil {
@@ -105,7 +74,22 @@ func (f *changesFlags) open(ctx context.Context, g *globals) (c changesCore, ws 
 	if err != nil {
 		return nil, "", nil, err
 	}
-	return heldCore{h}, ws, func() { h.Close() }, nil
+	h.Log = warnLog(stdio)
+	return h, ws, func() { h.Close() }, nil
+}
+
+// warnLog logs warnings to stderr, without the time a terminal's reader
+// has.
+func warnLog(stdio Stdio) *slog.Logger {
+	return slog.New(slog.NewTextHandler(stdio.Err, &slog.HandlerOptions{
+		Level: slog.LevelWarn,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
 }
 
 // folderMode is the changes mode the settings give folder ws (auto when
@@ -153,7 +137,7 @@ changed the file too) and files your tools run (.git/config, .envrc, ...),
 which wait here. Each line: kind, path, size, lines added/removed for text.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, ws, done, err := f.open(cmd.Context(), g)
+			c, ws, done, err := f.open(cmd.Context(), stdio, g)
 			if err != nil {
 				return err
 			}
@@ -238,7 +222,7 @@ func newDiffCmd(stdio Stdio, g *globals) *cobra.Command {
 		Use:   "diff [PATH...]",
 		Short: "Show the pending changes as a unified diff (all, or those PATHs)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ws, done, err := f.open(cmd.Context(), g)
+			c, ws, done, err := f.open(cmd.Context(), stdio, g)
 			if err != nil {
 				return err
 			}
@@ -323,7 +307,7 @@ A change to a file you edited yourself after the task could first have seen it
 is a conflict: it stays pending and your file stays as it is; --force applies
 it anyway (your version goes into the checkpoint).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ws, done, err := f.open(cmd.Context(), g)
+			c, ws, done, err := f.open(cmd.Context(), stdio, g)
 			if err != nil {
 				return err
 			}
@@ -371,7 +355,7 @@ func newDiscardCmd(stdio Stdio, g *globals) *cobra.Command {
 		Use:   "discard [PATH...]",
 		Short: "Drop pending changes (all, or those PATHs); the folder keeps its own version",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ws, done, err := f.open(cmd.Context(), g)
+			c, ws, done, err := f.open(cmd.Context(), stdio, g)
 			if err != nil {
 				return err
 			}
@@ -401,7 +385,7 @@ func newCheckpointsCmd(stdio Stdio, g *globals) *cobra.Command {
 		Short: "List the applied changes airlock undo can take back, newest first, and the space they use",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, _, done, err := f.open(cmd.Context(), g)
+			c, _, done, err := f.open(cmd.Context(), stdio, g)
 			if err != nil {
 				return err
 			}
@@ -443,7 +427,7 @@ func newUndoCmd(stdio Stdio, g *globals) *cobra.Command {
 		Short: "Restore the folder to before a checkpoint (default: the newest not undone): bytes, modes and times",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, _, done, err := f.open(cmd.Context(), g)
+			c, _, done, err := f.open(cmd.Context(), stdio, g)
 			if err != nil {
 				return err
 			}

@@ -148,6 +148,7 @@ func run(ctx context.Context, stdio Stdio, f runFlags, argv []string) error {
 			return err
 		}
 		defer held.Close()
+		held.Log = warnLog(stdio)
 		if err := held.BootOptions(&opts); err != nil {
 			return err
 		}
@@ -191,10 +192,11 @@ func run(ctx context.Context, stdio Stdio, f runFlags, argv []string) error {
 	}()
 
 	if held != nil {
+		held = held.On(service.Guest{Agent: sb.Agent()})
 		// Then, before the command runs, a layer the guest has forgotten
 		// everything of begins its epoch: your edits until now are no
 		// conflicts.
-		if err := held.AfterBoot(ctx, sb.Agent()); err != nil {
+		if err := held.AfterBoot(ctx); err != nil {
 			return err
 		}
 		if err := held.Fresh(); err != nil {
@@ -220,7 +222,7 @@ func run(ctx context.Context, stdio Stdio, f runFlags, argv []string) error {
 	if held != nil {
 		// What the command wrote is in the guest's layer: take it before
 		// the VM goes, even when the command was interrupted.
-		pullHeld(context.WithoutCancel(ctx), stdio, held, sb.Agent())
+		pullHeld(context.WithoutCancel(ctx), stdio, held)
 	}
 	if ctx.Err() != nil {
 		fmt.Fprintln(stdio.Err, "airlock: interrupted; the task was killed")
@@ -233,10 +235,10 @@ func run(ctx context.Context, stdio Stdio, f runFlags, argv []string) error {
 // pullHeld takes what the guest's layer holds into the folder's pending
 // changes, applies them in auto mode, and says on stderr when changes wait
 // for review. A failure is reported, not fatal: the layer disk keeps the
-// changes and the next run's pull finds them.
-func pullHeld(ctx context.Context, stdio Stdio, h *service.Held, agent *client.Client) {
+// changes and the next run's pull finds them. h is on the run's VM.
+func pullHeld(ctx context.Context, stdio Stdio, h *service.Held) {
 	warn := func(err error) { fmt.Fprintf(stdio.Err, "airlock: %s\n", oneLine(err.Error())) }
-	sum, err := h.Pull(ctx, agent)
+	sum, err := h.Pull(ctx)
 	if err != nil {
 		warn(err)
 		return
@@ -245,20 +247,18 @@ func pullHeld(ctx context.Context, stdio Stdio, h *service.Held, agent *client.C
 		fmt.Fprintf(stdio.Err, "airlock: changes: %s is not carried to the folder: %s\n", printable.String(r.Path), printable.String(r.Reason))
 	}
 	if h.Mode == changes.Auto {
-		if _, err := h.Store.Apply(h.Workspace, nil, changes.ApplyOptions{Auto: true}); err != nil {
-			warn(err)
-		} else if err := h.Settle(ctx, agent); err != nil {
+		if _, err := h.ApplyAuto(ctx); err != nil {
 			warn(err)
 		}
 	}
-	pending, err := h.Store.List()
+	pending, err := h.Store.Pending()
 	if err != nil {
 		warn(err)
 		return
 	}
-	if len(pending) > 0 {
+	if pending > 0 {
 		ws := printable.String(h.Workspace)
-		fmt.Fprintf(stdio.Err, "airlock: %d change(s) wait for review; see them with: airlock changes --workspace %s\n", len(pending), ws)
+		fmt.Fprintf(stdio.Err, "airlock: %d change(s) wait for review; see them with: airlock changes --workspace %s\n", pending, ws)
 	}
 }
 

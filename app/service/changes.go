@@ -55,6 +55,7 @@ func (s *Service) heldFor(ws string, mode changes.Mode) (*Held, error) {
 	if err != nil {
 		return nil, err
 	}
+	next.Log = s.log
 	if h.cur != nil {
 		if err := h.cur.Close(); err != nil {
 			s.log.Warn("close changes store", "workspace", h.cur.Workspace, "err", err)
@@ -103,7 +104,7 @@ func (s *Service) startHeld(start session.StartFunc) session.StartFunc {
 		// No task runs on the VM before this returns: a layer the guest
 		// has forgotten everything of begins its epoch now.
 		s.chg.mu.Lock()
-		err = h.AfterBoot(ctx, sb.Agent())
+		err = h.On(Guest{Agent: sb.Agent()}).AfterBoot(ctx)
 		if err == nil {
 			err = h.Fresh()
 		}
@@ -167,8 +168,10 @@ func (s *Service) taskEnds(agent *client.Client) {
 		return
 	}
 	ctx := context.Background()
+	// A task that never ran leaves the VM, if any, out of reach here.
+	vm := cur.On(Guest{Agent: agent, Busy: agent == nil})
 	if agent != nil {
-		sum, err := cur.Pull(ctx, agent)
+		sum, err := vm.Pull(ctx)
 		if err != nil {
 			s.log.Warn("changes: pull after the task", "err", err)
 		} else if len(sum.Refused) > 0 {
@@ -176,149 +179,122 @@ func (s *Service) taskEnds(agent *client.Client) {
 		}
 	}
 	if mode == changes.Auto && h.active == 0 {
-		res, err := cur.Store.Apply(ws, nil, changes.ApplyOptions{Auto: true})
+		res, err := vm.ApplyAuto(ctx)
 		if err != nil {
 			s.log.Warn("changes: auto apply", "err", err)
 		} else if len(res.Applied) > 0 {
 			s.log.Info("changes: applied", "checkpoint", res.Checkpoint, "paths", len(res.Applied), "waiting", len(res.Conflicts)+len(res.Refused))
 		}
-		if agent != nil {
-			if err := cur.Settle(ctx, agent); err != nil {
-				s.log.Warn("changes: forget applied paths", "err", err)
-			}
-		}
 	}
 	s.publishPending(cur)
 }
 
-// liveAgent returns the running VM's agent, or nil; down says no VM runs
-// or boots at all (so the layer disk is free).
-func (s *Service) liveAgent(ctx context.Context) (agent *client.Client, down bool) {
+// liveGuest returns the VM as a change call finds it: its agent once it
+// runs (waiting for a boot under way), or none at all. Call it before
+// h.mu is taken: a boot takes h.mu too.
+func (s *Service) liveGuest(ctx context.Context) Guest {
 	switch s.sess.Status().State {
 	case session.StateStopped, session.StateFailed:
-		return nil, true
+		return Guest{}
 	}
 	actx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	a, _, err := s.sess.Agent(actx)
 	if err != nil {
 		st := s.sess.Status().State
-		return nil, st == session.StateStopped || st == session.StateFailed
+		return Guest{Busy: st != session.StateStopped && st != session.StateFailed}
 	}
-	return a, false
-}
-
-// settle follows an apply or discard: the running guest forgets what
-// left the pending set; without a VM, a layer with nothing pending is
-// wiped. agent and down come from liveAgent, read before h.mu was taken
-// (a boot takes h.mu too). h.mu is held.
-func (s *Service) settle(ctx context.Context, cur *Held, agent *client.Client, down bool) {
-	var err error
-	switch {
-	case agent != nil:
-		err = cur.Settle(ctx, agent)
-	case down:
-		err = cur.Settle(ctx, nil)
-	}
-	if err != nil {
-		s.log.Warn("changes: after the change", "err", err)
-	}
-	s.publishPending(cur)
+	return Guest{Agent: a}
 }
 
 // Changes lists the workspace's pending changes.
-func (s *Service) Changes(context.Context) (ChangesList, error) {
+func (s *Service) Changes(ctx context.Context) (ChangesList, error) {
 	s.chg.mu.Lock()
 	defer s.chg.mu.Unlock()
 	cur, err := s.current()
 	if err != nil {
 		return ChangesList{}, err
 	}
-	return cur.List()
+	return cur.Changes(ctx)
 }
 
 // Diff writes a unified diff of the pending changes to paths (all when
 // none) against the workspace's files.
-func (s *Service) Diff(_ context.Context, paths []string, w io.Writer) error {
+func (s *Service) Diff(ctx context.Context, paths []string, w io.Writer) error {
 	s.chg.mu.Lock()
 	defer s.chg.mu.Unlock()
 	cur, err := s.current()
 	if err != nil {
 		return err
 	}
-	return cur.Store.Diff(cur.Workspace, paths, w)
+	return cur.Diff(ctx, paths, w)
 }
 
 // Content opens the new content of a pending file.
-func (s *Service) Content(_ context.Context, path string) (io.ReadCloser, changes.Entry, error) {
+func (s *Service) Content(ctx context.Context, path string) (io.ReadCloser, changes.Entry, error) {
 	s.chg.mu.Lock()
 	defer s.chg.mu.Unlock()
 	cur, err := s.current()
 	if err != nil {
 		return nil, changes.Entry{}, err
 	}
-	return cur.Store.Content(path)
+	return cur.Content(ctx, path)
 }
 
 // Apply carries the pending changes to paths (all when none) into the
 // workspace, as one checkpoint; force applies conflicts too.
 func (s *Service) Apply(ctx context.Context, paths []string, force bool) (changes.ApplyResult, error) {
-	agent, down := s.liveAgent(ctx)
+	g := s.liveGuest(ctx)
 	s.chg.mu.Lock()
 	defer s.chg.mu.Unlock()
 	cur, err := s.current()
 	if err != nil {
 		return changes.ApplyResult{}, err
 	}
-	res, err := cur.Store.Apply(cur.Workspace, paths, changes.ApplyOptions{Force: force})
-	if err != nil {
-		return res, err
+	res, err := cur.On(g).Apply(ctx, paths, force)
+	if err == nil {
+		s.publishPending(cur)
 	}
-	s.settle(ctx, cur, agent, down)
-	return res, nil
+	return res, err
 }
 
 // Discard drops the pending changes to paths (all when none).
 func (s *Service) Discard(ctx context.Context, paths []string) ([]string, error) {
-	agent, down := s.liveAgent(ctx)
+	g := s.liveGuest(ctx)
 	s.chg.mu.Lock()
 	defer s.chg.mu.Unlock()
 	cur, err := s.current()
 	if err != nil {
 		return nil, err
 	}
-	done, err := cur.Store.Discard(paths)
-	if err != nil {
-		return done, err
+	done, err := cur.On(g).Discard(ctx, paths)
+	if err == nil {
+		s.publishPending(cur)
 	}
-	s.settle(ctx, cur, agent, down)
-	if done == nil {
-		done = []string{}
-	}
-	return done, nil
+	return done, err
 }
 
 // Checkpoints lists the workspace's checkpoints, newest first.
-func (s *Service) Checkpoints(context.Context) (CheckpointList, error) {
+func (s *Service) Checkpoints(ctx context.Context) (CheckpointList, error) {
 	s.chg.mu.Lock()
 	defer s.chg.mu.Unlock()
 	cur, err := s.current()
 	if err != nil {
 		return CheckpointList{}, err
 	}
-	return cur.Checkpoints()
+	return cur.Checkpoints(ctx)
 }
 
 // Undo restores the workspace to what it was before checkpoint id (""
 // is the newest not undone).
-func (s *Service) Undo(_ context.Context, id string) (changes.Checkpoint, error) {
+func (s *Service) Undo(ctx context.Context, id string) (changes.Checkpoint, error) {
 	s.chg.mu.Lock()
 	defer s.chg.mu.Unlock()
 	cur, err := s.current()
 	if err != nil {
 		return changes.Checkpoint{}, err
 	}
-	return cur.Store.Undo(cur.Workspace, id)
+	return cur.Undo(ctx, id)
 }
 
 // closeHeld releases the store, once no task or VM uses it.
@@ -335,11 +311,10 @@ func (s *Service) closeHeld() error {
 
 // publishPending sends a "changes" event with the pending count.
 func (s *Service) publishPending(cur *Held) {
-	entries, err := cur.Store.List()
+	n, err := cur.Store.Pending()
 	if err != nil {
 		return
 	}
-	n := len(entries)
 	e := Event{Kind: "changes", Type: "changes", Pending: &n}
 	s.chg.subMu.Lock()
 	defer s.chg.subMu.Unlock()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,13 +41,41 @@ const epochFile = "layer-epoch"
 // Held is one workspace's held changes as a process uses them: its store
 // (locked while open) and its guest layer disk. The service keeps one for
 // its workspace; an ephemeral `airlock run` opens one for its run; the
-// CLI's change commands open one without a VM.
+// CLI's change commands open one without a VM. Its change calls (Changes,
+// Diff, Content, Apply, Discard, Checkpoints, Undo) are the ones the
+// service answers, which adds its lock and its VM (On) only.
 type Held struct {
 	Workspace string
 	Mode      changes.Mode
 	Store     *changes.Store
-	dir       string
-	stateDir  string
+	// Log takes what a change call does not answer: the guest's layer
+	// not settling after an apply or a discard, which the next boot
+	// settles (the call itself succeeded). nil discards it.
+	Log *slog.Logger
+
+	dir      string
+	stateDir string
+	guest    Guest // the VM on the layer disk, as On gave it
+}
+
+// Guest is the VM on a workspace's layer disk as a change call finds it.
+// The zero Guest is none: the disk is free.
+type Guest struct {
+	// Agent is its agent, nil when none can be reached.
+	Agent *client.Client
+	// Busy says a VM holds the disk though Agent is nil (it boots or
+	// stops): nothing may wipe the disk then.
+	Busy bool
+}
+
+// On returns h making its calls with the VM g: what leaves the pending
+// set is forgotten by g's layer (Agent), or, with no VM at all, a layer
+// with nothing pending left is wiped. A Held as OpenHeld returns it has
+// no VM.
+func (h *Held) On(g Guest) *Held {
+	c := *h
+	c.guest = g
+	return &c
 }
 
 // OpenHeld opens the store of workspace ws (canonical) in the state
@@ -67,10 +97,10 @@ func OpenHeld(stateDir, ws string, mode changes.Mode) (*Held, error) {
 // Close releases the store.
 func (h *Held) Close() error { return h.Store.Close() }
 
-// List is the pending changes with the mode and the store's space, as
-// the service and the CLI's --workspace commands show them.
-func (h *Held) List() (ChangesList, error) {
-	entries, err := h.Store.List()
+// Changes lists the pending changes with the mode and the store's space;
+// each one's Conflict is re-read from the folder (changes.Store.List).
+func (h *Held) Changes(context.Context) (ChangesList, error) {
+	entries, err := h.Store.List(h.Workspace)
 	if err != nil {
 		return ChangesList{}, err
 	}
@@ -84,13 +114,67 @@ func (h *Held) List() (ChangesList, error) {
 	return ChangesList{Mode: h.Mode, Entries: entries, Usage: usage}, nil
 }
 
-// Checkpoints is the checkpoints, newest first, with the store's space.
-func (h *Held) Checkpoints() (CheckpointList, error) {
+// Diff writes a unified diff of the pending changes to paths (all when
+// none) against the folder's files.
+func (h *Held) Diff(_ context.Context, paths []string, w io.Writer) error {
+	return h.Store.Diff(h.Workspace, paths, w)
+}
+
+// Content opens the new content of a pending file.
+func (h *Held) Content(_ context.Context, path string) (io.ReadCloser, changes.Entry, error) {
+	return h.Store.Content(path)
+}
+
+// Apply carries the pending changes to paths (all when none) into the
+// folder as one checkpoint, force applying conflicts too; then the layer
+// settles (settle).
+func (h *Held) Apply(ctx context.Context, paths []string, force bool) (changes.ApplyResult, error) {
+	return h.apply(ctx, paths, changes.ApplyOptions{Force: force})
+}
+
+// ApplyAuto applies what Auto mode may (no conflicts, nothing the host's
+// tools run), then the layer settles.
+func (h *Held) ApplyAuto(ctx context.Context) (changes.ApplyResult, error) {
+	return h.apply(ctx, nil, changes.ApplyOptions{Auto: true})
+}
+
+func (h *Held) apply(ctx context.Context, paths []string, opt changes.ApplyOptions) (changes.ApplyResult, error) {
+	res, err := h.Store.Apply(h.Workspace, paths, opt)
+	if err != nil {
+		return res, err
+	}
+	h.settle(ctx)
+	return res, nil
+}
+
+// Discard drops the pending changes to paths (all when none), then the
+// layer settles; it returns the paths discarded.
+func (h *Held) Discard(ctx context.Context, paths []string) ([]string, error) {
+	done, err := h.Store.Discard(paths)
+	if err != nil {
+		return done, err
+	}
+	h.settle(ctx)
+	if done == nil {
+		done = []string{}
+	}
+	return done, nil
+}
+
+// Checkpoints lists the checkpoints, newest first, with the store's space.
+func (h *Held) Checkpoints(context.Context) (CheckpointList, error) {
 	cps, usage, err := h.Store.Checkpoints()
 	if cps == nil {
 		cps = []changes.Checkpoint{}
 	}
 	return CheckpointList{Checkpoints: cps, Usage: usage}, err
+}
+
+// Undo restores the folder to what it was before checkpoint id ("" is the
+// newest not undone). The pending set is as it was, so the layer has
+// nothing to settle.
+func (h *Held) Undo(_ context.Context, id string) (changes.Checkpoint, error) {
+	return h.Store.Undo(h.Workspace, id)
 }
 
 // LayerDisk is the path of the workspace's guest layer disk, beside its
@@ -137,8 +221,8 @@ func (h *Held) BootOptions(o *sandbox.Options) error {
 // edit the user made before now is no conflict. Call it only while no
 // task can write to the layer (before a boot, or with no task running).
 func (h *Held) Fresh() error {
-	pending, err := h.Store.List()
-	if err != nil || len(pending) > 0 {
+	pending, err := h.Store.Pending()
+	if err != nil || pending > 0 {
 		return err
 	}
 	forgotten, err := h.Store.Forgotten()
@@ -148,33 +232,44 @@ func (h *Held) Fresh() error {
 	return h.setEpoch(time.Now())
 }
 
-// AfterBoot has a freshly booted guest forget what was applied or
+// errNoAgent means a call that needs the guest's layer was made on a
+// Held with no agent (On).
+var errNoAgent = errors.New("changes: no guest agent to reach the layer through")
+
+// AfterBoot has a freshly booted guest (On) forget what was applied or
 // discarded since its layer disk was last attached.
-func (h *Held) AfterBoot(ctx context.Context, agent *client.Client) error {
-	return h.forget(ctx, agent)
+func (h *Held) AfterBoot(ctx context.Context) error {
+	return h.forget(ctx)
 }
 
 // forget removes the store's forget list from the guest's layer, then
 // empties the list. An empty list is nothing to do: ForgetLayer without
 // paths forgets everything.
-func (h *Held) forget(ctx context.Context, agent *client.Client) error {
+func (h *Held) forget(ctx context.Context) error {
 	paths, err := h.Store.Forgotten()
 	if err != nil || len(paths) == 0 {
 		return err
 	}
+	if h.guest.Agent == nil {
+		return errNoAgent
+	}
 	fctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := agent.ForgetLayer(fctx, paths); err != nil {
+	if err := h.guest.Agent.ForgetLayer(fctx, paths); err != nil {
 		return fmt.Errorf("changes: have the guest's layer forget %d applied or discarded paths: %w", len(paths), err)
 	}
 	return h.Store.ClearForgotten()
 }
 
-// Pull replaces the pending changes with what the guest's layer holds.
-func (h *Held) Pull(ctx context.Context, agent *client.Client) (changes.Summary, error) {
+// Pull replaces the pending changes with what the guest's layer (On)
+// holds.
+func (h *Held) Pull(ctx context.Context) (changes.Summary, error) {
+	if h.guest.Agent == nil {
+		return changes.Summary{}, errNoAgent
+	}
 	pctx, cancel := context.WithTimeout(ctx, pullTimeout)
 	defer cancel()
-	rc, err := agent.ExportLayer(pctx)
+	rc, err := h.guest.Agent.ExportLayer(pctx)
 	if err != nil {
 		return changes.Summary{}, fmt.Errorf("changes: read the guest's layer: %w", err)
 	}
@@ -189,19 +284,26 @@ func (h *Held) Pull(ctx context.Context, agent *client.Client) (changes.Summary,
 // pullTimeout bounds one pull: a full 8 GiB layer at a slow 20 MiB/s.
 const pullTimeout = 10 * time.Minute
 
-// Settle follows a change to the pending set (an apply, a discard, an
-// undo needs none): a running guest (agent) forgets what left it; with
-// no guest, a layer with nothing pending left is wiped, so the next VM
-// starts on a blank one.
-func (h *Held) Settle(ctx context.Context, agent *client.Client) error {
-	if agent != nil {
-		return h.forget(ctx, agent)
+// settle follows a change to the pending set (an apply, a discard; an
+// undo needs none): a running guest forgets what left it; with no VM, a
+// layer with nothing pending left is wiped, so the next VM starts on a
+// blank one; a VM out of reach (Busy) forgets at its next boot. A failure
+// is logged: the change itself is done, and the forget list waits for
+// the next boot.
+func (h *Held) settle(ctx context.Context) {
+	var err error
+	switch {
+	case h.guest.Agent != nil:
+		err = h.forget(ctx)
+	case !h.guest.Busy:
+		var pending int
+		if pending, err = h.Store.Pending(); err == nil && pending == 0 {
+			err = h.WipeLayer()
+		}
 	}
-	pending, err := h.Store.List()
-	if err != nil || len(pending) > 0 {
-		return err
+	if err != nil && h.Log != nil {
+		h.Log.Warn("changes: the guest's layer did not settle after the change; the next boot does it", "workspace", h.Workspace, "err", err)
 	}
-	return h.WipeLayer()
 }
 
 // WipeLayer recreates the layer disk blank; no VM may be using it. The

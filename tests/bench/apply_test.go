@@ -23,14 +23,15 @@ type applyFile struct {
 }
 
 // changesApply measures app/changes carrying a guest's layer into the host
-// folder: Apply of 1,000 small files, and of one 100 MiB file, against
-// `cp -a` of the same files followed by `sync -f` (Apply makes what it
-// writes durable; cp alone does not), and Undo against the Apply. Each
-// round ingests the set, as a layer's tar stream built here, into a fresh
-// store (not timed), then runs Apply and cp -a in alternating order, then
-// Undo; all on one file system, under h.work, as a store and the folder it
-// applies to usually are: Apply links a file's content from the store
-// rather than copying it.
+// folder: Apply of 1,000 small files, of one 100 MiB file, and of 1,000
+// small files over older versions the folder holds, against `cp -a` of
+// the same files (over the same older versions) followed by `sync -f`
+// (Apply makes what it writes durable; cp alone does not), and Undo
+// against the Apply. Each round ingests the set, as a layer's tar stream
+// built here, into a fresh store (not timed), then runs Apply and cp -a in
+// alternating order, then Undo; all on one file system, under h.work, as a
+// store and the folder it applies to usually are: Apply links a file's
+// content from the store rather than copying it.
 func (h *harness) changesApply() {
 	small := make([]applyFile, 1000)
 	for i := range small {
@@ -39,15 +40,22 @@ func (h *harness) changesApply() {
 	for _, c := range []struct {
 		key, name string
 		files     []applyFile
+		over      bool
 	}{
-		{"small", "1,000×4K", small},
-		{"big", "1×100M", []applyFile{{"big.bin", 100 << 20}}},
+		{"small", "1,000×4K", small, false},
+		{"big", "1×100M", []applyFile{{"big.bin", 100 << 20}}, false},
+		{"over", "1,000×4K over older versions", small, true},
 	} {
-		h.applySet(c.key, c.name, c.files)
+		h.applySet(c.key, c.name, c.files, c.over)
 	}
 }
 
-func (h *harness) applySet(key, name string, files []applyFile) {
+// applySet measures one set; over puts an older version of each file in
+// the folder and in cp -a's target first, written before the rounds and
+// left older than app/changes' clock slack (2 s) at the ingest, as a
+// user's files are: a file changed just before a pull is read again at
+// the apply.
+func (h *harness) applySet(key, name string, files []applyFile, over bool) {
 	ctx := context.Background()
 	dir := filepath.Join(h.work, "apply-"+key)
 	src := filepath.Join(dir, "src")
@@ -56,14 +64,24 @@ func (h *harness) applySet(key, name string, files []applyFile) {
 		h.b.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	var applyMS, cpMS, cpOnlyMS, undoMS []float64
 	for i := range h.rounds {
-		ws, cpDst := filepath.Join(dir, fmt.Sprint("ws", i)), filepath.Join(dir, fmt.Sprint("cp", i))
-		for _, d := range []string{ws, cpDst} {
+		for _, d := range []string{filepath.Join(dir, fmt.Sprint("ws", i)), filepath.Join(dir, fmt.Sprint("cp", i))} {
 			if err := os.Mkdir(d, 0o755); err != nil {
 				h.b.Fatal(err)
 			}
+			if over {
+				if err := writeOlder(d, files); err != nil {
+					h.b.Fatal(err)
+				}
+			}
 		}
+	}
+	if over {
+		time.Sleep(2500 * time.Millisecond)
+	}
+	var applyMS, cpMS, cpOnlyMS, undoMS []float64
+	for i := range h.rounds {
+		ws, cpDst := filepath.Join(dir, fmt.Sprint("ws", i)), filepath.Join(dir, fmt.Sprint("cp", i))
 		s, err := changes.Open(filepath.Join(dir, fmt.Sprint("store", i)), changes.Options{})
 		if err != nil {
 			h.b.Fatal(err)
@@ -115,8 +133,8 @@ func (h *harness) applySet(key, name string, files []applyFile) {
 			h.b.Fatalf("undo %s: %v", key, err)
 		}
 		undoMS = append(undoMS, ms(time.Since(t0)))
-		// The undo took the applied files away again: it was timed doing
-		// its work.
+		// The undo took the applied files away again (or put the older
+		// versions back): it was timed doing its work.
 		left := 0
 		filepath.WalkDir(ws, func(_ string, d os.DirEntry, err error) error {
 			if err == nil && d.Type().IsRegular() {
@@ -124,16 +142,19 @@ func (h *harness) applySet(key, name string, files []applyFile) {
 			}
 			return nil
 		})
-		if left != 0 {
-			h.b.Fatalf("undo %s left %d files in the folder", key, left)
+		if want := map[bool]int{false: 0, true: len(files)}[over]; left != want {
+			h.b.Fatalf("undo %s left %d files in the folder, want %d", key, left, want)
 		}
 		s.Close()
 		for _, d := range []string{ws, cpDst, filepath.Join(dir, fmt.Sprint("store", i))} {
 			os.RemoveAll(d)
 		}
 	}
-	h.t.add("changes-apply-"+key, "changes Apply "+name+" (ingested layer)", "ms", applyMS, "cp -a + sync -f", cpMS, nil).Note =
-		fmt.Sprintf("store and folder on one file system (content linked from the store); cp -a alone: %.0f ms", median(cpOnlyMS))
+	row := h.t.add("changes-apply-"+key, "changes Apply "+name+" (ingested layer)", "ms", applyMS, "cp -a + sync -f", cpMS, nil)
+	row.Note = fmt.Sprintf("store and folder on one file system (content linked from the store); cp -a alone: %.0f ms", median(cpOnlyMS))
+	if over {
+		row.Note += "; the older versions last changed before the ingest"
+	}
 	h.t.add("changes-undo-"+key, "changes Undo of that Apply, "+name, "ms", undoMS, "its Apply", applyMS, nil)
 }
 
@@ -182,6 +203,27 @@ func writeApplySet(src, layer string, files []applyFile) error {
 		return err
 	}
 	return out.Close()
+}
+
+// writeOlder writes an older version of each of files beneath dir: the
+// same size, its last byte different.
+func writeOlder(dir string, files []applyFile) error {
+	for i, f := range files {
+		data := make([]byte, f.size)
+		for j := range data {
+			data[j] = byte(j * 7)
+		}
+		copy(data, fmt.Sprintf("file %d\n", i))
+		data[len(data)-1] ^= 0xff
+		p := filepath.Join(dir, filepath.FromSlash(f.path))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // syncFS flushes the file system holding dir: sync -f where coreutils has

@@ -313,7 +313,7 @@ func ingest(t *testing.T, sb *sandbox.Sandbox, ws string, epoch time.Time) {
 	if err != nil {
 		t.Fatalf("ingest the export: %v", err)
 	}
-	entries, err := st.List()
+	entries, err := st.List(ws)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -283,8 +283,15 @@ func TestChangesConflict(t *testing.T) {
 	if code, _, errOut := h.run("run", "--changes", "review", "--workspace", ws, "--", "sh", "-c", `echo guest > /workspace/c.txt`); code != 0 {
 		t.Fatalf("run: exit %d: %s", code, errOut)
 	}
+	if p := h.pending(ws); p["c.txt"].Conflict {
+		t.Fatalf("c.txt conflicts before the host's edit: %+v", p)
+	}
 	if err := os.WriteFile(filepath.Join(ws, "c.txt"), []byte("host 2\n"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	// The listing shows the edit made after the pull, before any apply.
+	if p := h.pending(ws); !p["c.txt"].Conflict {
+		t.Errorf("airlock changes does not show the host's edit as a conflict: %+v", p)
 	}
 	code, out, errOut := h.run("apply", "--workspace", ws)
 	if code == 0 || !strings.Contains(out, "conflict: c.txt") {

@@ -60,6 +60,13 @@ const (
 // mounted read-only, and compactext4 marks it RO_COMPAT_READONLY), its
 // directories are linear (no htree index) and it has no journal.
 func writeRootDisk(root, disk, key string) (int64, error) {
+	if len(key) < 32 {
+		return 0, fmt.Errorf("images: standard image: key %q is too short", key)
+	}
+	id, err := hex.DecodeString(key[:32])
+	if err != nil {
+		return 0, fmt.Errorf("images: standard image: key %q is not hex", key)
+	}
 	f, err := os.Create(disk)
 	if err != nil {
 		return 0, fmt.Errorf("images: %w", err)
@@ -72,10 +79,6 @@ func writeRootDisk(root, disk, key string) (int64, error) {
 	pr.CloseWithError(errors.New("the ext4 writer stopped"))
 	if err != nil {
 		return 0, fmt.Errorf("images: standard image: ext4 from %s: %w", root, err)
-	}
-	id, err := hex.DecodeString(key[:32])
-	if err != nil || len(id) != 16 {
-		return 0, fmt.Errorf("images: standard image: key %q is not hex", key)
 	}
 	if err := setIdentity(f, toID(id)); err != nil {
 		return 0, err

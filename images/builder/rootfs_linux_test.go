@@ -24,8 +24,13 @@ func TestWriteRootDisk(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
 	os.MkdirAll(filepath.Join(root, "usr", "bin"), 0o755)
 	os.WriteFile(filepath.Join(root, "etc", "passwd"), []byte("root:x:0:0::/root:/bin/sh\n"), 0o644)
-	if err := customiseRoot(root, rootCustomisation()); err != nil {
-		t.Fatal(err)
+	asRoot := os.Geteuid() == 0
+	// The customisation gives /home/agent to uid 1000: root's to do. An
+	// ordinary user checks the rest with a tree of its own.
+	if asRoot {
+		if err := customiseRoot(root, rootCustomisation()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	big := bytes.Repeat([]byte("airlock "), 300000) // 2.4 MB: more than one extent's worth of writes
 	os.WriteFile(filepath.Join(root, "usr", "bin", "tool"), big, 0o755)
@@ -41,7 +46,6 @@ func TestWriteRootDisk(t *testing.T) {
 	if err := unix.Lsetxattr(filepath.Join(root, "etc", "passwd"), "user.airlock", []byte("x\x00y"), 0); err != nil {
 		t.Fatalf("user xattr (the test's folder must support them): %v", err)
 	}
-	asRoot := os.Geteuid() == 0
 	if asRoot {
 		// A device node and a file capability (cap_net_raw+ep, VFS v2).
 		if err := unix.Mknod(filepath.Join(root, "etc", "null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
@@ -117,7 +121,6 @@ func TestWriteRootDisk(t *testing.T) {
 		return string(out)
 	}
 	for p, want := range map[string][]string{
-		"/home/agent":        {"Type: directory", "User:  1000", "Group:  1000"},
 		"/usr/bin/tool":      {"Type: regular", "Mode:  0755", "Links: 2", "Size: 2400000"},
 		"/usr/bin/su":        {"Mode:  04755"},
 		"/usr/bin/tool2":     {"Links: 2"},
@@ -133,6 +136,9 @@ func TestWriteRootDisk(t *testing.T) {
 		}
 	}
 	if asRoot {
+		if got := stat("/home/agent"); !strings.Contains(got, "Type: directory") || !strings.Contains(got, "User:  1000") || !strings.Contains(got, "Group:  1000") {
+			t.Errorf("/home/agent:\n%s", got)
+		}
 		if got := stat("/etc/null"); !strings.Contains(got, "Type: character special") || !strings.Contains(got, "Device major/minor number: 01:03") {
 			t.Errorf("/etc/null:\n%s", got)
 		}
@@ -140,8 +146,12 @@ func TestWriteRootDisk(t *testing.T) {
 			t.Errorf("/usr/bin/tool has no file capability:\n%s", got)
 		}
 	}
+	want := "root:x:0:0::/root:/bin/sh\n"
+	if asRoot {
+		want += "agent:x:1000:1000:agent:/home/agent:/bin/bash\n"
+	}
 	out, _ := exec.Command(debugfs, "-R", "cat /etc/passwd", raw).CombinedOutput()
-	if !strings.Contains(string(out), "agent:x:1000:1000:agent:/home/agent:/bin/bash") {
+	if !strings.Contains(string(out), want) {
 		t.Fatalf("/etc/passwd on the disk:\n%s", out)
 	}
 }

@@ -74,9 +74,9 @@ run: deps airlock image
 	bin/airlock run --workspace "$(WORKSPACE)" -- sh -c 'echo "hello from $$(uname -sr) as $$(id -un)" | tee /workspace/hello.txt; ls -la /workspace'
 	@echo "--> $(WORKSPACE)/hello.txt was written by the sandbox"
 
-## test: everything: vet, darwin type-check, windows cross-build, unit tests, generated-code drift,
+## test: everything: vet, darwin type-check, windows cross-build, unit tests, generated-code drift, comment rules,
 ## e2e in real VMs, the web UI in Chromium, the Linux desktop app under Xvfb
-test: vet check-darwin check-windows test-unit check-proto check-wailsjs test-e2e test-security test-user test-robust test-browser test-desktop desktop-windows test-windows-wine
+test: vet check-darwin check-windows test-unit check-proto check-wailsjs check-tsgen check-comments test-e2e test-security test-user test-robust test-browser test-desktop desktop-windows test-windows-wine
 
 vet:
 	$(GO) vet ./...
@@ -92,7 +92,7 @@ test-e2e: airlock
 	$(GO) run ./images/cmd/airlock-image -arch all -out $(IMAGE_DIR)
 	$(GO) run ./images/cmd/airlock-image -arch $(E2E_STANDARD_ARCHES) -image standard -out $(IMAGE_DIR) -q
 	AIRLOCK_E2E_BIN=$(CURDIR)/bin/airlock AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) AIRLOCK_REQUIRE_ARM64_STANDARD=1 \
-		$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./tests/e2e/ ./vm/qemu/ ./app/clock/ ./app/session/ 2>&1 | tee /tmp/airlock-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
+		$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./tests/e2e/ ./tests/connect/ ./vm/qemu/ ./app/clock/ ./app/session/ 2>&1 | tee /tmp/airlock-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
 
 ## bench: one table of figures, each against a baseline measured in the same run (tests/bench),
 ## also written as JSON to BENCH_OUT (default tests/bench/out/bench.json) so runs can be compared;
@@ -104,12 +104,12 @@ bench: airlock
 	AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) AIRLOCK_BENCH_BIN=$(CURDIR)/bin/airlock AIRLOCK_BENCH_OUT=$(BENCH_OUT) AIRLOCK_BENCH_ROUNDS=$(BENCH_ROUNDS) \
 		$(GO) test -count=1 -tags e2e -run '^$$' -bench '^BenchmarkTable$$' -benchtime 1x -timeout 15m ./tests/bench/
 
-.bin/protoc-gen-go: go.mod
-	$(GO) build -o .bin/ google.golang.org/protobuf/cmd/protoc-gen-go
+.bin/protoc-gen-go-lite: go.mod
+	$(GO) build -o .bin/ github.com/aperturerobotics/protobuf-go-lite/cmd/protoc-gen-go-lite
 
-## proto: regenerate the agent's protobuf messages (needs protoc from protobuf-compiler)
-proto: .bin/protoc-gen-go
-	cd guest/api/agent/v1/agentpb && $(GO) generate
+## proto: regenerate the host<->guest messages from agent.proto (needs protoc from protobuf-compiler)
+proto: .bin/protoc-gen-go-lite
+	cd guest/api/agent/v1 && $(GO) generate
 
 check-proto: proto
 	@git diff --exit-code -- guest/api/agent/v1 || { echo "generated code drifted from agent.proto: run make proto and commit"; exit 1; }
@@ -210,11 +210,49 @@ wailsjs:
 check-wailsjs: wailsjs
 	@git diff --exit-code -- frontend/wailsjs && test -z "$$(git status --porcelain -- frontend/wailsjs)" || { echo "frontend/wailsjs drifted from app/desktop: run make wailsjs and commit"; exit 1; }
 
+## check-comments: Go comments carry no dates (measurements and history go in docs/performance.md
+## or the commit message, which a comment may cite), and every package has one package doc
+## comment (build/commentcheck)
+.PHONY: check-comments
+check-comments:
+	$(GO) run ./build/commentcheck .
+
+## tsgen: regenerate frontend/src/gen, the TypeScript types of what the control API sends and
+## takes, from their Go types (build/tsgen): every type service.Core's methods take or return, and
+## app/api's request and answer bodies, and app/agents' answers (/v1/agents)
+.PHONY: tsgen check-tsgen
+API := github.com/airlock-sandbox/airlock/app/api
+TSGEN_ROOTS := github.com/airlock-sandbox/airlock/app/service.Core \
+	$(addprefix $(API).,LogPage WorkspaceRequest ImageRequest RuleRequest AnswerRequest ApplyRequest DiscardRequest DiscardResult UndoRequest) \
+	github.com/airlock-sandbox/airlock/app/agents.Status github.com/airlock-sandbox/airlock/app/agents.Result
+tsgen:
+	$(GO) run ./build/tsgen -out frontend/src/gen $(TSGEN_ROOTS)
+
+## check-tsgen: frontend/src/gen matches the Go types
+check-tsgen: tsgen
+	@git diff --exit-code -- frontend/src/gen && test -z "$$(git status --porcelain -- frontend/src/gen)" || { echo "frontend/src/gen drifted from the Go types of the control API: run make tsgen and commit"; exit 1; }
+
 ## test-desktop: the Linux desktop build under Xvfb (apt: xvfb x11-utils imagemagick): its window
 ## is shown and screenshot to build/bin/desktop.png (checked non-blank), its VM boots (a QEMU among
-## its descendants), and SIGTERM (sent twice) stops the VM and exits 0
+## its descendants), and SIGTERM (sent twice) stops the VM and exits 0. Then its tray
+## (build/linux/tray; apt: dbus-daemon xfce4-panel xdotool): in Xfce's panel on a D-Bus session of
+## its own, the icon and its open menu screenshot to build/bin/tray-icon.png and tray-menu.png
+## (checked non-blank), the menu's items read over D-Bus (the workspace and its VM's state, Open,
+## Stop, Quit), and Open, Stop and Quit clicked there; once more as AIRLOCK_TEST_USER when make
+## runs as root (about 15 s a run)
+TRAY_TEST := build/bin/tray.test
+TRAY_ENV := AIRLOCK_DESKTOP_BIN=$(CURDIR)/build/bin/airlock-desktop AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR)
 test-desktop: desktop image
 	build/linux/xvfb-smoke.sh build/bin/airlock-desktop build/bin/desktop.png
+	$(GO) test -c -tags xvfb -o $(TRAY_TEST) ./build/linux/tray/
+	cd build/linux/tray && $(TRAY_ENV) $(CURDIR)/$(TRAY_TEST) -test.v -test.count=1 -test.timeout 3m
+	@if [ "$$(id -u)" = 0 ] && [ -n "$(AIRLOCK_TEST_USER)" ]; then \
+		d=$$(mktemp -d /tmp/airlock-tray-user.XXXXXX) && chown $(AIRLOCK_TEST_USER): $$d && \
+		echo "the tray as $(AIRLOCK_TEST_USER), home $$d" && \
+		cd build/linux/tray && runuser -u $(AIRLOCK_TEST_USER) -- env -i PATH=/usr/local/bin:/usr/bin:/bin \
+			HOME=$$d TMPDIR=$$d LANG=C.UTF-8 $(TRAY_ENV) AIRLOCK_TRAY_SHOTS=$$d \
+			$(CURDIR)/$(TRAY_TEST) -test.v -test.count=1 -test.timeout 3m; rc=$$?; rm -rf $$d; exit $$rc; \
+	fi
 
 ## security-report: run the security suite and rewrite docs/security-report.md (commit it; a unit
 ## test keeps it in the suite's format). AIRLOCK_SECURITY_REPORT=FILE make test-security writes elsewhere.

@@ -27,10 +27,6 @@ var (
 	ErrPortInUse = errors.New("port already in use")
 	// ErrConnRefused is returned by Dial when nothing listens on the guest port.
 	ErrConnRefused = errors.New("connection refused by guest")
-	// ErrSavedState means a machine started from a saved state of an
-	// earlier boot (vm/qemu's templates) failed where a boot might not: the
-	// state is discarded, and starting the machine again boots it.
-	ErrSavedState = errors.New("the machine's saved state failed")
 )
 
 // Config describes a machine. Backends map it to their own devices.
@@ -149,7 +145,8 @@ func (c *Config) Log() *slog.Logger {
 
 // Machine is one virtual machine. Listen may be called before Start (the
 // guest may connect as soon as it boots); Dial needs a running machine.
-// All methods are safe for concurrent use.
+// All methods are safe for concurrent use. What only some backends can do
+// is an optional interface (optional.go).
 type Machine interface {
 	// Start boots the machine and returns once the hypervisor runs it; it
 	// does not wait for the guest agent (see guest/api.PortReady).
@@ -190,8 +187,4 @@ type Info struct {
 	ConsoleLog string
 	// PID is the hypervisor process, when there is one.
 	PID int
-	// Restored says the machine started from a saved state of an earlier
-	// boot of the same image and shape (vm/qemu's templates), not by
-	// booting.
-	Restored bool
 }

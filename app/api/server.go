@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/egress/policy"
 	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/tasks"
@@ -30,11 +31,14 @@ import (
 const MaxRequestBody = service.MaxStdin*4/3 + 1<<20
 
 // Handler returns the API's routes over core.
-func Handler(core service.Core, log *slog.Logger) http.Handler {
+func Handler(core service.Core, log *slog.Logger, opts ...Option) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	h := &handler{core: core, log: log}
+	for _, o := range opts {
+		o(h)
+	}
 	m := http.NewServeMux()
 	m.HandleFunc("GET /v1/status", h.status)
 	m.HandleFunc("GET /v1/settings", h.settings)
@@ -63,12 +67,15 @@ func Handler(core service.Core, log *slog.Logger) http.Handler {
 	m.HandleFunc("POST /v1/changes/discard", h.discard)
 	m.HandleFunc("GET /v1/checkpoints", h.checkpoints)
 	m.HandleFunc("POST /v1/checkpoints/undo", h.undo)
+	m.HandleFunc("GET /v1/agents", h.listAgents)
+	m.HandleFunc("POST /v1/agents/{name}/{action}", h.changeAgent)
 	return m
 }
 
 type handler struct {
-	core service.Core
-	log  *slog.Logger
+	core   service.Core
+	log    *slog.Logger
+	agents *Agents // nil: the agent endpoints answer errNoAgents
 }
 
 // apiError is the body of every error answer.
@@ -91,11 +98,13 @@ func (h *handler) fail(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, tasks.ErrNotFound), errors.Is(err, service.ErrNoSuchAsk), errors.Is(err, fs.ErrNotExist):
 		status, code = http.StatusNotFound, codeNotFound
+	case errors.Is(err, errNoAgents):
+		status, code = http.StatusNotImplemented, codeInternal
 	case errors.Is(err, workspace.ErrRefused):
 		status, code = http.StatusBadRequest, codeRefused
 	case errors.Is(err, changes.ErrInUse):
 		status, code = http.StatusConflict, codeInUse
-	case errors.Is(err, errInvalid), errors.Is(err, egress.ErrInvalidEntry), errors.Is(err, tasks.ErrOffset),
+	case errors.Is(err, errInvalid), errors.Is(err, policy.ErrInvalidEntry), errors.Is(err, tasks.ErrOffset),
 		errors.Is(err, secrets.ErrInvalid), errors.Is(err, secrets.ErrNoValue),
 		errors.Is(err, service.ErrBadMode), errors.Is(err, service.ErrNoWorkspace):
 		status, code = http.StatusBadRequest, codeInvalid

@@ -84,6 +84,7 @@ func newRoot(stdio Stdio) *cobra.Command {
 		newEgressCmd(stdio, g), newWorkspaceCmd(stdio, g), newImageCmd(stdio, g), newMCPCmd(stdio, g),
 		newSecretCmd(stdio, g))
 	root.AddCommand(newChangesCmds(stdio, g)...)
+	root.AddCommand(newConnectCmds(stdio, g)...)
 	return root
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/api"
 	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/egress/intercept"
 	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/settings"
@@ -183,7 +184,7 @@ func (f runFlags) ephemeralCredentials() (egress.Config, []string, error) {
 	if err != nil {
 		return cfg, nil, fmt.Errorf("state folder: %w", err)
 	}
-	if cfg.CA, err = egress.LoadCA(filepath.Join(state, "ca")); err != nil {
+	if cfg.CA, err = intercept.LoadCA(filepath.Join(state, "ca")); err != nil {
 		return cfg, nil, err
 	}
 	st := settings.Default()
@@ -204,7 +205,7 @@ func (f runFlags) ephemeralCredentials() (egress.Config, []string, error) {
 			return cfg, nil, skipped
 		}
 	}
-	cfg.UpstreamRoots, err = egress.UpstreamRoots(append(st.UpstreamCAs, f.upstreamCAs...))
+	cfg.UpstreamRoots, err = intercept.UpstreamRoots(append(st.UpstreamCAs, f.upstreamCAs...))
 	if err != nil {
 		return cfg, nil, err
 	}

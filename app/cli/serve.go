@@ -107,7 +107,7 @@ own, so that an app that crashed leaves no helper running).`,
 					fmt.Fprintf(stdio.Err, "airlock: %s\n", oneLine(err.Error()))
 				}
 			}()
-			h := api.Handler(svc, nil)
+			h := api.Handler(svc, nil, agentsAPI())
 			errc := make(chan error, 2)
 			go func() { errc <- api.Serve(ctx, l, h, nil) }()
 			fmt.Fprintf(stdio.Err, "airlock: serving on %s\n", sock)

@@ -83,7 +83,7 @@ func newApp(cfg Config, be backend) *App {
 		cfg.GOOS = runtime.GOOS
 	}
 	a := &App{cfg: cfg, log: cfg.Logger, be: be}
-	a.handler = Handler(be.core, be.err, cfg.UI, StreamsSupported(cfg.GOOS), cfg.Logger)
+	a.handler = Handler(be.core, be.err, cfg.UI, StreamsSupported(cfg.GOOS), cfg.Logger, agentsAPI(cfg.GOOS))
 	a.tray = newTray(trayActions{show: a.ShowWindow, review: a.ShowChanges, toggle: a.ToggleVM, quit: a.Quit})
 	if be.helper != nil {
 		a.handler = helperGate(a.handler, be.helper.Status)

@@ -43,10 +43,10 @@ func StreamsSupported(goos string) bool { return goos == "darwin" }
 // core == nil the API answers 503 with unavailable as the reason, so the
 // window can still say what is wrong. Without streams, streaming requests
 // end after PollWindow.
-func Handler(core service.Core, unavailable error, ui http.Handler, streams bool, log *slog.Logger) http.Handler {
+func Handler(core service.Core, unavailable error, ui http.Handler, streams bool, log *slog.Logger, opts ...api.Option) http.Handler {
 	var apiH http.Handler
 	if core != nil {
-		apiH = api.Handler(core, log)
+		apiH = api.Handler(core, log, opts...)
 		if !streams {
 			apiH = cutStreams(apiH, PollWindow, pollLinger)
 		}

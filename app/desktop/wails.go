@@ -64,8 +64,8 @@ func Run(cfg Config) error {
 // takeQuitSignals makes SIGINT and SIGTERM quit through App.Quit for the
 // rest of the process. Wails (v2.16) installs its own handler in Run, which
 // on Linux calls gtk_main_quit from its goroutine; with ours beside it a
-// signal quit twice, and the second call now and then ran into GTK's
-// teardown after the first (SIGSEGV in gtk_main_quit). Called from
+// signal would quit twice, and the second call can run into GTK's teardown
+// after the first (SIGSEGV in gtk_main_quit). Called from
 // OnStartup, once Wails' handler is in place, it resets the signals
 // (undoing Wails' Notify) and takes them itself, so every quit — signal,
 // tray or window — goes through App.Quit, which quits once.

@@ -17,7 +17,7 @@ import (
 // (accept, dial, copy both ways: one copying through a 256 KiB buffer, one
 // splicing) and through the gate (CONNECT and SOCKS5). It reports each as
 // MB/s and the gate's throughput as a ratio of the direct one and of the
-// copying relay, the best a user-space relay did here: a relay is a third
+// copying relay, the best a user-space relay does: a relay is a third
 // busy party on the same cores, so direct is out of its reach.
 func BenchmarkDownload(b *testing.B) {
 	const size = 32 << 20

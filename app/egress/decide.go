@@ -8,6 +8,9 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/egress/policy"
 )
 
 // Verdict is a Decider's answer.
@@ -47,8 +50,9 @@ type Request struct {
 	Port uint16
 }
 
-// Decider answers for connections no rule matches (later: the desktop UI).
-// Decide must return by the context's deadline; an error denies.
+// Decider answers for connections no rule matches: the service asks the
+// user through the UIs attached to it (app/service's askDecider). Decide
+// must return by the context's deadline; an error denies.
 type Decider interface {
 	Decide(ctx context.Context, req Request) (Verdict, error)
 }
@@ -56,6 +60,9 @@ type Decider interface {
 // asker coalesces identical open questions so that a client opening six
 // connections at once asks once.
 type asker struct {
+	decider Decider       // nil: refuse what no rule matches
+	timeout time.Duration // bounds one Decide call
+
 	mu    sync.Mutex
 	calls map[string]*askCall
 }
@@ -85,12 +92,12 @@ func (g *Gate) ask(ctx context.Context, req Request) (Verdict, Reason, error) {
 	if !ok {
 		c = &askCall{done: make(chan struct{})}
 		g.asks.calls[key] = c
-		g.wg.Go(func() {
+		g.live.wg.Go(func() {
 			// The question belongs to the gate, not to the first client:
 			// its deadline runs even if that client goes away.
-			actx, cancel := context.WithTimeout(g.ctx, g.askTO)
+			actx, cancel := context.WithTimeout(g.ctx, g.asks.timeout)
 			defer cancel()
-			c.verdict, c.err = g.decider.Decide(actx, req)
+			c.verdict, c.err = g.asks.decider.Decide(actx, req)
 			switch {
 			case g.ctx.Err() != nil:
 				c.reason = ReasonShutdown
@@ -126,137 +133,63 @@ type plan struct {
 	addrs  []netip.Addr // checked, in dial order
 }
 
-// decide applies the policy to a target: deny entries, then allow entries
-// (or the Decider), then the addresses: a map-host pin's, or the name's
-// resolved ones, each checked. The addresses in the returned plan are the
-// only ones that may be dialled: there is no second lookup.
-//
-// A pin says where a name goes, not whether or on which ports it may be
-// reached: the allow entries decide that as for any name. A pinned special
-// address (loopback, private …) is exempt from the special-address refusal
-// only when a configured allow entry matches the name and port; answers of
-// the Decider, and the session entries they add, never open it, so a pin to
-// such an address with no matching entry is refused without asking.
-func (g *Gate) decide(ctx context.Context, task string, proto Protocol, t target) plan {
+// decide applies the policy to a target (policy.Policy.Match), asks the
+// Decider when no rule matches, then checks the addresses: a map-host
+// pin's, or the name's resolved ones (policy.Policy.Check). The addresses
+// in the returned plan are the only ones that may be dialled: there is no
+// second lookup.
+func (g *Gate) decide(ctx context.Context, task string, proto Protocol, t policy.Target) plan {
 	p := g.policy.Load()
-	if e, ok := p.denied(t); ok {
-		return plan{reason: ReasonDeniedByRule, rule: e.String(), detail: "denied by rule " + e.String()}
-	}
-	if t.addr.IsValid() {
-		if block, class, special := classify(t.addr); special {
-			e, ok := p.exempt(t.addr, t.port, block)
-			if !ok {
-				return refusal(t.addr, class)
-			}
-			return plan{reason: ReasonAllowedByRule, rule: e.String(), addrs: []netip.Addr{t.addr}}
+	m := p.Match(t)
+	reason := ReasonAllowedByRule
+	switch m.Outcome {
+	case policy.Allowed:
+	case policy.Unmatched:
+		if g.asks.decider == nil {
+			return plan{reason: ReasonNoMatchingRule, rule: m.Rule, detail: m.Detail}
 		}
-	}
-	pins := p.pins[t.host] // nil for IP literals
-	pinRule := ""
-	if pins != nil {
-		pinRule = "map-host " + t.host + "=" + pins[0].String()
-	}
-	var out plan
-	e, session, matched := p.allowed(t)
-	switch {
-	case matched:
-		out = plan{reason: ReasonAllowedByRule, rule: e.String()}
-		if session {
-			out.rule += " (session)"
-		}
-		if pinRule != "" {
-			out.rule += ", " + pinRule
-		}
-	case pins != nil && !p.pinsOpen(pins, t.port):
-		a := pins[0]
-		_, class, _ := classify(a)
-		r := refusal(a, class)
-		r.rule = pinRule
-		r.detail = fmt.Sprintf("%s is pinned to %s address %s and no allow rule names %s (a map-host pin says where a name goes, not which ports are open)",
-			t.host, class, a, t)
-		return r
-	case g.decider == nil:
-		return plan{reason: ReasonNoMatchingRule, rule: pinRule, detail: "no allow rule matches " + t.String()}
-	default:
-		v, reason, err := g.ask(ctx, Request{Task: task, Protocol: proto, Host: t.host, Port: t.port})
+		v, r, err := g.ask(ctx, Request{Task: task, Protocol: proto, Host: t.Host, Port: t.Port})
 		switch {
-		case reason != "":
-			return plan{reason: reason, detail: fmt.Sprintf("asking about %s: %v", t, err)}
+		case r != "":
+			return plan{reason: r, detail: fmt.Sprintf("asking about %s: %v", t, err)}
 		case v == AllowOnce || v == AllowAlways:
-			out = plan{reason: ReasonAllowedByAsk, rule: "ask:" + v.String()}
-			if v == AllowAlways {
-				p.addSession(sessionEntry(t))
-			}
+			m = p.Asked(t, m, "ask:"+v.String(), v == AllowAlways)
+			reason = ReasonAllowedByAsk
 		default:
 			return plan{reason: ReasonAskDenied, rule: "ask:deny", detail: "denied when asked"}
 		}
+	default:
+		return refused(m)
 	}
-	if t.addr.IsValid() {
-		out.addrs = []netip.Addr{t.addr}
-		return out
+	if t.Addr.IsValid() {
+		return plan{reason: reason, rule: m.Rule, addrs: m.Addrs}
 	}
-	// A pinned special address is open for this name and port only when a
-	// configured entry allowed them.
-	pinExempt := pins != nil && matched && !session
-	addrs := pins
+	addrs := m.Pins
 	if addrs == nil {
 		rctx, cancel := context.WithTimeout(ctx, g.limits.ResolveTimeout)
 		var err error
-		addrs, err = g.resolver.LookupNetIP(rctx, "ip", t.host)
+		addrs, err = g.resolver.LookupNetIP(rctx, "ip", t.Host)
 		cancel()
 		if err != nil || len(addrs) == 0 {
-			return plan{reason: ReasonResolveFailed, rule: out.rule, detail: fmt.Sprintf("resolve %s: %v", t.host, err)}
+			return plan{reason: ReasonResolveFailed, rule: m.Rule, detail: fmt.Sprintf("resolve %s: %v", t.Host, err)}
 		}
 	}
-	var first *plan
-	for _, a := range addrs {
-		a = a.Unmap().WithZone("")
-		if e, ok := p.deniedAddr(a, t.port); ok {
-			if first == nil {
-				first = &plan{reason: ReasonDeniedByRule, rule: e.String(), addr: a,
-					detail: fmt.Sprintf("%s resolved to %s, denied by rule %s", t.host, a, e)}
-			}
-			continue
-		}
-		if block, class, special := classify(a); special && !pinExempt {
-			if _, ok := p.exempt(a, t.port, block); !ok {
-				if first == nil {
-					r := refusal(a, class)
-					if pins != nil {
-						r.rule = pinRule
-						r.detail = fmt.Sprintf("%s is pinned to %s; only a configured allow rule for %s opens it, not an answer when asked", t.host, r.detail, t)
-					} else {
-						r.detail = t.host + " resolved to " + r.detail
-					}
-					first = &r
-				}
-				continue
-			}
-		}
-		out.addrs = append(out.addrs, a)
+	if m = p.Check(t, m, addrs); m.Outcome != policy.Allowed {
+		return refused(m)
 	}
-	if len(out.addrs) == 0 {
-		return *first
-	}
-	return out
+	return plan{reason: reason, rule: m.Rule, addrs: m.Addrs}
 }
 
-// refusal is the plan for a special address nobody allowed.
-func refusal(a netip.Addr, class addrClass) plan {
-	r := ReasonPrivateAddress
-	if class == "metadata" {
+// refused is the plan for a refusal of the policy.
+func refused(m policy.Plan) plan {
+	r := ReasonDeniedByRule
+	switch m.Outcome {
+	case policy.Private:
+		r = ReasonPrivateAddress
+	case policy.Metadata:
 		r = ReasonMetadataAddress
 	}
-	return plan{reason: r, addr: a, detail: fmt.Sprintf("%s address %s", class, a)}
-}
-
-// sessionEntry is the allow entry an allow-always answer adds: this host
-// (or address) on this port only.
-func sessionEntry(t target) Entry {
-	if t.addr.IsValid() {
-		return Entry{Kind: KindPrefix, Prefix: netip.PrefixFrom(t.addr, t.addr.BitLen()), Port: t.port}
-	}
-	return Entry{Kind: KindName, Name: t.host, Port: t.port}
+	return plan{reason: r, rule: m.Rule, detail: m.Detail, addr: m.Addr}
 }
 
 // dial connects to the plan's addresses in order, each with the dial

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/app/egress/policy"
 )
 
 // TestDecidePins: a map-host pin says where a name goes; the allow entries
@@ -83,7 +85,7 @@ func TestDecidePins(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer g.Close()
-			tg, err := newTarget(tt.host, tt.port)
+			tg, err := policy.NewTarget(tt.host, tt.port)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,7 +115,7 @@ func TestDecideSessionEntryDoesNotOpenPin(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	tg, _ := newTarget("files.test", 5432)
+	tg, _ := policy.NewTarget("files.test", 5432)
 	if pl := g.decide(context.Background(), "", ProtoHTTP, tg); pl.reason != ReasonAllowedByAsk {
 		t.Fatalf("first: %+v", pl)
 	}
@@ -157,7 +159,7 @@ func TestDecideNewSpecialRanges(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer g.Close()
-			tg, err := newTarget(tt.host, 443)
+			tg, err := policy.NewTarget(tt.host, 443)
 			if err != nil {
 				t.Fatal(err)
 			}

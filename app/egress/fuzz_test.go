@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/app/egress/policy"
 )
 
 func FuzzReadProxyRequest(f *testing.F) {
@@ -31,11 +33,11 @@ func FuzzReadProxyRequest(f *testing.F) {
 			}
 			return
 		}
-		if pr.target.port == 0 || pr.target.host == "" {
+		if pr.target.Port == 0 || pr.target.Host == "" {
 			t.Fatalf("accepted request without a target: %+v", pr.target)
 		}
-		if n, err := NormalizeHost(pr.target.host); err != nil || n != pr.target.host {
-			t.Fatalf("target host %q not normalised (%q, %v)", pr.target.host, n, err)
+		if n, err := policy.NormalizeHost(pr.target.Host); err != nil || n != pr.target.Host {
+			t.Fatalf("target host %q not normalised (%q, %v)", pr.target.Host, n, err)
 		}
 		if pr.proto == ProtoHTTP {
 			removeHopHeaders(pr.req.Header)
@@ -63,7 +65,7 @@ func FuzzSOCKSHandshake(f *testing.F) {
 		if out.Len() > 4 {
 			t.Fatalf("handshake wrote %d bytes before the final reply", out.Len())
 		}
-		if err == nil && (r.target.port == 0 || r.target.host == "") {
+		if err == nil && (r.target.Port == 0 || r.target.Host == "") {
 			t.Fatalf("accepted request without a target: %+v", r)
 		}
 		var se *socksError

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/app/egress/policy"
 )
 
 // errHeadTooLarge is returned when a head does not end within the limit.
@@ -67,7 +69,7 @@ func waitHead(br *bufio.Reader, limit int) (int, error) {
 type proxyRequest struct {
 	req    *http.Request
 	proto  Protocol // ProtoHTTP or ProtoConnect
-	target target
+	target policy.Target
 	user   string // from Proxy-Authorization
 	pass   string
 	cred   bool // a Proxy-Authorization header was present
@@ -127,7 +129,7 @@ func readProxyRequest(br *bufio.Reader, limit int) (*proxyRequest, error) {
 	default:
 		return pr, badRequest("unsupported scheme %q", req.URL.Scheme)
 	}
-	host, port, err := splitHostPort(req.URL.Host)
+	host, port, err := policy.SplitHostPort(req.URL.Host)
 	if err != nil {
 		return pr, badRequest("target %q: %v", req.URL.Host, err)
 	}
@@ -137,7 +139,7 @@ func readProxyRequest(br *bufio.Reader, limit int) (*proxyRequest, error) {
 		}
 		port = defPort
 	}
-	if pr.target, err = newTarget(host, port); err != nil {
+	if pr.target, err = policy.NewTarget(host, port); err != nil {
 		return pr, badRequest("target %q: %v", req.URL.Host, err)
 	}
 	if len(hosts) == 1 {
@@ -165,22 +167,22 @@ func rawHosts(head []byte) ([]string, error) {
 // hostAgrees compares a Host header with the target. Without a port the
 // header means defPort; for CONNECT (defPort 0) a port-less header names
 // the host only.
-func hostAgrees(h string, t target, defPort uint16) error {
-	host, port, err := splitHostPort(strings.TrimSpace(h))
+func hostAgrees(h string, t policy.Target, defPort uint16) error {
+	host, port, err := policy.SplitHostPort(strings.TrimSpace(h))
 	if err != nil {
 		return err
 	}
-	ht, err := newTarget(host, max(port, 1))
+	ht, err := policy.NewTarget(host, max(port, 1))
 	if err != nil {
 		return err
 	}
-	if ht.host != t.host {
+	if ht.Host != t.Host {
 		return errors.New("different host")
 	}
 	if port == 0 {
 		port = defPort
 	}
-	if port != 0 && port != t.port {
+	if port != 0 && port != t.Port {
 		return errors.New("different port")
 	}
 	return nil

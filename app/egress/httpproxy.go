@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/app/egress/intercept"
 )
 
 // upstream is a plain-HTTP connection kept between requests of one
@@ -23,12 +25,24 @@ type upstream struct {
 	br   *bufio.Reader
 }
 
-// handleHTTP serves one guest connection to the HTTP proxy: any number of
-// absolute-URI requests, or one CONNECT.
+// httpConn is one guest connection to the HTTP proxy.
+type httpConn struct {
+	g  *Gate
+	c  net.Conn
+	br *bufio.Reader
+	up *upstream // kept between plain-HTTP requests; nil when none is
+}
+
+// handleHTTP serves one guest connection to the HTTP proxy.
 func (g *Gate) handleHTTP(c net.Conn) {
-	br := bufio.NewReaderSize(c, g.limits.MaxHeaderBytes)
-	var up *upstream
-	defer func() { g.dropUpstream(&up) }()
+	h := &httpConn{g: g, c: c, br: bufio.NewReaderSize(c, g.limits.MaxHeaderBytes)}
+	defer h.dropUpstream()
+	h.serve()
+}
+
+// serve serves any number of absolute-URI requests, or one CONNECT.
+func (h *httpConn) serve() {
+	g, c, br := h.g, h.c, h.br
 	for first := true; ; first = false {
 		c.SetReadDeadline(time.Now().Add(g.limits.IdleTimeout))
 		if _, err := br.Peek(1); err != nil {
@@ -43,7 +57,7 @@ func (g *Gate) handleHTTP(c net.Conn) {
 		c.SetReadDeadline(time.Time{})
 		d := Decision{Time: start, Protocol: ProtoHTTP}
 		if pr != nil {
-			d.Protocol, d.Host, d.Port = pr.proto, pr.target.host, pr.target.port
+			d.Protocol, d.Host, d.Port = pr.proto, pr.target.Host, pr.target.Port
 			if d.Protocol == "" {
 				d.Protocol = ProtoHTTP
 			}
@@ -58,16 +72,16 @@ func (g *Gate) handleHTTP(c net.Conn) {
 				re = badRequest("%v", err)
 			}
 			if pr != nil {
-				d.Task, _ = g.authenticate(pr.user, pr.pass, pr.cred)
+				d.Task, _ = g.creds.authenticate(pr.user, pr.pass, pr.cred)
 			}
 			d.Reason, d.Detail = re.reason, re.msg
-			g.refuseHTTP(c, d, re.status, false)
+			h.refuse(d, re.status, false)
 			return
 		}
-		task, ok := g.authenticate(pr.user, pr.pass, pr.cred)
+		task, ok := g.creds.authenticate(pr.user, pr.pass, pr.cred)
 		if !ok {
 			d.Reason, d.Detail = ReasonAuthFailed, "missing or unknown proxy credential"
-			g.refuseHTTP(c, d, http.StatusProxyAuthRequired, pr.req.ContentLength == 0 && !pr.req.Close)
+			h.refuse(d, http.StatusProxyAuthRequired, pr.req.ContentLength == 0 && !pr.req.Close)
 			if pr.req.ContentLength != 0 || pr.req.Close {
 				return
 			}
@@ -75,44 +89,45 @@ func (g *Gate) handleHTTP(c net.Conn) {
 		}
 		d.Task = task
 		if pr.proto == ProtoConnect {
-			g.dropUpstream(&up)
-			g.connect(c, br, pr, d)
+			h.dropUpstream()
+			h.connect(pr, d)
 			return
 		}
-		if !g.forward(c, br, pr, d, &up) {
+		if !h.forward(pr, d) {
 			return
 		}
 	}
 }
 
 // connect decides and serves a CONNECT tunnel.
-func (g *Gate) connect(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decision) {
+func (h *httpConn) connect(pr *proxyRequest, d Decision) {
+	g, c, br := h.g, h.c, h.br
 	pl := g.decide(g.ctx, d.Task, ProtoConnect, pr.target)
 	d.Rule, d.Detail = pl.rule, pl.detail
 	d.Addr = addrText(pl.addr)
 	if !pl.reason.allowed() {
 		d.Reason = pl.reason
-		g.refuseHTTP(c, d, statusFor(pl.reason), false)
+		h.refuse(d, statusFor(pl.reason), false)
 		return
 	}
-	if g.intercepts(pr.target) {
-		g.intercept(c, br, pr.target, pl, d, g.httpTunnelReply(c))
+	if g.tls.intercepts(pr.target) {
+		g.intercept(c, br, pr.target, pl, d, httpTunnelReply(c))
 		return
 	}
-	uc, addr, err := g.dial(g.ctx, pl, pr.target.port)
+	uc, addr, err := g.dial(g.ctx, pl, pr.target.Port)
 	d.Addr = addrText(addr)
 	if err != nil {
 		d.Reason, d.Detail = ReasonDialFailed, err.Error()
-		g.refuseHTTP(c, d, http.StatusBadGateway, false)
+		h.refuse(d, http.StatusBadGateway, false)
 		return
 	}
-	if !g.track(nil, uc) {
+	if !g.live.track(nil, uc) {
 		uc.Close()
 		d.Reason, d.Detail = ReasonShutdown, "gate closed"
 		g.record(d)
 		return
 	}
-	defer g.untrack(nil, uc)
+	defer g.live.untrack(nil, uc)
 	d.Reason = pl.reason
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\nX-Airlock-Decision: "+decisionHeader(d)+"\r\n\r\n"); err != nil {
 		d.Detail = "guest went away: " + err.Error()
@@ -126,7 +141,8 @@ func (g *Gate) connect(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decisio
 // forward decides one absolute-URI request and relays it and its response,
 // reusing the upstream connection when the same host:port is asked again.
 // It reports whether the guest connection can carry another request.
-func (g *Gate) forward(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decision, up **upstream) bool {
+func (h *httpConn) forward(pr *proxyRequest, d Decision) bool {
+	g, c := h.g, h.c
 	req := pr.req
 	keep := !req.Close
 	pl := g.decide(g.ctx, d.Task, ProtoHTTP, pr.target)
@@ -137,46 +153,46 @@ func (g *Gate) forward(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decisio
 		// A body not read would be taken for the next request: only a
 		// bodiless request keeps the connection.
 		keep = keep && req.ContentLength == 0
-		g.refuseHTTP(c, d, statusFor(pl.reason), keep)
+		h.refuse(d, statusFor(pl.reason), keep)
 		return keep
 	}
 	// Plain HTTP never carries a secret: a placeholder here is refused,
 	// whatever the destination.
-	set := g.secrets.Load()
-	if _, _, err := set.apply(req, pr.target, false); err != nil {
+	set := g.tls.secrets.Load()
+	if _, _, err := set.Apply(req, pr.target, false); err != nil {
 		d.Reason, d.Detail = ReasonPlaceholder, err.Error()
 		keep = keep && req.ContentLength == 0
-		g.refuseHTTP(c, d, http.StatusForbidden, keep)
+		h.refuse(d, http.StatusForbidden, keep)
 		return keep
 	}
-	var scan *scanReader
-	if req.Body != nil && req.Body != http.NoBody && len(set.list) > 0 {
-		scan = newScanReader(req.Body, set, func(*secret) bool { return false })
+	var scan *intercept.ScanReader
+	if req.Body != nil && req.Body != http.NoBody && set.Len() > 0 {
+		scan = set.ScanBody(req.Body, pr.target, false)
 		req.Body = io.NopCloser(scan)
 		req.Trailer = nil // trailers arrive after the scan: not passed on
 	}
 	key := pr.target.String()
-	if u := *up; u != nil && (u.key != key || !containsAddr(pl.addrs, u.addr)) {
-		g.dropUpstream(up)
+	if u := h.up; u != nil && (u.key != key || !containsAddr(pl.addrs, u.addr)) {
+		h.dropUpstream()
 	}
-	if *up == nil {
-		uc, addr, err := g.dial(g.ctx, pl, pr.target.port)
+	if h.up == nil {
+		uc, addr, err := g.dial(g.ctx, pl, pr.target.Port)
 		d.Addr = addrText(addr)
 		if err != nil {
 			d.Reason, d.Detail = ReasonDialFailed, err.Error()
 			keep = keep && req.ContentLength == 0
-			g.refuseHTTP(c, d, http.StatusBadGateway, keep)
+			h.refuse(d, http.StatusBadGateway, keep)
 			return keep
 		}
-		if !g.track(nil, uc) {
+		if !g.live.track(nil, uc) {
 			uc.Close()
 			d.Reason, d.Detail = ReasonShutdown, "gate closed"
 			g.record(d)
 			return false
 		}
-		*up = &upstream{key: key, addr: addr, conn: uc, br: bufio.NewReaderSize(uc, g.limits.MaxHeaderBytes)}
+		h.up = &upstream{key: key, addr: addr, conn: uc, br: bufio.NewReaderSize(uc, g.limits.MaxHeaderBytes)}
 	}
-	u := *up
+	u := h.up
 	d.Addr = u.addr.String()
 	d.Reason = pl.reason
 
@@ -193,35 +209,35 @@ func (g *Gate) forward(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decisio
 	// Values never travel in plain HTTP, but a secret's host may hold one
 	// (sent earlier over HTTPS) and serve it here: its answers are
 	// searched too.
-	red := set.redactor(pr.target, nil)
+	red := set.Redactor(pr.target, nil)
 	if red != nil {
 		req.Header["Accept-Encoding"] = []string{"identity"}
 	}
 	req.Close = false
 	var err error
 	d.BytesUp, err = writeRequest(u.conn, req)
-	if scan != nil && scan.found != nil {
-		g.dropUpstream(up)
+	if scan != nil && scan.Refusal() != nil {
+		h.dropUpstream()
 		d.Reason = ReasonPlaceholder
-		d.Detail = fmt.Sprintf("the placeholder of secret %s was sent in the body of a plain-HTTP request: secrets are only added to HTTPS requests to their hosts", scan.found.Name)
-		g.refuseHTTP(c, d, http.StatusForbidden, false)
+		d.Detail = scan.Refusal().Error()
+		h.refuse(d, http.StatusForbidden, false)
 		return false
 	}
 	if err != nil {
-		return g.upstreamFailed(c, d, up, fmt.Errorf("write request: %w", err), false)
+		return h.upstreamFailed(d, fmt.Errorf("write request: %w", err), false)
 	}
 	u.conn.SetReadDeadline(time.Now().Add(g.limits.ResponseTimeout))
-	resp, err := g.readResponse(u.br, req)
+	resp, err := readResponse(u.br, req, g.limits.MaxHeaderBytes)
 	u.conn.SetReadDeadline(time.Time{})
 	if err != nil {
-		return g.upstreamFailed(c, d, up, fmt.Errorf("read response: %w", err), false)
+		return h.upstreamFailed(d, fmt.Errorf("read response: %w", err), false)
 	}
 	defer resp.Body.Close()
 	upstreamClose := resp.Close
 	removeHopHeaders(resp.Header)
 	if red != nil {
-		if err := red.response(resp); err != nil {
-			return g.upstreamFailed(c, d, up, err, false)
+		if err := red.Response(resp); err != nil {
+			return h.upstreamFailed(d, err, false)
 		}
 	}
 	resp.ProtoMajor, resp.ProtoMinor, resp.Proto = 1, 1, "HTTP/1.1"
@@ -230,16 +246,16 @@ func (g *Gate) forward(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decisio
 	resp.Close = !keep
 	d.BytesDown, err = writeResponse(c, resp)
 	if red != nil {
-		if note := echoNote(red.hits); note != "" {
+		if note := intercept.EchoNote(red.Hits()); note != "" {
 			d.Detail = note
-			g.logger.Warn("egress: a secret's host echoed its value; the guest got the placeholder", "host", pr.target.host, "detail", note)
+			g.logger.Warn("egress: a secret's host echoed its value; the guest got the placeholder", "host", pr.target.Host, "detail", note)
 		}
 	}
 	if err != nil {
-		return g.upstreamFailed(c, d, up, fmt.Errorf("relay response: %w", err), true)
+		return h.upstreamFailed(d, fmt.Errorf("relay response: %w", err), true)
 	}
 	if upstreamClose || untilEOF {
-		g.dropUpstream(up)
+		h.dropUpstream()
 	}
 	g.record(d)
 	return keep
@@ -247,9 +263,9 @@ func (g *Gate) forward(c net.Conn, br *bufio.Reader, pr *proxyRequest, d Decisio
 
 // readResponse reads a response head of bounded size, skipping 1xx
 // interim responses.
-func (g *Gate) readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
+func readResponse(br *bufio.Reader, req *http.Request, limit int) (*http.Response, error) {
 	for {
-		if _, err := waitHead(br, g.limits.MaxHeaderBytes); err != nil {
+		if _, err := waitHead(br, limit); err != nil {
 			return nil, err
 		}
 		resp, err := http.ReadResponse(br, req)
@@ -269,22 +285,22 @@ func (g *Gate) readResponse(br *bufio.Reader, req *http.Request) (*http.Response
 
 // upstreamFailed records an exchange the upstream broke. Before any of the
 // response reached the guest it answers 502; after, it can only close.
-func (g *Gate) upstreamFailed(c net.Conn, d Decision, up **upstream, err error, started bool) bool {
-	g.dropUpstream(up)
+func (h *httpConn) upstreamFailed(d Decision, err error, started bool) bool {
+	h.dropUpstream()
 	d.Detail = err.Error()
 	if started {
-		g.record(d) // allowed; the detail says how it ended
+		h.g.record(d) // allowed; the detail says how it ended
 		return false
 	}
 	d.Reason = ReasonUpstreamError
-	g.refuseHTTP(c, d, http.StatusBadGateway, false)
+	h.refuse(d, http.StatusBadGateway, false)
 	return false
 }
 
-func (g *Gate) dropUpstream(up **upstream) {
-	if *up != nil {
-		g.untrack(nil, (*up).conn)
-		*up = nil
+func (h *httpConn) dropUpstream() {
+	if h.up != nil {
+		h.g.live.untrack(nil, h.up.conn)
+		h.up = nil
 	}
 }
 
@@ -307,10 +323,10 @@ func statusFor(r Reason) int {
 	return http.StatusForbidden
 }
 
-// refuseHTTP answers a refused request with a plain-text explanation and
+// refuse answers a refused request with a plain-text explanation and
 // the X-Airlock-Decision header, and records the decision.
-func (g *Gate) refuseHTTP(c net.Conn, d Decision, status int, keep bool) {
-	g.record(d)
+func (h *httpConn) refuse(d Decision, status int, keep bool) {
+	h.g.record(d)
 	body := refusalText(d)
 	var b strings.Builder
 	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
@@ -325,9 +341,9 @@ func (g *Gate) refuseHTTP(c net.Conn, d Decision, status int, keep bool) {
 	}
 	b.WriteString("\r\n")
 	b.WriteString(body)
-	c.SetWriteDeadline(time.Now().Add(g.limits.HeaderTimeout))
-	io.WriteString(c, b.String())
-	c.SetWriteDeadline(time.Time{})
+	h.c.SetWriteDeadline(time.Now().Add(h.g.limits.HeaderTimeout))
+	io.WriteString(h.c, b.String())
+	h.c.SetWriteDeadline(time.Time{})
 }
 
 // decisionHeader is the X-Airlock-Decision value: "deny; reason=CODE".

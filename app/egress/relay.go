@@ -55,16 +55,15 @@ func relay(client net.Conn, clientR io.Reader, upstream net.Conn) (up, down int6
 var relayBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
 // copyConn copies src to dst in 256 KiB steps through a pooled buffer,
-// whatever the two ends are. The default 32 KiB steps would make eight
-// times the transport frames, each costing the guest a wake-up. Between
-// two TCP sockets (the gate on loopback) it copies too instead of letting
-// io.Copy splice: splicing saves the relay 10-50 % of its CPU, but the
-// reader then pays 1.4-2.4 times as much to read the spliced pages, so a
-// GiB cost the three parties as much CPU or more (0.9-1.4 s against
-// 0.9-1.0 s) and a splicing relay was a third slower (BenchmarkDownload).
-// The wrappers hide ReaderFrom and WriterTo so io.CopyBuffer uses buf. To
-// the guest's framed stream it copies with the stream's own ReadFrom,
-// which reads each step straight into the record it sends.
+// whatever the two ends are. The default 32 KiB steps would make eight times
+// the transport frames, each costing the guest a wake-up. Between two TCP
+// sockets (the gate on loopback) it copies too instead of letting io.Copy
+// splice: splicing saves the relay CPU, but the reader pays more to read the
+// spliced pages than the relay saves, and the transfer is slower
+// (BenchmarkDownload; figures: docs/performance.md, Figures behind the code).
+// The wrappers hide ReaderFrom and WriterTo so io.CopyBuffer uses buf. To the
+// guest's framed stream it copies with the stream's own ReadFrom, which reads
+// each step straight into the record it sends.
 func copyConn(dst io.Writer, src io.Reader) (int64, error) {
 	if fw, ok := dst.(*egresswire.Conn); ok {
 		return fw.ReadFrom(src)
@@ -77,10 +76,10 @@ func copyConn(dst io.Writer, src io.Reader) (int64, error) {
 // msgWriter is what the plain-HTTP and inspected relays write one request
 // or response through (see writeRequest, writeResponse). The head's many
 // small writes and a chunk's size line are gathered and written together,
-// at most msgGather bytes; a body goes in copyConn's 256 KiB steps (a
-// bufio.Writer sent it in 4 KiB writes, each a transport frame for the
-// guest or a TLS record, and held back a streamed body until 4 KiB had
-// come). What is gathered is written before the relay next waits for the
+// at most msgGather bytes; a body goes in copyConn's 256 KiB steps, not in
+// small writes that each become a transport frame for the guest or a TLS
+// record, and a streamed body is not held back until a buffer fills. What
+// is gathered is written before the relay next waits for the
 // body (flushReader) or by flush. It counts the bytes written.
 type msgWriter struct {
 	w       io.Writer

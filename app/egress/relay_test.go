@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/app/egress/intercept"
 )
 
 // streamOrigin is a raw loopback HTTP server: it reads one request head
@@ -131,7 +133,7 @@ func TestInspectedStreamsBodies(t *testing.T) {
 				<-more
 				io.WriteString(w, "second\n")
 			}))
-			ca, err := LoadCA(t.TempDir())
+			ca, err := intercept.LoadCA(t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}

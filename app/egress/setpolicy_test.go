@@ -3,6 +3,8 @@ package egress
 import (
 	"errors"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/app/egress/policy"
 )
 
 func TestSetPolicy(t *testing.T) {
@@ -12,7 +14,7 @@ func TestSetPolicy(t *testing.T) {
 	}
 	defer g.Close()
 	before := g.policy.Load()
-	if err := g.SetPolicy([]string{"*.com"}, nil, nil); !errors.Is(err, ErrInvalidEntry) {
+	if err := g.SetPolicy([]string{"*.com"}, nil, nil); !errors.Is(err, policy.ErrInvalidEntry) {
 		t.Fatalf("allow *.com: %v", err)
 	}
 	if g.policy.Load() != before {
@@ -22,13 +24,14 @@ func TestSetPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := g.policy.Load()
-	if len(p.allow) != 1 || p.allow[0].Name != "b.test" || len(p.deny) != 1 || len(p.pins["c.test"]) != 1 {
-		t.Fatalf("new policy %+v", p)
+	for host, want := range map[string]policy.Outcome{
+		"a.test": policy.Unmatched, "b.test": policy.Allowed, "x.com": policy.Denied,
+	} {
+		if m := p.Match(policy.Target{Host: host, Port: 443}); m.Outcome != want {
+			t.Errorf("new policy: %s is %v, want %v", host, m.Outcome, want)
+		}
 	}
-	if _, err := ParseAllowEntry("*.com"); err == nil {
-		t.Fatalf("ParseAllowEntry accepted *.com")
-	}
-	if _, err := ParseAllowEntry("*.example.com"); err != nil {
-		t.Fatal(err)
+	if m := p.Match(policy.Target{Host: "c.test", Port: 443}); m.Rule != "map-host c.test=127.0.0.1" {
+		t.Errorf("new policy: c.test matched %+v, want its pin", m)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"net"
 	"syscall"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/app/egress/policy"
 )
 
 // SOCKS5 constants (RFC 1928, RFC 1929).
@@ -55,7 +57,7 @@ type socksRequest struct {
 	task   string
 	host   string // as sent: a name, or the address text
 	port   uint16
-	target target
+	target policy.Target
 }
 
 // authFunc maps a credential to a task; present is false when the client
@@ -153,7 +155,7 @@ func socksHandshake(rw io.ReadWriter, auth authFunc) (socksRequest, error) {
 	if req[1] != cmdConnect {
 		return r, &socksError{reason: ReasonUnsupported, reply: repCmdNotSupported, msg: fmt.Sprintf("command %#x (only CONNECT is supported)", req[1])}
 	}
-	t, err := newTarget(r.host, r.port)
+	t, err := policy.NewTarget(r.host, r.port)
 	if err != nil {
 		return r, &socksError{reason: ReasonBadRequest, reply: repGeneralFailure, msg: fmt.Sprintf("target %q: %v", r.host, err)}
 	}
@@ -200,9 +202,9 @@ func (g *Gate) handleSOCKS(c net.Conn) {
 		io.Reader
 		io.Writer
 	}{br, c}
-	r, err := socksHandshake(rw, g.authenticate)
+	r, err := socksHandshake(rw, g.creds.authenticate)
 	c.SetDeadline(time.Time{})
-	d.Task, d.Host, d.Port = r.task, r.target.host, r.port
+	d.Task, d.Host, d.Port = r.task, r.target.Host, r.port
 	if d.Host == "" {
 		d.Host = r.host
 	}
@@ -230,7 +232,7 @@ func (g *Gate) handleSOCKS(c net.Conn) {
 		g.record(d)
 		return
 	}
-	if g.intercepts(r.target) {
+	if g.tls.intercepts(r.target) {
 		g.intercept(c, br, r.target, pl, d, socksTunnelReply(c))
 		return
 	}
@@ -242,13 +244,13 @@ func (g *Gate) handleSOCKS(c net.Conn) {
 		g.record(d)
 		return
 	}
-	if !g.track(nil, uc) {
+	if !g.live.track(nil, uc) {
 		uc.Close()
 		d.Reason, d.Detail = ReasonShutdown, "gate closed"
 		g.record(d)
 		return
 	}
-	defer g.untrack(nil, uc)
+	defer g.live.untrack(nil, uc)
 	d.Reason = pl.reason
 	if err := socksReply(c, repSucceeded); err != nil {
 		d.Detail = "guest went away: " + err.Error()

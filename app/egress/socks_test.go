@@ -262,7 +262,7 @@ func TestMaxConns(t *testing.T) {
 	wantDecision(t, tg.Gate, ProtoSOCKS, "", ReasonTooManyConns)
 	held[0].Close()
 	waitDecision(t, tg.Gate, func(d Decision) bool { return d.Reason == ReasonBadRequest || d.Reason == ReasonTimeout })
-	for deadline := time.Now().Add(5 * time.Second); tg.guestConns.Load() > 1 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); tg.live.guests.Load() > 1 && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
 	_, method, _, _ := socksClient{}.dial(t, tg.socksAddr, "x.test", 80)

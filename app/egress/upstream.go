@@ -3,42 +3,14 @@ package egress
 import (
 	"bufio"
 	"context"
-	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"time"
 )
-
-// UpstreamRoots returns the roots the gate verifies real servers with: the
-// system's, plus the PEM certificates in files (a corporate CA, a private
-// CA). A file without a certificate is an error naming it. Without files
-// it returns nil, which means the system's roots to crypto/tls, loaded on
-// the first verification: reading them (~150 files) took 10-14 ms of every
-// `airlock run`, which mostly verifies no server at all.
-func UpstreamRoots(files []string) (*x509.CertPool, error) {
-	if len(files) == 0 {
-		return nil, nil
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("upstream CA: %w", err)
-		}
-		if !pool.AppendCertsFromPEM(b) {
-			return nil, fmt.Errorf("upstream CA %s: no PEM certificate in it", f)
-		}
-	}
-	return pool, nil
-}
 
 // ParseUpstreamProxy checks an upstream proxy URL: http://[user:pass@]host:port.
 func ParseUpstreamProxy(s string) (*url.URL, error) {

@@ -19,12 +19,10 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/airlock-sandbox/airlock/app/clock"
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/guest/api"
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/client"
 	"github.com/airlock-sandbox/airlock/internal/filelock"
 	"github.com/airlock-sandbox/airlock/vm"
@@ -139,7 +137,7 @@ type Sandbox struct {
 // or when the kernel has not started init after initDeadline, and tried
 // once more (that one waits out the whole boot timeout).
 //
-// A machine started from a saved state that fails (vm.ErrSavedState: the
+// A machine started from a saved state that fails (vm.Restorer: the
 // backend has discarded that state) is started once more too, which then
 // boots.
 func Start(ctx context.Context, o Options) (*Sandbox, error) {
@@ -151,7 +149,7 @@ func Start(ctx context.Context, o Options) (*Sandbox, error) {
 				o.Logger.Warn("the guest kernel stalled during boot; booting it once more", "err", err)
 			}
 			sb, err = start(ctx, o, 0)
-		case errors.Is(err, vm.ErrSavedState):
+		case errors.As(err, new(restoreFailed)):
 			if o.Logger != nil {
 				o.Logger.Warn("the machine's saved state failed; booting it instead", "err", err)
 			}
@@ -167,6 +165,12 @@ func Start(ctx context.Context, o Options) (*Sandbox, error) {
 // 3-4 s on a loaded one; only boot timeouts longer than twice this use
 // it.
 var initDeadline = 30 * time.Second
+
+// restoreFailed is the error of a start whose machine started from a saved
+// state that failed (vm.Restorer.RestoreFailed).
+type restoreFailed struct{ error }
+
+func (e restoreFailed) Unwrap() error { return e.error }
 
 func start(ctx context.Context, o Options, initBy time.Duration) (_ *Sandbox, err error) {
 	if o.CPUs == 0 {
@@ -200,6 +204,9 @@ func start(ctx context.Context, o Options, initBy time.Duration) (_ *Sandbox, er
 		if err != nil {
 			s.diskLock.Unlock()
 			s.layerLock.Unlock()
+		}
+		if r, ok := s.m.(vm.Restorer); ok && err != nil && r.RestoreFailed() {
+			err = restoreFailed{err}
 		}
 	}()
 	if o.ConsoleLog == "" {
@@ -285,21 +292,20 @@ func start(ctx context.Context, o Options, initBy time.Duration) (_ *Sandbox, er
 		s.closeAgent()
 		return nil, fmt.Errorf("sandbox: guest agent does not answer after readiness: %w%s", err, consoleHint(o.ConsoleLog))
 	}
-	// vmtest machines run the real agent on this host: installing the CA
-	// there would change the host's own trust store.
-	if len(o.GuestCA) > 0 && s.m.Info().Backend != "vmtest" {
+	// A guest that is this host (vm.HostGuest) has the host's trust store.
+	if len(o.GuestCA) > 0 && !vm.GuestIsHost(s.m) {
 		if err := s.installCA(ctx, o.GuestCA); err != nil {
 			s.agent.Close()
 			s.stopMachine()
 			return nil, err
 		}
 	}
-	if o.WarmUp && s.m.Info().Backend != "vmtest" {
+	if o.WarmUp && !vm.GuestIsHost(s.m) {
 		s.warmUp(ctx)
 	}
 	s.watchClock()
 	s.log.Info("guest ready", "boot", s.bootTime, "agent", s.ready.AgentVersion, "accel", s.m.Info().Accelerator, "machine", s.m.Info().Machine,
-		"restored", s.m.Info().Restored)
+		"restored", vm.Restored(s.m))
 	return s, nil
 }
 
@@ -325,7 +331,7 @@ func (s *Sandbox) installCA(ctx context.Context, pem []byte) error {
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	err := s.agent.TrustCA(ictx, pem)
-	if status.Code(err) == codes.Unimplemented {
+	if errors.Is(err, agentv1.ErrUnimplemented) {
 		// An image built before the call existed (images/ builds the
 		// guest from this source tree).
 		return fmt.Errorf("sandbox: install the Airlock CA in the guest: the guest image's agent is older than this airlock; rebuild the image (make image): %w", err)
@@ -484,15 +490,14 @@ func (s *Sandbox) Close(ctx context.Context) error { return s.close(ctx, false) 
 // once the agent has answered the shutdown, which it does after syncing the
 // guest's file systems, the machine is stopped at once. The rest of the
 // guest's power-off ends processes, unmounts the workspace and powers off,
-// which keeps nothing and cost a guest started from a template 130-190 ms
-// under TCG (code nothing in that QEMU had run): the workspace's writes are
-// on the host already (9p with cache=mmap writes through, and writes a
-// shared mapping back when it is unmapped, as a task that ends does: a task
-// that wrote through a mapping and never synced had its bytes on the host
-// even with the agent's sync skipped, 2026-12-03), and the agent's sync
-// before its answer flushes anything else. A
-// machine with a persistent disk still powers off in order: its file
-// system is unmounted cleanly.
+// which keeps nothing and, on a machine started from a template, runs code
+// its QEMU never ran, slow under TCG (docs/performance.md, What changed:
+// templates). The workspace's writes are on the host already: 9p with
+// cache=mmap writes through, and writes a shared mapping back when it is
+// unmapped, as it is when the task that made it ends, synced or not; the
+// agent's sync before its answer flushes anything else. A machine with a
+// persistent disk still powers off in order: its file system is unmounted
+// cleanly.
 //
 // So does a machine with a changes layer: its layer's file system (which
 // has no journal) is unmounted cleanly before the power-off.

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -335,6 +334,64 @@ func TestInstallCA(t *testing.T) {
 	})
 }
 
+// ownSystem is a fake machine that says its guest is a system of its own,
+// as a real backend's is.
+type ownSystem struct{ *vmtest.Machine }
+
+func (ownSystem) GuestIsHost() bool { return false }
+
+// TestStartGuestIsHost: Start installs the CA and runs the warm-up task
+// in a guest of its own, and leaves a guest that is this host
+// (vm.HostGuest) alone.
+func TestStartGuestIsHost(t *testing.T) {
+	pem := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+	for _, tt := range []struct {
+		name   string
+		isHost bool
+	}{
+		{"guest is the host", true},
+		{"guest of its own", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &caAgent{fakeAgent: &fakeAgent{off: make(chan struct{})}}
+			var tasks atomic.Int32
+			exec := func(s *execwire.Stream) error {
+				tasks.Add(1)
+				if _, err := s.Recv(); err != nil {
+					return err
+				}
+				if err := s.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Started{Started: &agentv1.Started{Pid: 2}}}); err != nil {
+					return err
+				}
+				return s.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{}}})
+			}
+			boot := func(ctx context.Context, g *vmtest.Guest) error {
+				return g.ServeAgent(ctx, a, exec, api.Ready{AgentVersion: "test"}, a.off)
+			}
+			sb, err := Start(context.Background(), Options{
+				Image: Image{Kernel: "k", Initrd: "i"}, RunDir: t.TempDir(), BootTimeout: time.Minute,
+				GuestCA: pem, WarmUp: true,
+				NewMachine: func(cfg vm.Config) (vm.Machine, error) {
+					if tt.isHost {
+						return vmtest.New(cfg, boot), nil
+					}
+					return ownSystem{vmtest.New(cfg, boot)}, nil
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Close(context.Background())
+			if got := a.pem.Load() != nil; got == tt.isHost {
+				t.Errorf("CA installed: %v", got)
+			}
+			if got := tasks.Load() > 0; got == tt.isHost {
+				t.Errorf("warm-up task run: %v", got)
+			}
+		})
+	}
+}
+
 // TestStartKernelNeverReachesInit: a first boot whose kernel has not
 // started init (no api.InitRunning line on the console) by the deadline
 // counts as stalled and is booted once more; the second boot gets the
@@ -408,8 +465,8 @@ func TestStartKernelNeverReachesInit(t *testing.T) {
 }
 
 // TestStartSavedStateFails: a machine started from a saved state that
-// fails (vm.ErrSavedState: the backend discarded that state) is started
-// once more, and only once.
+// fails (vm.Restorer: the backend discarded that state) is started once
+// more, and only once.
 func TestStartSavedStateFails(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
@@ -425,7 +482,7 @@ func TestStartSavedStateFails(t *testing.T) {
 			var boots atomic.Int32
 			boot := func(ctx context.Context, g *vmtest.Guest) error {
 				if int(boots.Add(1)) <= tt.fails {
-					return fmt.Errorf("qemu: %w: its guest did not answer", vm.ErrSavedState)
+					return g.FailRestore(errors.New("qemu: the guest started from a template did not answer"))
 				}
 				return goodGuest(a)(ctx, g)
 			}
@@ -437,7 +494,7 @@ func TestStartSavedStateFails(t *testing.T) {
 				t.Errorf("%d starts, want %d", got, tt.wantBoot)
 			}
 			if tt.wantErr {
-				if !errors.Is(err, vm.ErrSavedState) || !errors.Is(err, ErrNotReady) {
+				if !errors.As(err, new(restoreFailed)) || !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "did not answer") {
 					t.Fatalf("err = %v, want the saved state's failure", err)
 				}
 				return

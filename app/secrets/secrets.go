@@ -19,7 +19,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/egress/policy"
+
+	"github.com/airlock-sandbox/airlock/app/egress/intercept"
 	"github.com/airlock-sandbox/airlock/app/settings"
 )
 
@@ -57,12 +59,12 @@ func Validate(s settings.Secret) error {
 		bad("no host: say where the secret may be sent (--host api.example.com)")
 	}
 	for _, h := range s.Hosts {
-		if _, err := egress.ParseEntry(h); err != nil {
+		if _, err := policy.ParseEntry(h); err != nil {
 			bad("host: %v", err)
 		}
 	}
 	if s.Header != "" {
-		if _, _, _, err := egress.ParseHeaderTemplate(s.Header); err != nil {
+		if _, _, _, err := intercept.ParseHeaderTemplate(s.Header); err != nil {
 			bad("%v", err)
 		}
 	}
@@ -73,8 +75,8 @@ func Validate(s settings.Secret) error {
 	default:
 		bad("source %q: use keychain, env:VAR or file:/absolute/path", s.Source)
 	}
-	if len(s.Placeholder) < egress.MinPlaceholder || strings.Trim(strings.ToLower(s.Placeholder), "abcdefghijklmnopqrstuvwxyz0123456789_-") != "" {
-		bad("placeholder %q: at least %d letters, digits, _ or -", s.Placeholder, egress.MinPlaceholder)
+	if len(s.Placeholder) < intercept.MinPlaceholder || strings.Trim(strings.ToLower(s.Placeholder), "abcdefghijklmnopqrstuvwxyz0123456789_-") != "" {
+		bad("placeholder %q: at least %d letters, digits, _ or -", s.Placeholder, intercept.MinPlaceholder)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("secret %s: %w: %w", s.Name, ErrInvalid, err)
@@ -219,8 +221,8 @@ func (st *Store) Forget(s settings.Secret) error {
 // ForGate reads the value of each secret for the egress gate. A secret
 // whose value cannot be read is left out, and its error returned with the
 // others (names only, never values).
-func (st *Store) ForGate(list []settings.Secret) ([]egress.Secret, error) {
-	var out []egress.Secret
+func (st *Store) ForGate(list []settings.Secret) ([]intercept.Secret, error) {
+	var out []intercept.Secret
 	var errs []error
 	for _, s := range list {
 		v, err := st.Value(s)
@@ -228,7 +230,7 @@ func (st *Store) ForGate(list []settings.Secret) ([]egress.Secret, error) {
 			errs = append(errs, err)
 			continue
 		}
-		out = append(out, egress.Secret{Name: s.Name, Hosts: s.Hosts, Header: s.Header, Placeholder: s.Placeholder, Value: v})
+		out = append(out, intercept.Secret{Name: s.Name, Hosts: s.Hosts, Header: s.Header, Placeholder: s.Placeholder, Value: v})
 	}
 	return out, errors.Join(errs...)
 }

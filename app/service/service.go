@@ -18,6 +18,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/app/changes"
 	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/egress/intercept"
+	"github.com/airlock-sandbox/airlock/app/egress/policy"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/session"
@@ -65,7 +67,7 @@ type Service struct {
 	store *tasks.Store
 	gate  *egress.Gate
 	valid settings.Validators
-	ca    *egress.CA
+	ca    *intercept.CA
 	vault *secrets.Store
 
 	asks  asks
@@ -104,9 +106,9 @@ func Open(cfg Config) (*Service, error) {
 			f, err := cfg.Resolve(dir)
 			return f.Path, err
 		},
-		Allow:         func(e string) error { _, err := egress.ParseAllowEntry(e); return err },
-		Deny:          func(e string) error { _, err := egress.ParseEntry(e); return err },
-		MapHost:       func(e string) error { _, err := egress.ParseMapHost(e); return err },
+		Allow:         func(e string) error { _, err := policy.ParseAllowEntry(e); return err },
+		Deny:          func(e string) error { _, err := policy.ParseEntry(e); return err },
+		MapHost:       func(e string) error { _, err := policy.ParseMapHost(e); return err },
 		Secret:        secrets.Validate,
 		UpstreamProxy: func(u string) error { _, err := egress.ParseUpstreamProxy(u); return err },
 	}
@@ -121,11 +123,11 @@ func Open(cfg Config) (*Service, error) {
 	if s.store, err = tasks.Open(filepath.Join(cfg.StateDir, "tasks"), cfg.Tasks); err != nil {
 		return nil, fmt.Errorf("service: %w", err)
 	}
-	if s.ca, err = egress.LoadCA(filepath.Join(cfg.StateDir, "ca")); err != nil {
+	if s.ca, err = intercept.LoadCA(filepath.Join(cfg.StateDir, "ca")); err != nil {
 		s.store.Close()
 		return nil, fmt.Errorf("service: %w", err)
 	}
-	roots, err := egress.UpstreamRoots(st.UpstreamCAs)
+	roots, err := intercept.UpstreamRoots(st.UpstreamCAs)
 	if err != nil {
 		s.store.Close()
 		return nil, fmt.Errorf("service: settings upstream_cas: %w", err)
@@ -264,12 +266,12 @@ func (s *Service) EgressRule(_ context.Context, action, pattern string) (setting
 	err := s.updateSettings(func(st *settings.Settings) error {
 		switch action {
 		case "allow":
-			if _, err := egress.ParseAllowEntry(pattern); err != nil {
+			if _, err := policy.ParseAllowEntry(pattern); err != nil {
 				return err
 			}
 			st.Allow = appendNew(st.Allow, pattern)
 		case "deny":
-			if _, err := egress.ParseEntry(pattern); err != nil {
+			if _, err := policy.ParseEntry(pattern); err != nil {
 				return err
 			}
 			st.Deny = appendNew(st.Deny, pattern)

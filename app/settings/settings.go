@@ -30,7 +30,7 @@ type Settings struct {
 	MemoryMiB int `json:"memory_mib"`
 	// ReadOnly shares the workspace read-only.
 	ReadOnly bool `json:"read_only"`
-	// Allow lists the hosts the guest may reach (egress.ParseEntry grammar).
+	// Allow lists the hosts the guest may reach (the grammar of app/egress/policy.ParseEntry).
 	Allow []string `json:"allow"`
 	// Deny lists hosts refused even when allowed; deny wins.
 	Deny []string `json:"deny"`
@@ -130,7 +130,7 @@ type Validators struct {
 	// passes workspace.Host.Validate.
 	Workspace func(dir string) (string, error)
 	// Allow, Deny and MapHost check one list entry each; app passes the
-	// egress policy parser (egress.ParseEntry, egress.ParseMapHost).
+	// egress policy parser (policy.ParseEntry, policy.ParseMapHost).
 	Allow, Deny, MapHost func(entry string) error
 	// Secret checks one secret's metadata; app passes secrets.Validate.
 	Secret func(Secret) error

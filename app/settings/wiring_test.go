@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/app/egress"
+	"github.com/airlock-sandbox/airlock/app/egress/policy"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/settings"
 	"github.com/airlock-sandbox/airlock/app/workspace"
@@ -22,12 +22,12 @@ func appValidators(t *testing.T) settings.Validators {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry := func(s string) error { _, err := egress.ParseEntry(s); return err }
+	entry := func(s string) error { _, err := policy.ParseEntry(s); return err }
 	return settings.Validators{
 		Workspace: host.Validate,
 		Allow:     entry,
 		Deny:      entry,
-		MapHost:   func(s string) error { _, err := egress.ParseMapHost(s); return err },
+		MapHost:   func(s string) error { _, err := policy.ParseMapHost(s); return err },
 	}
 }
 
@@ -69,7 +69,7 @@ func TestWithEgressAndWorkspace(t *testing.T) {
 			t.Errorf("line %d:\n%s\nwant prefix:\n%s", i, lines[i], want)
 		}
 	}
-	if !errors.Is(err, egress.ErrInvalidEntry) || !errors.Is(err, workspace.ErrRefused) {
+	if !errors.Is(err, policy.ErrInvalidEntry) || !errors.Is(err, workspace.ErrRefused) {
 		t.Error("validator sentinels are not reachable through errors.Is")
 	}
 }

@@ -21,8 +21,7 @@
 //     While the task is live the file is one 4 KiB page rewritten in place
 //     by a single write (the document padded with spaces), which a crash of
 //     this process cannot tear; after the task ends, and for documents over
-//     a page, it is replaced atomically (temporary file, then rename). The
-//     next task's files are made ahead of time, the metadata file empty.
+//     a page, it is replaced atomically (temporary file, then rename).
 //   - ID.log: the output, append-only, written as it arrives (one write(2)
 //     per Write, per 256 KiB for larger ones), without fsync. It is a sequence of records: an
 //     8-byte header (magic 0xA7, stream 1=stdout 2=stderr, uint16 payload
@@ -40,8 +39,8 @@
 // bad checksum, and truncates the file there: a torn last record vanishes,
 // and the counters are recomputed. Tasks found queued or running are marked
 // lost, ended at their log's last modification. Leftover temporary files,
-// empty metadata files (files made ahead of a task) and logs without
-// metadata are deleted.
+// empty metadata files (a crash between creating a task's file and its
+// first write) and logs without metadata are deleted.
 //
 // # Limits
 //

@@ -107,9 +107,9 @@ func TestCatchesVzWithWails(t *testing.T) {
 
 // TestModule checks this module's darwin binaries as make check-darwin
 // does: every duplicate is a known one, and every known one still occurs.
-// None is known: the desktop app no longer links vz (its VM runs in the
-// airlock helper process, vm/platform/withvz), so the AppDelegate that vz
-// and Wails both define is in no binary twice.
+// None is known: the desktop app links no vz (its VM runs in the airlock
+// helper process, vm/platform/withvz), so the AppDelegate that vz and
+// Wails both define is in no binary twice.
 func TestModule(t *testing.T) {
 	for _, arch := range []string{"arm64", "amd64"} {
 		t.Run(arch, func(t *testing.T) {

@@ -12,9 +12,10 @@ type Known struct {
 	Why      string
 }
 
-// known are the duplicates make check-darwin reports without failing.
-// The desktop app had AppDelegate twice (vz and Wails) until its VM moved
-// to the airlock helper process (vm/platform/withvz, issue 30 item 1).
+// known are the duplicates make check-darwin reports without failing. It
+// is empty: the desktop app runs its VM in the airlock helper process
+// (vm/platform/withvz, issue 30 item 1) and links no vz, so Wails's
+// AppDelegate is its only one.
 var known = []Known{}
 
 // KnownHit is a known entry and the duplicate it matched.

@@ -3,212 +3,55 @@
 // `airlock serve --http`; the desktop shell may point it elsewhere with
 // window.airlockNative.apiBase.
 
-export type SessionState = "stopped" | "starting" | "running" | "stopping" | "restarting" | "failed";
+// The types of what the API sends and takes are generated from its Go types
+// (frontend/src/gen, make tsgen); the names below are the UI's for them.
+import type * as agents from "./gen/agents";
+import type * as apiTypes from "./gen/api";
+import type * as changes from "./gen/changes";
+import type * as egress from "./gen/egress";
+import type * as service from "./gen/service";
+import type * as session from "./gen/session";
+import type * as settings from "./gen/settings";
+import type * as tasks from "./gen/tasks";
 
-export interface SessionStatus {
-  state: SessionState;
-  phase?: string;
-  elapsed_ns: number;
-  generation: number;
-  workspace: string;
-  read_only: boolean;
-  cpus: number;
-  memory_mib: number;
-  image?: string;
-  keep_disk?: boolean;
-  /** The image's kernel release: "6.1.192-airlock" when built from linux-source (Linux amd64). */
-  kernel?: string;
-  accelerator?: string;
-  pid?: number;
-  boot_time_ns: number;
-  uptime_ns: number;
-  restarts: number;
-  agent_restarts: number;
-  failures: number;
-  retry_in_ns?: number;
-  last_error?: string;
-  console_log?: string;
-}
-
-export interface Settings {
-  workspace: string;
-  cpus: number;
-  memory_mib: number;
-  read_only: boolean;
-  allow: string[];
-  deny: string[];
-  map_hosts: string[];
-  secrets?: SecretMeta[];
-  upstream_cas?: string[];
-  upstream_proxy?: string;
-  inspect?: boolean;
-  image?: string;
-  keep_disk?: boolean;
-  /** changes maps workspaces to how they take the sandbox's writes; a folder not listed is auto. */
-  changes?: Record<string, ChangesMode>;
-}
-
+export type SessionState = session.State;
+export type SessionStatus = session.Status;
+export type Settings = settings.Settings;
 /** SecretMeta is what the settings keep of a secret: never its value. */
-export interface SecretMeta {
-  name: string;
-  hosts: string[];
-  header?: string;
-  source: string;
-  placeholder: string;
-}
-
-export interface SecretInfo extends SecretMeta {
-  available: boolean;
-  problem?: string;
-  note?: string;
-}
-
+export type SecretMeta = settings.Secret;
+export type SecretInfo = service.SecretInfo;
 /** SecretRequest carries the value once, to the service; it is never sent back. */
-export interface SecretRequest {
-  name: string;
-  hosts: string[];
-  header?: string;
-  value?: string;
-  from_env?: string;
-  from_file?: string;
-}
+export type SecretRequest = service.SecretRequest;
+export type Status = service.Status;
+export type TaskState = tasks.State;
+export type Task = tasks.Task;
+export type Decision = egress.Decision;
+export type Ask = service.Ask;
+export type RunRequest = service.RunRequest;
+export type ChangesMode = changes.Mode;
+export type ChangeKind = changes.Kind;
+/** ChangeEntry is one pending change; every string in it is the guest's. */
+export type ChangeEntry = changes.Entry;
+export type ChangesUsage = changes.Usage;
+export type Changes = service.ChangesList;
+export type Checkpoint = changes.Checkpoint;
+export type ApplyResult = changes.ApplyResult;
+export type Event = service.Event;
+/** AgentStatus is one agent on this machine: found, connected, its file. */
+export type AgentStatus = agents.Status;
+export type AgentResult = agents.Result;
 
-export interface Status {
-  session: SessionStatus;
-  settings: Settings;
-  running_tasks: number;
-  state_dir: string;
-  // Not served yet; shown when a later API adds them.
-  version?: string;
-  settings_path?: string;
-}
+/**
+ * Verdict is an answer the UI gives to an ask: the service's Verdict*
+ * constants (AnswerRequest.verdict is a plain string in Go).
+ */
+export type Verdict = "allow-once" | "allow-always" | "deny";
 
-export type TaskState = "queued" | "running" | "exited" | "killed" | "timed-out" | "lost";
-
-export interface Task {
-  id: string;
-  command: { argv?: string[]; shell?: string; env?: string[]; cwd?: string; root?: boolean; tty?: boolean; timeout?: number };
-  state: TaskState;
-  exit: { code: number; signal?: number };
-  reason?: string;
-  created: string;
-  started?: string;
-  ended?: string;
-  deadline?: string;
-  output: { stdout: number; stderr: number; log_bytes: number; dropped?: number; truncated?: boolean; error?: string };
-}
-
+/** Chunk is a decoded record of a task's log (tasks.Chunk carries base64). */
 export interface Chunk {
   offset: number;
   stream: "stdout" | "stderr";
   data: Uint8Array;
-}
-
-export interface Decision {
-  seq: number;
-  time: string;
-  task?: string;
-  protocol: "http" | "connect" | "socks";
-  host?: string;
-  port?: number;
-  addr?: string;
-  decision: "allow" | "deny";
-  reason: string;
-  rule?: string;
-  detail?: string;
-  /** secrets names the secrets the gate added (names only). */
-  secrets?: string[];
-  bytes_up: number;
-  bytes_down: number;
-  duration_ns: number;
-  /** repeated, on a summary, counts the identical refusals after the one before it. */
-  repeated?: number;
-}
-
-export interface Ask {
-  id: string;
-  task?: string;
-  protocol: string;
-  host: string;
-  port: number;
-  time: string;
-  /** more lists the other host:port the task asked for meanwhile; one answer covers all. */
-  more?: string[];
-  verdict?: string;
-}
-
-export type Verdict = "allow-once" | "allow-always" | "deny";
-
-export interface RunRequest {
-  shell?: string;
-  argv?: string[];
-  env?: string[];
-  cwd?: string;
-  root?: boolean;
-  timeout_ns?: number;
-  stdin?: string;
-}
-
-export type ChangesMode = "direct" | "review" | "auto";
-
-export type ChangeKind = "added" | "modified" | "deleted" | "renamed" | "mode";
-
-/** ChangeEntry is one pending change (app/changes.Entry); every string in it is the guest's. */
-export interface ChangeEntry {
-  path: string;
-  kind: ChangeKind | string;
-  from?: string;
-  type?: "file" | "dir" | "symlink" | string;
-  mode?: number;
-  size: number;
-  mtime?: string;
-  link?: string;
-  text?: boolean;
-  lines_added?: number;
-  lines_removed?: number;
-  host_runs?: boolean;
-  conflict?: boolean;
-}
-
-export interface ChangesUsage {
-  pending_bytes: number;
-  checkpoint_bytes: number;
-  limit_bytes: number;
-}
-
-export interface Changes {
-  mode: ChangesMode;
-  entries: ChangeEntry[] | null;
-  usage?: ChangesUsage;
-}
-
-export interface Checkpoint {
-  id: string;
-  time: string;
-  paths: string[] | null;
-  bytes: number;
-  undone?: boolean;
-  summary: string;
-}
-
-export interface ApplyResult {
-  checkpoint?: string;
-  applied: string[] | null;
-  conflicts?: string[] | null;
-  refused?: { path: string; reason: string }[] | null;
-}
-
-export interface Event {
-  kind: "session" | "task" | "egress" | "ask" | "ask-answered" | "lag" | "changes" | string;
-  /** type is accepted as a synonym of kind for the changes event. */
-  type?: string;
-  /** pending counts the waiting changes (changes events). */
-  pending?: number;
-  changes?: { pending?: number };
-  session?: { kind: "state" | "lost" | "reconnected" | "lag"; time: string; status?: SessionStatus; generation?: number; error?: string };
-  task?: { kind: "created" | "state" | "output" | "removed"; task: Task };
-  egress?: Decision;
-  ask?: Ask;
 }
 
 /** ApiError is an answer other than 2xx, with the API's error code. */
@@ -372,23 +215,11 @@ function utf8ToBase64(s: string): string {
   return btoa(bin);
 }
 
-// Log chunks are tasks.Chunk, whose fields carry no JSON tags today
-// (Offset, Stream 1|2, Data); accept the lower-case form as well.
-interface RawChunk {
-  Offset?: number;
-  Stream?: number | string;
-  Data?: string;
-  offset?: number;
-  stream?: number | string;
-  data?: string;
-}
-
-function chunk(c: RawChunk): Chunk {
-  const s = c.stream ?? c.Stream;
+function chunk(c: tasks.Chunk): Chunk {
   return {
-    offset: c.offset ?? c.Offset ?? 0,
-    stream: s === 2 || s === "stderr" ? "stderr" : "stdout",
-    data: b64(c.data ?? c.Data ?? ""),
+    offset: c.Offset,
+    stream: c.Stream === 2 ? "stderr" : "stdout",
+    data: b64(c.Data ?? ""),
   };
 }
 
@@ -452,7 +283,7 @@ async function followLog(id: string, onChunk: (c: Chunk) => void, signal: AbortS
     onChunk(c);
   };
   for (;;) {
-    const end = await stream<RawChunk>(`/v1/tasks/${encodeURIComponent(id)}/log?offset=${from}&follow=1`, (c) => take(chunk(c)), signal);
+    const end = await stream<tasks.Chunk>(`/v1/tasks/${encodeURIComponent(id)}/log?offset=${from}&follow=1`, (c) => take(chunk(c)), signal);
     if (!end.polled) return;
     if (last >= 0) {
       // The offset after the last record is known only to the server:
@@ -468,8 +299,8 @@ export const api = {
   status: () => call<Status>("GET", "/v1/status"),
   settings: () => call<Settings>("GET", "/v1/settings"),
   vm: (action: "start" | "stop" | "restart") => call<Status>("POST", `/v1/vm/${action}`),
-  setWorkspace: (dir: string, readOnly: boolean, changes?: ChangesMode) => call<Status>("PUT", "/v1/workspace", { dir, read_only: readOnly, changes }),
-  setImage: (image: string, keepDisk: boolean) => call<Status>("PUT", "/v1/image", { image, keep_disk: keepDisk }),
+  setWorkspace: (dir: string, readOnly: boolean, changes?: ChangesMode) => call<Status>("PUT", "/v1/workspace", { dir, read_only: readOnly, changes } satisfies apiTypes.WorkspaceRequest),
+  setImage: (image: string, keepDisk: boolean) => call<Status>("PUT", "/v1/image", { image, keep_disk: keepDisk } satisfies apiTypes.ImageRequest),
   resetDisk: () => call<Status>("POST", "/v1/disk/reset"),
 
   run: (req: RunRequest) => call<Task>("POST", "/v1/tasks", req),
@@ -484,30 +315,32 @@ export const api = {
   task: (id: string) => call<Task>("GET", `/v1/tasks/${encodeURIComponent(id)}`),
   cancel: (id: string) => call<Task>("POST", `/v1/tasks/${encodeURIComponent(id)}/cancel`),
   async logPage(id: string, offset: number): Promise<{ chunks: Chunk[]; next: number }> {
-    const p = await call<{ chunks: RawChunk[]; next: number }>("GET", `/v1/tasks/${encodeURIComponent(id)}/log?offset=${offset}`);
-    return { chunks: p.chunks.map(chunk), next: p.next };
+    const p = await call<apiTypes.LogPage>("GET", `/v1/tasks/${encodeURIComponent(id)}/log?offset=${offset}`);
+    return { chunks: (p.chunks ?? []).map(chunk), next: p.next };
   },
   followLog,
 
   egressLog: () => call<Decision[]>("GET", "/v1/egress/log"),
-  rule: (action: "allow" | "deny" | "remove", pattern: string) => call<Settings>("POST", "/v1/egress/rules", { action, pattern }),
+  rule: (action: "allow" | "deny" | "remove", pattern: string) => call<Settings>("POST", "/v1/egress/rules", { action, pattern } satisfies apiTypes.RuleRequest),
 
   secrets: () => call<SecretInfo[]>("GET", "/v1/secrets"),
   setSecret: (req: SecretRequest) => call<SecretInfo>("PUT", `/v1/secrets/${encodeURIComponent(req.name)}`, req),
   removeSecret: (name: string) => call<void>("DELETE", `/v1/secrets/${encodeURIComponent(name)}`),
+  agents: () => call<AgentStatus[]>("GET", "/v1/agents"),
+  connectAgent: (name: string, connect: boolean) => call<AgentResult>("POST", `/v1/agents/${encodeURIComponent(name)}/${connect ? "connect" : "disconnect"}`),
 
   changes: () => call<Changes>("GET", "/v1/changes"),
   /** diff is the unified diff of the paths, as text, cut at limit bytes. */
   diff: async (paths: string[], signal?: AbortSignal, limit = 4 << 20) => readCapped(await callRaw(`/v1/changes/diff?${pathQuery(paths)}`, signal), limit),
   /** content is a path's new bytes with the Content-Type the service sniffed. */
   content: async (path: string, signal?: AbortSignal) => (await callRaw(`/v1/changes/content?${pathQuery([path])}`, signal)).blob(),
-  applyChanges: (paths: string[], force = false) => call<ApplyResult>("POST", "/v1/changes/apply", { paths, force }),
-  discardChanges: (paths: string[]) => call<{ discarded: string[] | null }>("POST", "/v1/changes/discard", { paths }),
-  checkpoints: () => call<{ checkpoints: Checkpoint[] | null; usage?: ChangesUsage }>("GET", "/v1/checkpoints"),
-  undo: (id = "") => call<Checkpoint>("POST", "/v1/checkpoints/undo", { id }),
+  applyChanges: (paths: string[], force = false) => call<ApplyResult>("POST", "/v1/changes/apply", { paths, force } satisfies apiTypes.ApplyRequest),
+  discardChanges: (paths: string[]) => call<apiTypes.DiscardResult>("POST", "/v1/changes/discard", { paths } satisfies apiTypes.DiscardRequest),
+  checkpoints: () => call<service.CheckpointList>("GET", "/v1/checkpoints"),
+  undo: (id = "") => call<Checkpoint>("POST", "/v1/checkpoints/undo", { id } satisfies apiTypes.UndoRequest),
 
   asks: () => call<Ask[]>("GET", "/v1/asks"),
-  answer: (id: string, verdict: Verdict) => call<void>("POST", `/v1/asks/${encodeURIComponent(id)}`, { verdict }),
+  answer: (id: string, verdict: Verdict) => call<void>("POST", `/v1/asks/${encodeURIComponent(id)}`, { verdict } satisfies apiTypes.AnswerRequest),
 
   /** events follows /v1/events as a UI that answers asks. */
   events: (onEvent: (e: Event) => void, signal: AbortSignal) => stream<Event>("/v1/events?answer=1", onEvent, signal),

@@ -11,10 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
-
-	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 )
 
 // RestrictPrivileges sets no_new_privs on every thread of the agent, so no
@@ -25,9 +24,9 @@ import (
 // In the guest, init calls it first thing in PID 1 (guest/boot), while the
 // runtime has few threads, and every thread made since copies the flag;
 // agent.Run's own call then only checks, instead of stopping every thread
-// again (12-25 ms of the boot's critical path under TCG). The calling
-// thread having it shows that only because nothing sets it on one thread
-// before the first call (start does, for tasks, after it).
+// again on the boot's critical path (docs/performance.md, Figures behind the
+// code). The calling thread having it shows that only because nothing sets it
+// on one thread before the first call (start does, for tasks, after it).
 func RestrictPrivileges() error {
 	if v, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0); err == nil && v == 1 {
 		return nil
@@ -248,11 +247,11 @@ func (p *process) started() error {
 	case err == nil && kind == initStartFail:
 		return syscall.Errno(value)
 	case err == nil && kind == initSetupFail:
-		return execwire.Errorf(execwire.Internal, "exec: the task's init cannot set up its namespaces: %v", syscall.Errno(value))
+		return agentv1.Errorf(agentv1.Code_INTERNAL, "exec: the task's init cannot set up its namespaces: %v", syscall.Errno(value))
 	case err == nil:
-		return execwire.Errorf(execwire.Internal, "exec: the task's init sent report %d before the task started", kind)
+		return agentv1.Errorf(agentv1.Code_INTERNAL, "exec: the task's init sent report %d before the task started", kind)
 	default:
-		return execwire.Errorf(execwire.Internal, "exec: the task's init ended without starting the task (wait status %#x): %v", uint32(ws), err)
+		return agentv1.Errorf(agentv1.Code_INTERNAL, "exec: the task's init ended without starting the task (wait status %#x): %v", uint32(ws), err)
 	}
 }
 

@@ -12,12 +12,13 @@ import (
 )
 
 // A spare task init is started ahead of the task it will run (see
-// TaskInitArg): a fresh process of the guest binary takes ~100 ms under
-// emulation to start its runtime, which a task would otherwise wait for on
-// top of its own start. The agent keeps one: started once it serves tasks,
-// and again after each task that took the last has ended. A spare's mount namespace is a
-// copy of the guest's from when it started, so a spare is discarded if the
-// guest's mounts changed since (a root task mounted something).
+// TaskInitArg): a fresh process of the guest binary is slow under emulation
+// to start its runtime (docs/performance.md, Figures behind the code), which
+// a task would otherwise wait for on top of its own start. The agent keeps
+// one: started once it serves tasks, and again after each task that took the
+// last has ended. A spare's mount namespace is a copy of the guest's from
+// when it started, so a spare is discarded if the guest's mounts changed
+// since (a root task mounted something).
 
 // spareInit is a started spare task init.
 type spareInit struct {
@@ -43,8 +44,8 @@ type spares struct {
 
 // takeSpare returns the spare task init, waiting for one being started,
 // or nil when there is none. The next is started once the task is over
-// (Exec): started at once, its start up took the guest's CPU from the task
-// that took the last (under emulation, ~70 ms more for `true`).
+// (Exec): started at once, its start-up would take the guest's CPU from
+// the task that took the last.
 func (s *Server) takeSpare() *spareInit {
 	if s.cfg.TaskInit == "" {
 		return nil

@@ -27,34 +27,32 @@ const (
 	Share9PVsock  ShareFS = "9p-vsock" // 9p with trans=fd over a vsock port (HCS Plan9)
 )
 
-// KernelArgs are the words every backend puts on the guest kernel's
-// command line after its console: a quiet boot, a panic ends the VM at
-// once, and no self-tests of the kernel's crypto algorithms at boot
-// (`cryptomgr.notests`): ~150-250 ms of an emulated guest's ~1.5 s boot
-// (Debian's kernel tests each built-in algorithm before init runs, and
-// every module's as it loads). The guest kernel's crypto API serves no
-// data of the user's (TLS is the programs' own, there is no disk
-// encryption); module signatures are still checked.
+// KernelArgs are the words every backend puts on the guest kernel's command
+// line after its console: a quiet boot, a panic ends the VM at once, and no
+// self-tests of the kernel's crypto algorithms at boot (`cryptomgr.notests`):
+// Debian's kernel tests each built-in algorithm before init runs, and every
+// module's as it loads, a large part of an emulated guest's boot
+// (docs/performance.md, Figures behind the code). The guest kernel's crypto
+// API serves no data of the user's (TLS is the programs' own, there is no
+// disk encryption); module signatures are still checked.
 //
 // The kernel is locked down (`lockdown=confidentiality`, Debian's lockdown
 // LSM): guest root cannot read or change the kernel's memory (/dev/mem,
 // /proc/kcore, kprobes, BPF reads of kernel memory, perf of the kernel,
 // tracefs, unsigned modules). It is also faster: without tracefs the
-// kernel no longer makes a file per trace event at boot and per module
-// as it loads, ~45 ms of an emulated guest's boot (10 of 10 alternating
-// boots). A kernel without the LSM (airlock-image -kernel source) hands
+// kernel makes no file per trace event at boot and per module as it
+// loads. A kernel without the LSM (airlock-image -kernel source) hands
 // the word to init as an environment variable, which init ignores.
 //
-// One self-test ignores cryptomgr.notests: Debian's built-in SP800-108
-// KDF tests itself at boot (crypto_kdf108_init does nothing else). Its
+// One self-test ignores cryptomgr.notests: Debian's built-in SP800-108 KDF
+// tests itself at boot (crypto_kdf108_init does nothing else). Its
 // hmac(sha256) asks for a module, and asking for a module waits until the
-// kernel has unpacked the whole initramfs, so every initcall after it
-// waited too, where the unpack would otherwise have run beside them:
-// 90-200 ms of an emulated guest's boot to ready (two runs of 8
-// alternating boots, faster in 8 of 8 each; median guest uptime at ready
-// 1483 -> 1390 and 1551 -> 1349 ms). `initcall_blacklist` skips it; the
-// KDF itself stays (nothing in the guest uses it). A kernel without it
-// (airlock-image -kernel source) ignores the word.
+// kernel has unpacked the whole initramfs, so every initcall after it would
+// wait too, where the unpack otherwise runs beside them, which delays an
+// emulated guest's ready (docs/performance.md, Figures behind the code).
+// `initcall_blacklist` skips it; the KDF itself stays (nothing in the guest
+// uses it). A kernel without it (airlock-image -kernel source) ignores the
+// word.
 var KernelArgs = []string{"quiet", "panic=-1", "cryptomgr.notests=1", "initcall_blacklist=crypto_kdf108_init", "lockdown=confidentiality"}
 
 // InitRunning is the console line init writes once it runs and the

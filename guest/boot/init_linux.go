@@ -50,7 +50,7 @@ type pid1 struct {
 
 	// woken gets the host's Wake from the agent's transport on a guest
 	// booted to park (api.BootConfig.Park).
-	woken chan api.Wake
+	woken chan *api.Wake
 
 	// sigs gets the signals init handles.
 	sigs chan os.Signal
@@ -75,17 +75,17 @@ func Run() { RunAgent(agent.Run) }
 
 // RunAgent is Run with another agent.
 //
-// The agent runs in PID 1, not in a process of its own: under TCG the
-// guest's first fork and exec of it, and its second Go runtime, were the
-// longest branch of the boot (~120 ms of it by alternating boots). Init
-// runs it again if it returns (its transport failed); a panic in it
-// panics the kernel, which ends the VM (panic=-1), and the host replaces
-// the VM, as for any guest that dies.
+// The agent runs in PID 1, not in a process of its own: under TCG the guest's
+// first fork and exec of it, and a second Go runtime, would be the longest
+// branch of the boot (docs/performance.md, Figures behind the code). Init
+// runs it again if it returns (its transport failed); a panic in it panics
+// the kernel, which ends the VM (panic=-1), and the host replaces the VM, as
+// for any guest that dies.
 func RunAgent(run AgentFunc) {
 	in := &pid1{
 		log: console.NewLogger(os.Stderr, "", false), boot: time.Now(), run: run,
 		agentDone: make(chan error, 1),
-		woken:     make(chan api.Wake, 1),
+		woken:     make(chan *api.Wake, 1),
 		waiting:   make(map[int]chan syscall.WaitStatus),
 		spawned:   make(chan struct{}, 1),
 	}
@@ -137,19 +137,17 @@ func (in *pid1) setup() error {
 
 	in.harden()
 	in.busyboxLinks()
-	// Tasks need cgroups, so they are made before the agent is released;
-	// and before the modules load, not beside them. Made on the second CPU
-	// while the first loaded modules, they saved nothing (100 alternating
-	// boots each: median 2221 ms either way), and under TCG the guest
-	// kernel then stalled now and then with init stuck on CPU 1 (on
-	// microvm 2 boots in 100 against none in 100 made in turn; a printed
-	// stack had it making a cgroup while CPU 0 loaded modules).
+	// Tasks need cgroups, so they are made before the agent is released; and
+	// before the modules load, not beside them: made on the second CPU while
+	// the first loads modules, they save nothing, and under TCG the guest
+	// kernel can stall with init stuck on CPU 1 making a cgroup while CPU 0
+	// loads modules (docs/performance.md, Figures behind the code).
 	if err := setupCgroups("/sys/fs/cgroup"); err != nil {
 		in.log.Warn("no task cgroups", "err", err)
 	}
 	// The console may be a module (virtio_console for hvc0 on Apple's
-	// framework): open it again once modules loaded (opening the serial
-	// console costs ~12 ms under TCG), and tell the host init runs
+	// framework): open it again once modules loaded (only then: opening the
+	// serial console costs boot time under TCG), and tell the host init runs
 	// (api.InitRunning: exactly this line, whatever the log format).
 	modules, late := SplitLate(in.readModules(ModulesList), in.cfg)
 	if in.loadModules(modules) > 0 {
@@ -160,16 +158,13 @@ func (in *pid1) setup() error {
 		// The agent starts here, after the modules (Debian's kernel),
 		// held until the rest of setup (the workspace, the loopback) is
 		// done: its transport then opens beside init's remaining steps,
-		// on the other CPU (when the agent was a process of its own,
-		// that made it ready ~130 ms sooner under TCG). Not beside module
-		// loading: under TCG that once stalled a guest (see above). Nor
-		// before the hardening and the cgroups when there are no modules
-		// (the kernel built from source): ready later that way
-		// (2026-12-01, the same kernel, 10 alternating pairs each way
-		// round: sooner in 3 of 10 both ways, medians 17 and 59 ms
-		// later), its start-up taking CPU time that setup needs under
-		// TCG. With a root disk it starts after the switch, in the new
-		// root (supervise).
+		// on the other CPU. Not beside module loading: under TCG that
+		// can stall the guest (see the cgroups above). Nor before the
+		// hardening and the cgroups when there are no modules (the
+		// kernel built from source): its start-up takes CPU time that
+		// setup needs under TCG, and it is ready later that way
+		// (docs/performance.md, What changed). With a root disk it
+		// starts after the switch, in the new root (supervise).
 		in.startAgent(true)
 	}
 	if err := loopbackUp(); err != nil {
@@ -211,7 +206,7 @@ func (in *pid1) setup() error {
 // Tasks start after it, as new programs, with their own layout and
 // canaries from the reseeded generator.
 func (in *pid1) awaitWake() error {
-	var w api.Wake
+	var w *api.Wake
 	select {
 	case w = <-in.woken:
 	case err := <-in.agentDone:
@@ -221,10 +216,10 @@ func (in *pid1) awaitWake() error {
 	// it the same random numbers: mix in the host's bytes and reseed
 	// before anything of this run draws from it. Without that this
 	// machine must not run.
-	if err := reseed(w.Entropy[:]); err != nil {
+	if err := reseed(w.GetEntropy()); err != nil {
 		return fmt.Errorf("reseed the kernel's generator after the wake: %w", err)
 	}
-	ts := unix.NsecToTimespec(w.Time.UnixNano())
+	ts := unix.NsecToTimespec(w.GetUnixNanos())
 	if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
 		in.log.Warn("clock after the wake", "err", err)
 	}
@@ -295,7 +290,7 @@ func (in *pid1) harden() {
 
 // stdioOpen reports whether init has its stdio: the kernel opens
 // /dev/console for it before init runs when the initramfs has the node
-// (Airlock's images do). Opening the serial console again costs ~10 ms
+// (Airlock's images do). Opening the serial console again costs boot time
 // under TCG.
 func stdioOpen() bool {
 	for fd := range 3 {
@@ -470,7 +465,7 @@ func (in *pid1) startAgent(held bool) {
 		in.hold = make(chan struct{})
 		opts.Hold = in.hold
 		if in.cfg.Park {
-			opts.Park = func(w api.Wake) { in.woken <- w }
+			opts.Park = func(w *api.Wake) { in.woken <- w }
 		}
 	}
 	ctx, stop := context.WithCancel(context.Background())

@@ -140,7 +140,7 @@ func prepareUpper(lower string) error {
 // share alike. -I 256: the overlay's xattrs (opaque folders) fit in the
 // inode, not a block of their own each. -i: busybox writes every inode
 // table out in full (no lazy init): 8 GiB with its default of one inode
-// per 16 KiB was 128 MiB of zeroes to write; see layerInodeRatio.
+// per 16 KiB is 128 MiB of zeroes to write; see layerInodeRatio.
 //
 // A guest on a root disk (the standard image) runs in that root by now,
 // which has e2fsprogs' mke2fs, taking the same options, where busybox may

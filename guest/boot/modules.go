@@ -68,8 +68,8 @@ const (
 )
 
 // moduleParts names the modules of the image (as ModuleName gives them)
-// that only some boots need. Loading a module costs boot time (about
-// 100 ms each for the file systems under emulation), so a boot loads only
+// that only some boots need. Loading a module costs boot time (most for
+// the file systems under emulation), so a boot loads only
 // the ones its transport and share use. Modules not listed load unless
 // the VM lacks their device (devices.Absent): the virtio core and
 // transports, the console, entropy, the balloon.

@@ -67,10 +67,10 @@ func (e Exit) ShellCode() int {
 }
 
 // stdinChunk is the most stdin one message carries. A read of stdin sends
-// what it got at once, so a small chunk only splits big input: 256 KiB
-// moved 32 MiB into a task's dd ~30 % faster than 32 KiB under TCG (12 of
-// 12 alternating rounds, 32-37 → 42-45 MiB/s), each message a decode, a
-// queue hand-off and a pipe write in the guest; 1 MiB was no better.
+// what it got at once, so a small chunk only splits big input: each
+// message is a decode, a queue hand-off and a pipe write in the guest, and
+// 256 KiB moves input into a task faster than 32 KiB under TCG, where 1 MiB
+// is no better (docs/performance.md, Figures behind the code).
 const stdinChunk = 256 << 10
 
 // maxSignal is the highest Linux signal number (SIGRTMAX).
@@ -86,11 +86,11 @@ var ErrBadExit = errors.New("guest agent reported an impossible exit status")
 // Exec runs a task and streams its input and output until it exits. When ctx
 // is cancelled the call is abandoned and the guest kills the task's tree.
 //
-// Errors: a task the guest refused or could not start carries the guest's
-// gRPC status (NotFound: command not found, and so on); a broken transport
-// is codes.Unavailable, an abandoned call codes.Canceled or
-// DeadlineExceeded; a guest breaking the protocol ErrNoExit, ErrBadExit or
-// execwire.ErrFrame. Each is wrapped ("exec: ...").
+// Errors: a task the guest refused or could not start is the guest's
+// *agentv1.Error (agentv1.ErrNotFound: command not found, and so on); a
+// broken transport matches agentv1.ErrUnavailable, an abandoned call
+// ErrCanceled or ErrDeadlineExceeded; a guest breaking the protocol is
+// ErrNoExit, ErrBadExit or execwire.ErrFrame. Each is wrapped ("exec: ...").
 func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error) {
 	if (len(spec.Argv) == 0) == (spec.Shell == "") {
 		return Exit{}, errors.New("exec: exactly one of argv and shell is needed")

@@ -11,7 +11,7 @@ import (
 )
 
 // A driver module whose device the VM does not have binds nothing, yet
-// costs its load (~5–10 ms each under emulation). hardware says, from
+// costs its load under emulation. hardware says, from
 // sysfs, which virtio transports and devices the VM has, by the same
 // matches the drivers themselves use; whatever cannot be read counts as
 // present, so a module is only ever skipped on positive evidence.

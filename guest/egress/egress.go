@@ -73,7 +73,8 @@ const (
 	// its credential. Clients send it with their first write, but on a
 	// guest busy with hundreds of processes under emulation a client can
 	// wait many seconds between its connect and that write (tests/robust
-	// TestLoad lost early downloads of 200 at 15 s). Silent connections
+	// TestLoad's 200 downloads at once lose early ones to a 15 s bound).
+	// Silent connections
 	// cost no one else meanwhile: PendingConns closes the oldest when
 	// more wait. It is above the host's own deadline for a request head
 	// (app/egress.DefaultHeaderTimeout, 10 s from its first byte), so a

@@ -244,8 +244,8 @@ func (s *Session) fillReader(c *conn, n int) (int, uint32, error) {
 		// A read of the guest's port returns only the pages the host has
 		// filled so far (pagedReader): fill the reader's buffer with the
 		// whole payload before waking it, so a frame costs the reader one
-		// wakeup and no copy through c's buffer (read by read, it was a
-		// wakeup for the first part and the rest copied through c's
+		// wakeup and no copy through c's buffer (read by read, it would be
+		// a wakeup for the first part and the rest copied through c's
 		// buffer). A reader that gives up stops the fill; what is left
 		// goes to c's buffer.
 		for err == nil && m < len(p) {

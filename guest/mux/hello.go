@@ -42,9 +42,9 @@ var nonceFor = newNonce
 // exec and which never waits. The nonce only tells one guest process's
 // session from its predecessor's; it is no secret (the guest is not
 // trusted with anything it protects). crypto/rand waits for the kernel's
-// entropy pool: early in a boot without an entropy device that took 1.1 s
-// before the hello left (the benchmarks' trivial init; Hyper-V offers no
-// virtio-rng).
+// entropy pool, which early in a boot without an entropy device holds the
+// hello back for about a second (the benchmarks' trivial init; Hyper-V
+// offers no virtio-rng).
 func newNonce() nonce {
 	var n nonce
 	binary.LittleEndian.PutUint64(n[:], rand.Uint64())

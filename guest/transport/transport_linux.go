@@ -35,7 +35,7 @@ type Options struct {
 	// host's api.Wake however long that takes (the host may save the
 	// machine meanwhile and start others from it), and hand the Wake to
 	// Park before the multiplexer starts. ctx does not bound that wait.
-	Park func(api.Wake)
+	Park func(*api.Wake)
 }
 
 // Open prepares kind. For the serial transport it waits (bounded by ctx) for
@@ -61,11 +61,11 @@ func Open(ctx context.Context, kind api.Transport, o Options) (*Transport, error
 			}
 			o.Park(w)
 		}
-		// A 1 MiB receive window, as the host gives its own streams: the
-		// host sends egress downloads and stdin that far ahead of the
-		// guest's reads (egress +37-43 % over 256 KiB, guest context
-		// switches per MiB 100-114 -> 63-67). It costs only the guest's
-		// memory, and only while a reader lags.
+		// A 1 MiB receive window, as the host gives its own streams: the host
+		// sends egress downloads and stdin that far ahead of the guest's
+		// reads: faster egress and fewer guest context switches than 256 KiB
+		// (docs/performance.md, Figures behind the code). It costs only the
+		// guest's memory, and only while a reader lags.
 		cfg := mux.GuestConfig()
 		cfg.Splice = true
 		return &Transport{kind: kind, port: f, session: mux.Server(f, cfg)}, nil
@@ -77,13 +77,13 @@ func Open(ctx context.Context, kind api.Transport, o Options) (*Transport, error
 // Park writes api.Parked on the serial port f and reads the host's Wake
 // (Options.Park; exported for guests that open the port themselves, as
 // tests/robust's hostile agent does).
-func Park(f *os.File) (api.Wake, error) {
-	if _, err := f.Write(api.Parked()); err != nil {
-		return api.Wake{}, fmt.Errorf("transport: park: %w", err)
+func Park(f *os.File) (*api.Wake, error) {
+	if _, err := f.Write(api.ParkedRecord()); err != nil {
+		return nil, fmt.Errorf("transport: park: %w", err)
 	}
 	w, err := api.ReadWake(f)
 	if err != nil {
-		return api.Wake{}, fmt.Errorf("transport: park: %w", err)
+		return nil, fmt.Errorf("transport: park: %w", err)
 	}
 	return w, nil
 }

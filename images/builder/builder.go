@@ -310,7 +310,8 @@ func assemble(ctx context.Context, arch, dir, tmp, agent string, kernel, busybox
 		cpioEntry{Name: busyboxFile, Mode: modeFile | 0o755, Source: bb},
 	)
 	// The applet links are made here rather than by `busybox --install -s`
-	// at every boot (55-260 ms of guest CPU under TCG). Without them (a
+	// at every boot, which costs guest CPU under TCG (docs/performance.md,
+	// Figures behind the code). Without them (a
 	// host that cannot run the guest's busybox) init makes them at boot.
 	if links, err := busyboxLinks(ctx, bb); err != nil {
 		log.Warn("no busybox applet links in the initramfs; the guest makes them at every boot", "err", err, "setup", emulationSetup(arch))

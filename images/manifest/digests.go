@@ -16,9 +16,8 @@ import (
 // DigestCache remembers the SHA-256 of image artifacts by file identity
 // (size, modification time and, where the platform has them, change time,
 // inode and device), so that an image that has not changed is not hashed
-// again at every start: hashing took ~64 ms of every `airlock run` with
-// the minimal image (~80 MB) and ~430 ms with the standard one (its ~480
-// MB root disk), before the VM began to boot. A file changed in any way
+// again at every start, before the VM begins to boot (what hashing costs:
+// docs/performance.md, Figures behind the code). A file changed in any way
 // gets a new change time, and is hashed again.
 //
 // It guards against damaged and half-built images, as Verify does, not

@@ -12,8 +12,8 @@ import (
 
 // Bare listens on loopback and relays each connection to origin, copying
 // through a 256 KiB buffer, or with io.Copy's splice when splice is set (a
-// splicing relay was slower here: the reader pays for spliced pages). It is
-// closed when tb ends.
+// splicing relay is slower: the reader pays for spliced pages; see
+// docs/performance.md, Figures behind the code). It is closed when tb ends.
 func Bare(tb testing.TB, origin string, splice bool) net.Listener {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

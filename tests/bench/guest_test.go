@@ -112,8 +112,8 @@ func (h *harness) guestPhases() {
 			h.b.Fatalf("start the agent image from its template: %v", err)
 		}
 		tm.m.Stop(ctx)
-		if first.m.Info().Restored || !tm.m.Info().Restored {
-			h.b.Fatalf("round %d: the first machine restored %v, the second %v", i, first.m.Info().Restored, tm.m.Info().Restored)
+		if vm.Restored(first.m) || !vm.Restored(tm.m) {
+			h.b.Fatalf("round %d: the first machine restored %v, the second %v", i, vm.Restored(first.m), vm.Restored(tm.m))
 		}
 		agentMS, floorMS = append(agentMS, ms(a.elapsed)), append(floorMS, ms(f.elapsed))
 		agentUp, floorUp = append(agentUp, float64(a.ready.BootMillis)), append(floorUp, float64(f.ready.BootMillis))

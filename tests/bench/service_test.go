@@ -155,7 +155,7 @@ func (h *harness) service() {
 	// Load: 16 tasks streaming output at once; sample RSS meanwhile. dd
 	// writes 1 MiB blocks: busybox's `yes | head -c` writes small ones and
 	// is itself the limit (the same pipeline runs no faster inside the
-	// guest), which measured busybox rather than the service. Against the
+	// guest), so it would measure busybox rather than the service. Against the
 	// same 16 tasks on the bench's own sandbox directly (h.direct, kept up
 	// by guestPhases), round by round: what the service's own path — the
 	// control API, the task store, its logs — costs under concurrency.

@@ -49,9 +49,9 @@ function need(path, how) {
  * startServe runs bin/airlock serve --http on a free loopback port with
  * private XDG folders under a temp dir, the given settings, and
  * --no-boot (the test starts the machine from the UI). It resolves once the
- * token URL is printed.
+ * token URL is printed. env adds to serve's environment (HOME, for one).
  */
-export async function startServe(settings) {
+export async function startServe(settings, env = {}) {
   need(AIRLOCK, "run make airlock (after make frontend)");
   need(IMAGE_DIR, "build the guest image: go run ./images/cmd/airlock-image -arch amd64 -q");
   need(join(ROOT, "frontend/dist/index.html"), "run make frontend, then make airlock");
@@ -70,7 +70,7 @@ export async function startServe(settings) {
   const port = await freePort();
   const proc = spawn(AIRLOCK, ["serve", "--no-boot", "--http", `127.0.0.1:${port}`], {
     cwd: ROOT,
-    env: { ...process.env, ...dirs, AIRLOCK_IMAGE_DIR: IMAGE_DIR },
+    env: { ...process.env, ...dirs, AIRLOCK_IMAGE_DIR: IMAGE_DIR, ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let stderr = "";

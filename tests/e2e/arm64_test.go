@@ -43,7 +43,7 @@ func TestArm64Image(t *testing.T) {
 	ws2 := newWorkspace(t)
 	os.WriteFile(filepath.Join(ws2, "hello.txt"), []byte("hi again\n"), 0o644)
 	sb2 := bootArm64(t, ctx, img, ws2, 768, 4*time.Minute)
-	if !sb2.Machine().Info().Restored {
+	if !vm.Restored(sb2.Machine()) {
 		t.Errorf("the second arm64 guest booted instead of starting from the first one's template")
 	}
 	out.Reset()

@@ -157,7 +157,7 @@ func TestChangesLayer(t *testing.T) {
 	began := time.Now()
 	sb, console := startChanges(t, cache, ws, layer, sandbox.DefaultLayerDiskSize)
 	t.Logf("first VM (8 GiB layer disk, blank) ready in %s; format %s; restored %v",
-		time.Since(began).Round(time.Millisecond), formatTime(console), sb.Machine().Info().Restored)
+		time.Since(began).Round(time.Millisecond), formatTime(console), vm.Restored(sb.Machine()))
 	run := func(sb *sandbox.Sandbox, spec client.Spec) result {
 		t.Helper()
 		return vmharness.Exec(t, sb, spec, nil)
@@ -244,8 +244,8 @@ exit 0`}})
 	// layer as the first VM left it.
 	began = time.Now()
 	second, console := startChanges(t, cache, ws, layer, sandbox.DefaultLayerDiskSize)
-	t.Logf("second VM (same layer) ready in %s; restored %v", time.Since(began).Round(time.Millisecond), second.Machine().Info().Restored)
-	if !second.Machine().Info().Restored {
+	t.Logf("second VM (same layer) ready in %s; restored %v", time.Since(began).Round(time.Millisecond), vm.Restored(second.Machine()))
+	if !vm.Restored(second.Machine()) {
 		t.Error("the second VM did not start from the first one's template")
 	}
 	r = run(second, shell(`cd /workspace && cat new.txt mod.txt && ls`))
@@ -265,8 +265,8 @@ exit 0`}})
 	// held stays whole.
 	small := filepath.Join(state, "small", "layer.vhd")
 	third, console := startChanges(t, cache, ws, small, 64<<20)
-	t.Logf("64 MiB layer formatted in %s; restored %v (a template is kept per disk size)", formatTime(console), third.Machine().Info().Restored)
-	if third.Machine().Info().Restored {
+	t.Logf("64 MiB layer formatted in %s; restored %v (a template is kept per disk size)", formatTime(console), vm.Restored(third.Machine()))
+	if vm.Restored(third.Machine()) {
 		t.Error("a machine with a disk of another size started from the template")
 	}
 	r = run(third, shell(`cd /workspace && head -c 1000000 /dev/urandom > kept.bin && sha256sum kept.bin > /tmp/sum

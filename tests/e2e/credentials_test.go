@@ -35,6 +35,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/egress"
+
+	"github.com/airlock-sandbox/airlock/app/egress/intercept"
 	"github.com/airlock-sandbox/airlock/app/sandbox"
 	"github.com/airlock-sandbox/airlock/app/workspace"
 	"github.com/airlock-sandbox/airlock/guest/client"
@@ -128,7 +130,7 @@ func newCredWorld(t *testing.T) *credWorld {
 	_, w.ports["echo.test"], _ = net.SplitHostPort(echo.Listener.Addr().String())
 
 	state := t.TempDir()
-	ca, err := egress.LoadCA(filepath.Join(state, "ca"))
+	ca, err := intercept.LoadCA(filepath.Join(state, "ca"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +140,7 @@ func newCredWorld(t *testing.T) *credWorld {
 		MapHosts: []string{"secret.test=127.0.0.1", "other.test=127.0.0.1", "bad.test=127.0.0.1", "plain.test=127.0.0.1",
 			"echo.test=127.0.0.1"},
 		LogFile: logFile, CA: ca, UpstreamRoots: roots,
-		Secrets: []egress.Secret{
+		Secrets: []intercept.Secret{
 			{Name: "TOKEN", Hosts: []string{"secret.test", "echo.test"}, Placeholder: w.ph, Value: []byte(w.value)},
 			// Its value holds TOKEN's, so the guest scan for TOKEN's covers it.
 			{Name: "ECHO", Hosts: []string{"echo.test"}, Header: "X-Api-Key: key={}", Placeholder: w.echoPH, Value: []byte(w.value + "-echo")},

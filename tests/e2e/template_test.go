@@ -73,7 +73,7 @@ func templateFiles(t *testing.T, cache string) (done, unfinished []string) {
 func TestTemplates(t *testing.T) {
 	cache := t.TempDir()
 	first := bootCached(t, cache, newWorkspace(t), false)
-	if first.Machine().Info().Restored {
+	if vm.Restored(first.Machine()) {
 		t.Fatal("the first machine of an empty cache says it was restored")
 	}
 	saved, unfinished := templateFiles(t, cache)
@@ -102,7 +102,7 @@ func TestTemplates(t *testing.T) {
 	}
 	random := map[string]bool{}
 	for i, sb := range sbs {
-		if !sb.Machine().Info().Restored {
+		if !vm.Restored(sb.Machine()) {
 			t.Errorf("machine %d booted instead of starting from the template", i)
 		}
 		checkRestoredResident(t, sb)
@@ -157,7 +157,7 @@ func TestTemplates(t *testing.T) {
 	for i := range 2 {
 		ro := newWorkspace(t)
 		sb := bootCached(t, cache, ro, true)
-		if got := sb.Machine().Info().Restored; got != (i == 1) {
+		if got := vm.Restored(sb.Machine()); got != (i == 1) {
 			t.Errorf("read-only machine %d: restored %v", i, got)
 		}
 		r := vmharness.Exec(t, sb, shell("echo x > /workspace/f 2>&1; echo $?"), nil)
@@ -173,10 +173,11 @@ func TestTemplates(t *testing.T) {
 
 // checkRestoredResident checks that a machine started from a template
 // holds about what its guest uses, not all of its memory: QEMU's own load
-// of a template wrote every page of the guest's memory, and left each such
-// machine at 1.09 GB resident for a 1 GiB guest (2026-12-03), where a
-// booted one holds ~180 MB. With the guest's memory in a file of its own
-// (vm/qemu template.go) it is ~85 MB.
+// of a template's memory writes every page of it, which leaves the machine
+// with all of its memory resident, where a booted one holds a fraction.
+// The guest's memory in a file of its own (vm/qemu template.go) keeps the
+// restored machine near the booted one (figures: docs/performance.md,
+// What changed: templates keep the guest's memory in a file of its own).
 func checkRestoredResident(t *testing.T, sb *sandbox.Sandbox) {
 	t.Helper()
 	kib, err := vmharness.ResidentKiB(sb.Machine().Info().PID)
@@ -209,7 +210,7 @@ func TestTemplateBroken(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb := bootCached(t, cache, newWorkspace(t), false)
-	if sb.Machine().Info().Restored {
+	if vm.Restored(sb.Machine()) {
 		t.Fatal("a machine says it started from a template cut in half")
 	}
 	if r := vmharness.Exec(t, sb, shell("echo ok"), nil); r.Stdout != "ok\n" {
@@ -219,7 +220,7 @@ func TestTemplateBroken(t *testing.T) {
 	if fi2, err := os.Stat(saved[0]); err != nil || fi2.Size() < fi.Size()/2+1 {
 		t.Fatalf("the broken template was not replaced by a whole one: %v, %v", fi2, err)
 	}
-	if sb := bootCached(t, cache, newWorkspace(t), false); !sb.Machine().Info().Restored {
+	if sb := bootCached(t, cache, newWorkspace(t), false); !vm.Restored(sb.Machine()) {
 		t.Error("the next machine did not start from the new template")
 	}
 }
@@ -260,8 +261,8 @@ func TestTemplatesQ35(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info := first.Machine().Info(); info.Machine != qemu.MachineQ35 || info.Restored {
-		t.Fatalf("the first q35 machine: machine %q, restored %v", info.Machine, info.Restored)
+	if info, restored := first.Machine().Info(), vm.Restored(first.Machine()); info.Machine != qemu.MachineQ35 || restored {
+		t.Fatalf("the first q35 machine: machine %q, restored %v", info.Machine, restored)
 	}
 	if saved, unfinished := templateFiles(t, opts.CacheDir); len(saved) != 1 || len(unfinished) != 0 {
 		t.Fatalf("after the first q35 boot: templates %v, unfinished %v", saved, unfinished)
@@ -277,8 +278,8 @@ func TestTemplatesQ35(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := time.Since(began)
-	if info := sb.Machine().Info(); info.Machine != qemu.MachineQ35 || !info.Restored {
-		t.Fatalf("the second q35 machine: machine %q, restored %v (want q35 from the first one's template)", info.Machine, info.Restored)
+	if info, restored := sb.Machine().Info(), vm.Restored(sb.Machine()); info.Machine != qemu.MachineQ35 || !restored {
+		t.Fatalf("the second q35 machine: machine %q, restored %v (want q35 from the first one's template)", info.Machine, restored)
 	}
 	t.Logf("q35 from its template: ready in %v", took.Round(time.Millisecond))
 	checkRestoredResident(t, sb)

@@ -98,8 +98,9 @@ func TestTaskIsolation29(t *testing.T) {
 
 // TestTunnelShare29: a task that opens and holds more connections than the
 // guest's forwarder carries at once does not leave another task without
-// network (issue 29, item 7). Not parallel: while the attack runs on
-// today's code, every other task's connection fails.
+// network (issue 29, item 7). Not parallel: the hog holds the forwarder's
+// connections, and were the share to fail, every other test's connection
+// would fail with it.
 func TestTunnelShare29(t *testing.T) {
 	p := probe(t)
 	url := "http://allowed.test:" + allowedPort() + "/"

@@ -99,16 +99,16 @@ func (p plan) kernelCmdline() string {
 	}
 	words := append([]string{"console=" + console}, api.KernelArgs...)
 	if p.Accel == "tcg" {
-		// Under emulation the guest kernel's CPU-bug mitigations cost
-		// time and protect nothing. They steer the speculation of a CPU
-		// running the guest's code, and under TCG no CPU does: the host
-		// CPU runs QEMU's translation of it, in which a retpoline is no
-		// longer a retpoline (guest calls and returns become jumps and
-		// block lookups) and a guest speculation barrier does not order
-		// the host's speculation. What stays is their cost: every
-		// indirect call in the kernel through a retpoline thunk, several
-		// translated blocks where one would do, and the barriers. ~230 ms
-		// of a guest's boot (8 of 8 alternating boots). Under KVM, and on
+		// Under emulation the guest kernel's CPU-bug mitigations cost time
+		// and protect nothing. They steer the speculation of a CPU running
+		// the guest's code, and under TCG no CPU does: the host CPU runs
+		// QEMU's translation of it, in which a retpoline is no longer a
+		// retpoline (guest calls and returns become jumps and block lookups)
+		// and a guest speculation barrier does not order the host's
+		// speculation. What stays is their cost: every indirect call in the
+		// kernel through a retpoline thunk, several translated blocks where
+		// one would do, and the barriers, a large part of a guest's boot
+		// (docs/performance.md, Figures behind the code). Under KVM, and on
 		// the other backends, the guest runs on the CPU and keeps them.
 		words = append(words, "mitigations=off")
 	}
@@ -131,13 +131,13 @@ func (p plan) kernelCmdline() string {
 }
 
 // loopsPerJiffy is the guest kernel's delay-loop calibration for its TSC
-// rate: the TSC cycles in one timer tick, which is what the kernel's
-// delay loop counts on a CPU with a TSC. The boot CPU works it out from the
-// TSC rate it is given, but every other CPU measures it again against the
-// timer tick unless the TSC is flagged constant, which QEMU's TCG CPUs
-// never are: ~75 ms of a two-CPU guest's boot under TCG. 0 when the
-// kernel's tick rate is unknown: a calibration for the wrong rate would
-// make its delays too short or too long.
+// rate: the TSC cycles in one timer tick, which is what the kernel's delay
+// loop counts on a CPU with a TSC. The boot CPU works it out from the TSC
+// rate it is given, but every other CPU measures it again against the timer
+// tick unless the TSC is flagged constant, which QEMU's TCG CPUs never are,
+// which costs a two-CPU guest's boot under TCG (docs/performance.md, Figures
+// behind the code). 0 when the kernel's tick rate is unknown: a calibration
+// for the wrong rate would make its delays too short or too long.
 func (p plan) loopsPerJiffy() int {
 	if p.GuestTSCkHz <= 0 || p.KernelHZ <= 0 {
 		return 0
@@ -149,8 +149,8 @@ func (p plan) loopsPerJiffy() int {
 // the host measured boots on microvm: no PCI bus or firmware tables to
 // probe, its devices on virtio-mmio, so the guest is up ~25% sooner than on
 // q35 (docs/performance.md, Image choices). microvm has no HPET or ACPI PM timer: a guest
-// that had to calibrate its TSC against the PIT, and missed under TCG, had
-// no reference to fall back on and hung (2 boots in 13), so without the
+// that has to calibrate its TSC against the PIT, and misses under TCG, has
+// no reference to fall back on and hangs (the same section), so without the
 // measured rate, under KVM, or when the user's kernel arguments take the
 // clock into their own hands (tsc=unstable, the README's remedy for a
 // misbehaving guest clock, or a clocksource=), the machine stays q35. A
@@ -279,17 +279,13 @@ func (p plan) args() []string {
 		"-device", p.device("virtio-rng"),
 	)
 	if p.Reclaim {
-		// Free page reporting: the guest tells QEMU which of its pages
-		// are free (2 MiB blocks, seconds after they were freed) and QEMU
-		// gives them back to the host, so a long-lived VM holds what its
-		// guest uses now, not the most it ever used: after a 600 MB file
-		// made and deleted in the guest's tmpfs, QEMU stayed at 674 MiB
-		// resident without it and was back to 191 MiB 4 s after the
-		// delete with it. The balloon itself is never inflated. Only on
-		// request: a boot with the device was ready 20-120 ms later under
-		// TCG (four runs of 12 alternating boots), for a cost found
-		// neither in the kernel's device probe (~5 ms either way) nor
-		// before init.
+		// Free page reporting: the guest tells QEMU which of its pages are
+		// free (2 MiB blocks, seconds after they were freed) and QEMU gives
+		// them back to the host, so a long-lived VM holds what its guest uses
+		// now, not the most it ever used. The balloon itself is never
+		// inflated. Only on request: a boot with the device is ready later
+		// under TCG, for a cost found neither in the kernel's device probe
+		// nor before init (docs/performance.md, Figures behind the code).
 		a = append(a, "-device", p.device("virtio-balloon")+",free-page-reporting=on")
 	}
 	switch p.Transport {
@@ -351,8 +347,8 @@ func (p plan) args() []string {
 			// fdset's other descriptor of the same file conflicts).
 			// discard=unmap: what the guest discards (the changes layer
 			// is mounted with discard) becomes a hole in the sparse file
-			// again: 32 MiB written, synced and deleted in the guest left
-			// the file's allocation as it was before.
+			// again, so what the guest wrote and deleted takes no space
+			// on the host.
 			drive += ",file.locking=off,discard=unmap"
 		}
 		a = append(a, "-drive", drive, "-device", fmt.Sprintf("%s,drive=disk%d", p.device("virtio-blk"), i))
@@ -377,19 +373,18 @@ func (p plan) ramBackend() string {
 	return ""
 }
 
-// cpu picks the CPU model: the host's under KVM. Under TCG, arm64 needs
-// "max" (virt's default CPU is 32-bit). amd64 keeps QEMU's default model
-// (qemu64), which boots the guest to Ready ~8% faster than "max" (3.45 s
-// against 3.75 s here: max makes TCG emulate more features), with one
-// feature added: ARAT, the local APIC timer that keeps running in deep
-// idle states (TCG emulates it, and KVM's host model has it). Without it
-// the guest kernel may stop the timer tick of an idle CPU only with a
-// broadcast timer to wake it, which microvm lacks (no HPET, no PIT): the
-// tick then never stops and high-resolution timers never start, so an
-// idle guest takes 1000 timer interrupts a second on each CPU and QEMU
-// emulates every one. An idle two-CPU guest cost 13-17 % of a host core
-// without it and 0.8-1.0 % with it (six alternating boots each); boot to
-// ready 1508 → 1363 ms (medians, 4 of 6 sooner).
+// cpu picks the CPU model: the host's under KVM. Under TCG, arm64 needs "max"
+// (virt's default CPU is 32-bit). amd64 keeps QEMU's default model (qemu64),
+// which boots the guest to Ready faster than "max" (max makes TCG emulate
+// more features; docs/performance.md, Figures behind the code), with one
+// feature added: ARAT, the local APIC timer that keeps running in deep idle
+// states (TCG emulates it, and KVM's host model has it). Without it the guest
+// kernel may stop the timer tick of an idle CPU only with a broadcast timer
+// to wake it, which microvm lacks (no HPET, no PIT): the tick then never
+// stops and high-resolution timers never start, so an idle guest takes 1000
+// timer interrupts a second on each CPU and QEMU emulates every one: an idle
+// guest costs a host core a large share of its time without ARAT and about 1
+// % with it (docs/performance.md, Figures behind the code).
 func (p plan) cpu() string {
 	switch {
 	case p.CPU != "":

@@ -13,9 +13,6 @@ package qemu
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -27,34 +24,32 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
-	"github.com/airlock-sandbox/airlock/guest/mux"
 	"github.com/airlock-sandbox/airlock/vm"
 )
 
-var _ vm.Machine = (*Machine)(nil)
+var _ vm.Restorer = (*Machine)(nil)
 
 // settle is how long Start watches a fresh QEMU for an early exit (a bad
 // option, a kernel it cannot load) before it reports the machine running.
 const settle = 300 * time.Millisecond
 
-// Machine is one QEMU virtual machine.
+// Machine is one QEMU virtual machine: its configuration, the transport
+// to its guest (transport.go), the template start when its guest parks
+// (park.go), and the QEMU process it runs in.
 type Machine struct {
 	vm.StateHub
 	cfg  vm.Config
 	opts resolved
 	log  *slog.Logger
 
-	transport api.Transport
-	cid       uint32       // vsock
-	sess      *mux.Session // serial: a PendingClient, begun once the guest is through its park
-	hostConn  net.Conn     // serial: the host's end of the socket pair, which sess reads
-	muxChild  *os.File     // serial: QEMU's end of the socket pair, until QEMU is started for good
-	vsockLns  *vsockListeners
-	cpuModel  string // overrides plan.cpu, for measurements
-	tmpl      templates
+	tr       transport      // chosen once, in New
+	tpl      *templateStart // nil: the guest never parks (templateStartFor)
+	cpuModel string         // overrides plan.cpu, for measurements
 
 	sp sharePlan // how the share is served, decided in New
 
+	// The QEMU process and what it runs with, set as the machine starts
+	// and ends.
 	mu        sync.Mutex
 	share     string // "", "virtiofs" or "9p", once started
 	accel     string
@@ -66,7 +61,6 @@ type Machine struct {
 	stopAsked bool
 	// abortStart ends a Start in progress (Stop).
 	abortStart context.CancelFunc
-	restored   bool          // started from a template
 	bootErr    error         // why the host ended a boot that went wrong (the park)
 	exitErr    error         // why QEMU ended, nil after a power-off
 	exited     chan struct{} // closed once QEMU has been reaped and cleaned up
@@ -94,41 +88,14 @@ func New(cfg vm.Config, opts Options) (*Machine, error) {
 		return nil, fmt.Errorf("qemu: %w", err)
 	}
 	m := &Machine{cfg: cfg, opts: r, sp: sp, log: cfg.Log().With("backend", "qemu"), exited: make(chan struct{})}
-	if r.Templates != TemplatesOff && r.CacheDir != "" {
-		m.tmpl = templates{dir: filepath.Join(r.CacheDir, "templates"), now: time.Now}
-	}
 	if m.cfg.ConsoleLog == "" {
 		m.cfg.ConsoleLog = filepath.Join(cfg.Dir, "console.log")
 	}
-	if usable("/dev/vhost-vsock") {
-		m.transport = api.TransportVsock
-		m.cid = randomCID()
-		m.vsockLns = newVsockListeners(m.cid)
-	} else {
-		host, child, err := socketPair()
-		if err != nil {
-			return nil, fmt.Errorf("qemu: %w", err)
-		}
-		c, err := net.FileConn(host)
-		host.Close()
-		if err != nil {
-			child.Close()
-			return nil, fmt.Errorf("qemu: %w", err)
-		}
-		m.transport = api.TransportSerial
-		m.muxChild = child
-		m.hostConn = c
-		m.sess = mux.PendingClient(c, mux.HostConfig())
+	if m.tr, err = newTransport(usable("/dev/vhost-vsock")); err != nil {
+		return nil, fmt.Errorf("qemu: transport: %w", err)
 	}
+	m.tpl = templateStartFor(m)
 	return m, nil
-}
-
-// randomCID picks a vsock context id; ids below 3 are reserved, and
-// 0xffffffff is VMADDR_CID_ANY.
-func randomCID() uint32 {
-	var b [4]byte
-	rand.Read(b[:])
-	return 3 + binary.LittleEndian.Uint32(b[:])%(0xfffffff0)
 }
 
 // Start boots the machine: it picks the accelerator (probing KVM once per
@@ -189,11 +156,9 @@ func (m *Machine) start(ctx context.Context) error {
 
 	if m.parks(share) {
 		p.Park = true
-		return m.startParked(ctx, p, accel)
+		return m.tpl.start(ctx, p, accel)
 	}
-	if m.sess != nil {
-		m.sess.Begin()
-	}
+	m.tr.begin()
 	pr, err := m.spawn(ctx, p, accel, launch{})
 	if err != nil {
 		return err
@@ -249,10 +214,7 @@ func (pr *proc) kill() {
 
 // spawn starts QEMU for p, with what l adds.
 func (m *Machine) spawn(ctx context.Context, p plan, accel string, l launch) (*proc, error) {
-	var files []*os.File
-	if m.muxChild != nil {
-		files = append(files, m.muxChild) // fd 3, see plan
-	}
+	files := m.tr.files() // from fd 3 on (transport.configure)
 	var qmpHost, qmpChild *os.File
 	if l.qmp {
 		var err error
@@ -299,7 +261,7 @@ func (m *Machine) spawn(ctx context.Context, p plan, accel string, l launch) (*p
 		runAs(cmd, *u, groups)
 		cmd.Dir = "/" // the runtime folder may be closed to the folder's owner
 	}
-	m.log.Info("starting", "qemu", m.opts.QEMU, "accel", accel, "transport", m.transport, "share", p.Share,
+	m.log.Info("starting", "qemu", m.opts.QEMU, "accel", accel, "transport", m.tr.kind(), "share", p.Share,
 		"security_model", p.SecurityModel, "run_as", m.sp.RunAs, "park", p.Park, "template", l.incoming != nil, "args", p.args())
 	if err := cmd.Start(); err != nil {
 		if qmpHost != nil {
@@ -334,10 +296,7 @@ func (e *qemuFailed) Unwrap() error { return e.err }
 // commit makes pr the machine's QEMU: from here on its exit ends the
 // machine.
 func (m *Machine) commit(pr *proc, p plan) {
-	if m.muxChild != nil {
-		m.muxChild.Close() // QEMU holds its own copy now
-		m.muxChild = nil
-	}
+	m.tr.committed()
 	m.mu.Lock()
 	m.cmd, m.stderr, m.share, m.accel, m.machine = pr.cmd, pr.stderr, string(p.Share), p.Accel, p.machine()
 	m.ram = pr.ram
@@ -368,9 +327,9 @@ func (m *Machine) plan(accel, share string) plan {
 		ConsoleLog: m.cfg.ConsoleLog,
 		PIDFile:    filepath.Join(m.cfg.Dir, "qemu.pid"),
 		Name:       "airlock",
-		Transport:  m.transport, MuxFD: 3, CID: m.cid,
-		Disks: m.cfg.Disks, Reclaim: m.cfg.ReclaimMemory,
+		Disks:      m.cfg.Disks, Reclaim: m.cfg.ReclaimMemory,
 	}
+	m.tr.configure(&p)
 	p.GuestTSCkHz = guestTSCkHz(m.opts.Arch, accel, m.opts.CacheDir)
 	p.KernelHZ = m.cfg.KernelHZ
 	if m.opts.Machine != MachineAuto {
@@ -524,18 +483,7 @@ func (m *Machine) finish(why error) {
 		if ram != nil {
 			ram.Close()
 		}
-		if m.sess != nil {
-			m.sess.Close()
-		}
-		if m.muxChild != nil {
-			m.muxChild.Close()
-		}
-		if m.hostConn != nil {
-			m.hostConn.Close()
-		}
-		if m.vsockLns != nil {
-			m.vsockLns.closeAll()
-		}
+		m.tr.close()
 		if why != nil {
 			m.Set(vm.StateFailed)
 		} else {
@@ -608,44 +556,31 @@ func (m *Machine) Dial(ctx context.Context, port uint32) (net.Conn, error) {
 	default:
 		return nil, fmt.Errorf("qemu: dial guest port %d: %w (%s)", port, vm.ErrNotRunning, s)
 	}
-	if m.transport == api.TransportVsock {
-		return dialVsock(ctx, m.cid, port)
-	}
-	c, err := m.sess.Dial(ctx, port)
-	if errors.Is(err, mux.ErrRefused) {
-		return nil, fmt.Errorf("qemu: %w: %w", vm.ErrConnRefused, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("qemu: %w", err)
-	}
-	return c, nil
+	return m.tr.dial(ctx, port)
 }
 
 // Listen accepts streams the guest opens to a host port. It works before
 // Start.
-func (m *Machine) Listen(port uint32) (net.Listener, error) {
-	if m.transport == api.TransportVsock {
-		return m.vsockLns.listen(port)
-	}
-	l, err := m.sess.Listen(port)
-	if errors.Is(err, mux.ErrPortInUse) {
-		return nil, fmt.Errorf("qemu: %w: %w", vm.ErrPortInUse, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("qemu: %w", err)
-	}
-	return l, nil
-}
+func (m *Machine) Listen(port uint32) (net.Listener, error) { return m.tr.listen(port) }
 
 // Info describes the machine; the accelerator, machine type and share are
 // known once Start has picked them.
 func (m *Machine) Info() vm.Info {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	i := vm.Info{Backend: "qemu", Accelerator: m.accel, Machine: m.machine, Transport: string(m.transport), Share: m.share,
-		ConsoleLog: m.cfg.ConsoleLog, Restored: m.restored}
+	i := vm.Info{Backend: "qemu", Accelerator: m.accel, Machine: m.machine, Transport: string(m.tr.kind()), Share: m.share,
+		ConsoleLog: m.cfg.ConsoleLog}
 	if m.cmd != nil && m.cmd.Process != nil {
 		i.PID = m.cmd.Process.Pid
 	}
 	return i
 }
+
+// Restored reports whether the machine started from a template
+// (vm.Restorer).
+func (m *Machine) Restored() bool { return m.tpl != nil && m.tpl.restored() }
+
+// RestoreFailed reports whether the machine ended because the template it
+// started from failed: its guest did not answer once woken, and the
+// template is discarded (vm.Restorer).
+func (m *Machine) RestoreFailed() bool { return m.tpl != nil && m.tpl.failed() }

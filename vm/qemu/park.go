@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
@@ -23,33 +25,82 @@ var (
 	parkTimeout = 10 * time.Minute
 	// loadTimeout bounds QEMU's load of a template until it runs the
 	// guest: a few hundred KB of machine state from a local file (the
-	// guest's memory is copied before QEMU starts), 0.2-0.6 s here under
-	// TCG, most of it QEMU's own start.
+	// guest's memory is copied before QEMU starts), well under a second
+	// under TCG, most of it QEMU's own start.
 	loadTimeout = 60 * time.Second
 	// greetTimeout bounds how long a guest started from a template may
 	// take after its Wake to greet the host (the multiplexer's hello,
-	// its first act: 87-91 ms under TCG on a quiet host, ~250 ms on a
-	// loaded one, nearly all of it translating code its QEMU never ran).
+	// its first act: a fraction of a second under TCG, nearly all of it
+	// translating code its QEMU never ran).
 	// One that does not is taken for a template that restores to a broken
 	// guest: it is discarded.
 	greetTimeout = 20 * time.Second
 	// saveTimeout bounds the save of a template: a few hundred KB of
-	// machine state and 55-70 MB of guest memory to local files, ~0.1 s
-	// here.
+	// machine state and the tens of MB of memory the guest touched, to
+	// local files.
 	saveTimeout = 2 * time.Minute
 )
 
+// templateStart is the start of a machine whose guest parks (parks): from
+// its template when there is one that loads, else by booting, saving a
+// template once the guest has parked. It speaks the park protocol (Parked,
+// Wake) on the multiplexer's socket before the multiplexer begins.
+type templateStart struct {
+	m    *Machine
+	mux  *muxTransport
+	tmpl templates // dir "": no cache folder, so none is loaded or saved
+
+	mu          sync.Mutex
+	wasRestored bool  // started from a template
+	silent      error // the template's guest did not answer its wake: why the host ends the machine
+}
+
+// templateStartFor is m's template start, or nil when m's guest never
+// parks: that needs the serial transport (a vsock device's connections do
+// not survive QEMU's migration), templates not turned off, and a host with
+// memory files (Linux).
+func templateStartFor(m *Machine) *templateStart {
+	mt, ok := m.tr.(*muxTransport)
+	if !ok || !haveRAMFiles || m.opts.Templates == TemplatesOff {
+		return nil
+	}
+	t := &templateStart{m: m, mux: mt}
+	if m.opts.CacheDir != "" {
+		t.tmpl = templates{dir: filepath.Join(m.opts.CacheDir, "templates"), now: time.Now}
+	}
+	return t
+}
+
+func (t *templateStart) restored() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.wasRestored
+}
+
+// failed reports whether the machine ended because its template's guest
+// did not answer: silent is then the reason it ended with (exitErr), which
+// it is not when the machine was being stopped anyway (failBoot) or had
+// already ended otherwise.
+func (t *templateStart) failed() bool {
+	t.mu.Lock()
+	why := t.silent
+	t.mu.Unlock()
+	if why == nil {
+		return false
+	}
+	t.m.mu.Lock()
+	defer t.m.mu.Unlock()
+	return t.m.exitErr == why
+}
+
 // parks reports whether this machine's guest boots to park, so that it
-// can start from a template or save one: the serial transport (a vsock
-// device's connections do not survive QEMU's migration), no share or a 9p
-// one (QEMU migrates a 9p device while the guest has it unmounted, which a
-// parked guest has; virtiofs's vhost-user device not at all), no disks
-// but a changes layer (the standard image switches its root to a disk
-// during the boot), templates not turned off, and a host with memory files
-// (Linux).
+// can start from a template or save one: a template start (templateStartFor),
+// no share or a 9p one (QEMU migrates a 9p device while the guest has it
+// unmounted, which a parked guest has; virtiofs's vhost-user device not at
+// all), and no disks but a changes layer (the standard image switches its
+// root to a disk during the boot).
 func (m *Machine) parks(share string) bool {
-	return haveRAMFiles && m.opts.Templates != TemplatesOff && m.transport == api.TransportSerial &&
-		(m.cfg.Share == nil || share == Share9P) && (len(m.cfg.Disks) == 0 || layerOnly(m.cfg))
+	return m.tpl != nil && (m.cfg.Share == nil || share == Share9P) && (len(m.cfg.Disks) == 0 || layerOnly(m.cfg))
 }
 
 // layerOnly reports whether cfg's disks are only a changes layer
@@ -70,25 +121,26 @@ func layerOnly(cfg vm.Config) bool {
 	return true
 }
 
-// startParked starts a parking guest: from its template when there is one
-// that loads, else by booting it, and then saving its template once it has
+// start starts a parking guest: from its template when there is one that
+// loads, else by booting it, and then saving its template once it has
 // parked (awaitPark).
-func (m *Machine) startParked(ctx context.Context, p plan, accel string) error {
+func (t *templateStart) start(ctx context.Context, p plan, accel string) error {
+	m := t.m
 	key, err := templateKey(p, m.opts.QEMU)
 	if err != nil {
 		m.log.Warn("no template for this machine", "err", err)
 	}
 	if key != "" {
-		if state, ram := m.tmpl.open(key); state != nil {
-			pr, loaded, err := m.load(ctx, p, accel, state, ram)
+		if state, ram := t.tmpl.open(key); state != nil {
+			pr, loaded, err := t.load(ctx, p, accel, state, ram)
 			state.Close()
 			ram.Close()
 			if err == nil {
-				m.mu.Lock()
-				m.restored = true
-				m.mu.Unlock()
+				t.mu.Lock()
+				t.wasRestored = true
+				t.mu.Unlock()
 				m.commit(pr, p)
-				go m.wakeLoaded(key)
+				go t.wakeLoaded(key)
 				return nil
 			}
 			if ctx.Err() != nil {
@@ -103,8 +155,8 @@ func (m *Machine) startParked(ctx context.Context, p plan, accel string) error {
 			// Nothing reached the guest's port (the Wake goes only to a
 			// guest that runs), so the same socket pair serves the boot.
 			m.log.Warn("the template would not load: discarded; booting instead, and saving a new one",
-				"template", m.tmpl.path(key), "err", err)
-			if err := m.tmpl.discard(key); err != nil {
+				"template", t.tmpl.path(key), "err", err)
+			if err := t.tmpl.discard(key); err != nil {
 				m.log.Warn("discard template", "err", err)
 			}
 		}
@@ -113,7 +165,7 @@ func (m *Machine) startParked(ctx context.Context, p plan, accel string) error {
 	if err != nil {
 		return fmt.Errorf("qemu: start: %w", err)
 	}
-	pr, err := m.spawn(ctx, p, accel, launch{ram: ram, qmp: key != "" && m.tmpl.dir != ""})
+	pr, err := m.spawn(ctx, p, accel, launch{ram: ram, qmp: key != "" && t.tmpl.dir != ""})
 	if err != nil {
 		ram.Close()
 		return err
@@ -125,7 +177,7 @@ func (m *Machine) startParked(ctx context.Context, p plan, accel string) error {
 		}
 		return err
 	}
-	go m.awaitPark(pr.qmp, key)
+	go t.awaitPark(pr.qmp, key)
 	return nil
 }
 
@@ -133,7 +185,8 @@ func (m *Machine) startParked(ctx context.Context, p plan, accel string) error {
 // ram, and waits until it runs the guest. On failure nothing is left
 // running and nothing has reached the guest; started says whether QEMU
 // ran, so that the failure is the template's.
-func (m *Machine) load(ctx context.Context, p plan, accel string, state, ram *os.File) (pr *proc, started bool, err error) {
+func (t *templateStart) load(ctx context.Context, p plan, accel string, state, ram *os.File) (pr *proc, started bool, err error) {
+	m := t.m
 	began := time.Now()
 	mem, err := newRAM(int64(p.MemoryMiB) << 20)
 	if err != nil {
@@ -208,35 +261,37 @@ func awaitRunning(ctx context.Context, q *qmp) error {
 // awaitPark waits for the booting guest to park, saves its template (with
 // q; nil: none is saved) and wakes it. A guest that does not park ends the
 // machine.
-func (m *Machine) awaitPark(q *qmp, key string) {
+func (t *templateStart) awaitPark(q *qmp, key string) {
+	m := t.m
 	if q != nil {
 		defer q.Close()
 	}
-	_ = m.hostConn.SetReadDeadline(time.Now().Add(parkTimeout))
-	err := api.ReadParked(m.hostConn)
-	_ = m.hostConn.SetReadDeadline(time.Time{})
+	_ = t.mux.host.SetReadDeadline(time.Now().Add(parkTimeout))
+	err := api.ReadParked(t.mux.host)
+	_ = t.mux.host.SetReadDeadline(time.Time{})
 	if err != nil {
 		m.failBoot(fmt.Errorf("qemu: the guest did not park: %w", err))
 		return
 	}
 	if q != nil {
-		if err := m.save(q, key); err != nil {
+		if err := t.save(q, key); err != nil {
 			m.failBoot(err)
 			return
 		}
 	}
-	m.wake()
+	t.wake()
 }
 
 // save saves the parked machine's state as key's template and lets the
 // machine go on. A template that cannot be saved (a full disk, a QEMU that
 // refuses) is only logged: this machine goes on, and the next one boots
 // too. An error means the machine could not be resumed.
-func (m *Machine) save(q *qmp, key string) error {
+func (t *templateStart) save(q *qmp, key string) error {
+	m := t.m
 	ctx, cancel := context.WithTimeout(context.Background(), saveTimeout)
 	defer cancel()
 	began := time.Now()
-	state, ram, commit, abort, err := m.tmpl.create(key)
+	state, ram, commit, abort, err := t.tmpl.create(key)
 	if err == nil {
 		var size, mem int64
 		if size, err = saveState(ctx, q, state); err == nil {
@@ -256,7 +311,7 @@ func (m *Machine) save(q *qmp, key string) error {
 			abort()
 		}
 		if err == nil {
-			m.log.Info("saved a template", "template", m.tmpl.path(key), "state_bytes", size, "memory_bytes", mem, "took", time.Since(began).Round(time.Millisecond),
+			m.log.Info("saved a template", "template", t.tmpl.path(key), "state_bytes", size, "memory_bytes", mem, "took", time.Since(began).Round(time.Millisecond),
 				"qemu", fmt.Sprintf("%d.%d.%d (%s)", q.version.Major, q.version.Minor, q.version.Micro, q.version.Package))
 		}
 	}
@@ -344,13 +399,14 @@ func awaitMigration(ctx context.Context, q *qmp, f *os.File) (int64, error) {
 // wakeLoaded wakes a guest started from key's template, and discards the
 // template if the guest does not greet the host after it: it restored to
 // something broken, which every machine started from it would be.
-func (m *Machine) wakeLoaded(key string) {
-	t := time.NewTimer(greetTimeout)
-	defer t.Stop()
+func (t *templateStart) wakeLoaded(key string) {
+	m := t.m
+	timer := time.NewTimer(greetTimeout)
+	defer timer.Stop()
 	woke := time.Now()
-	m.wake()
+	t.wake()
 	select {
-	case <-m.sess.Greeted():
+	case <-t.mux.sess.Greeted():
 		m.log.Debug("the guest greeted after its wake", "took", time.Since(woke).Round(time.Microsecond))
 		return
 	case <-m.exited:
@@ -360,37 +416,50 @@ func (m *Machine) wakeLoaded(key string) {
 		if asked {
 			return
 		}
-	case <-t.C:
+	case <-timer.C:
 	}
-	if err := m.tmpl.discard(key); err != nil {
+	if err := t.tmpl.discard(key); err != nil {
 		m.log.Warn("discard template", "err", err)
 	}
-	m.failBoot(fmt.Errorf("qemu: %w: its guest did not answer within %s of its wake (the template %s is discarded; the next start boots)",
-		vm.ErrSavedState, greetTimeout, m.tmpl.path(key)))
+	// Kept before the machine ends, so that whoever its end wakes can
+	// tell why (failed).
+	err := fmt.Errorf("qemu: the guest started from a template did not answer within %s of its wake (the template %s is discarded; the next start boots)",
+		greetTimeout, t.tmpl.path(key))
+	t.mu.Lock()
+	t.silent = err
+	t.mu.Unlock()
+	m.failBoot(err)
 }
 
 // wake sends the parked guest its Wake and starts the multiplexer, whose
 // hello the guest sends next.
-func (m *Machine) wake() {
-	w := api.Wake{Time: time.Now()}
-	if _, err := rand.Read(w.Entropy[:]); err != nil {
+func (t *templateStart) wake() {
+	m := t.m
+	w := &api.Wake{UnixNanos: time.Now().UnixNano(), Entropy: make([]byte, api.WakeEntropySize)}
+	if _, err := rand.Read(w.Entropy); err != nil {
 		m.failBoot(fmt.Errorf("qemu: entropy for the guest: %w", err))
 		return
 	}
-	_ = m.hostConn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	_, err := m.hostConn.Write(w.Marshal())
-	_ = m.hostConn.SetWriteDeadline(time.Time{})
+	rec, err := api.WakeRecord(w)
+	if err != nil {
+		m.failBoot(fmt.Errorf("qemu: wake the parked guest: %w", err))
+		return
+	}
+	_ = t.mux.host.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_, err = t.mux.host.Write(rec)
+	_ = t.mux.host.SetWriteDeadline(time.Time{})
 	if err != nil {
 		if !errors.Is(err, net.ErrClosed) {
 			m.failBoot(fmt.Errorf("qemu: wake the parked guest: %w", err))
 		}
 		return
 	}
-	m.sess.Begin()
+	t.mux.begin()
 }
 
 // failBoot ends a machine whose boot went wrong on the host's side of it,
-// with err as the reason its Wait reports.
+// with err as the reason its Wait reports, unless it is being stopped
+// anyway.
 func (m *Machine) failBoot(err error) {
 	m.mu.Lock()
 	if m.stopAsked {

@@ -28,7 +28,7 @@ func TestParkFakeQEMU(t *testing.T) {
 		f := newParkFake(t, fakeNormal)
 		m1 := f.start(t, f.opts)
 		echo(t, m1)
-		if m1.Info().Restored {
+		if m1.Restored() {
 			t.Error("the first machine says it was restored")
 		}
 		r1 := f.run(t, m1.Info().PID)
@@ -53,7 +53,7 @@ func TestParkFakeQEMU(t *testing.T) {
 		}
 
 		m2 := f.start(t, f.opts) // a run folder of its own: another console log and pid file
-		if !m2.Info().Restored {
+		if !m2.Restored() {
 			t.Error("the second machine was not started from the template")
 		}
 		echo(t, m2)
@@ -94,7 +94,7 @@ func TestParkFakeQEMU(t *testing.T) {
 			m1.Stop(context.Background())
 
 			m2 := f.start(t, f.opts)
-			if m2.Info().Restored {
+			if m2.Restored() {
 				t.Error("restored from a template that did not load")
 			}
 			echo(t, m2)
@@ -151,8 +151,8 @@ func TestParkFakeQEMU(t *testing.T) {
 		opts := f.opts
 		opts.Templates = TemplatesOff
 		m := f.start(t, opts)
-		if m.tmpl.dir != "" {
-			t.Errorf("templates folder %q with templates off", m.tmpl.dir)
+		if m.tpl != nil {
+			t.Errorf("a template start (templates folder %q) with templates off", m.tpl.tmpl.dir)
 		}
 		echo(t, m) // the guest's hello came first thing, and was read
 		r := f.run(t, m.Info().PID)
@@ -166,15 +166,15 @@ func TestParkFakeQEMU(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(f.opts.CacheDir, "templates")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("templates folder: %v", err)
 		}
-		if m.Info().Restored {
+		if m.Restored() {
 			t.Error("restored with templates off")
 		}
 	})
 }
 
 // TestTemplateRestoredGuestSilent: a guest restored from a template that
-// does not greet the host after its Wake ends the machine with
-// vm.ErrSavedState, and its template is discarded.
+// does not greet the host after its Wake ends the machine, which then
+// says its restore failed (vm.Restorer), and its template is discarded.
 func TestTemplateRestoredGuestSilent(t *testing.T) {
 	leakcheck.Goroutines(t)
 	old := greetTimeout
@@ -186,14 +186,20 @@ func TestTemplateRestoredGuestSilent(t *testing.T) {
 	echo(t, m1)
 	f.savedBy(t, m1.Info().PID)
 	m1.Stop(context.Background())
+	if m1.RestoreFailed() {
+		t.Error("RestoreFailed = true for the machine that booted and was stopped")
+	}
 
 	m2 := f.start(t, f.opts)
-	if !m2.Info().Restored {
+	if !m2.Restored() {
 		t.Fatal("not started from the template")
 	}
 	err := wait(t, m2)
-	if !errors.Is(err, vm.ErrSavedState) {
-		t.Fatalf("Wait = %v, want %v", err, vm.ErrSavedState)
+	if err == nil || !strings.Contains(err.Error(), "did not answer") {
+		t.Fatalf("Wait = %v, want the template's guest's silence", err)
+	}
+	if !m2.RestoreFailed() {
+		t.Error("RestoreFailed = false after the template's guest was silent")
 	}
 	if s := m2.State(); s != vm.StateFailed {
 		t.Errorf("state %s", s)
@@ -255,7 +261,12 @@ func TestParkWhen(t *testing.T) {
 			if strings.HasPrefix(tc.name, "changes") {
 				cmdline = api.BootConfig{Changes: true}.Args()
 			}
-			m := &Machine{cfg: vm.Config{Share: tc.share, Disks: tc.disks, Cmdline: cmdline}, opts: resolved{Options: Options{Templates: tc.templates}}, transport: tc.transport}
+			m := &Machine{cfg: vm.Config{Share: tc.share, Disks: tc.disks, Cmdline: cmdline}, opts: resolved{Options: Options{Templates: tc.templates}}}
+			m.tr = &vsockTransport{}
+			if tc.transport == api.TransportSerial {
+				m.tr = &muxTransport{}
+			}
+			m.tpl = templateStartFor(m)
 			if got := m.parks(tc.fs); got != tc.want {
 				t.Errorf("parks = %v, want %v", got, tc.want)
 			}

@@ -1,10 +1,10 @@
 package qemu
 
 // KVM can be present and still unusable: nested KVM may open and run a few
-// instructions, then crawl (on one test host a 5M-iteration loop took 5 s
-// under KVM and 0.06 s under TCG, and the Linux decompressor never
-// finished). So the probe is a real run: a firmware that enters long mode
-// the way a kernel does and then spins, under a deadline.
+// instructions, then crawl, slower than TCG by orders of magnitude, so that
+// the Linux decompressor never finishes. So the probe is a real run: a
+// firmware that enters long mode the way a kernel does and then spins,
+// under a deadline.
 
 // probeExitValue is what the firmware writes to isa-debug-exit; QEMU then
 // exits with status (value<<1)|1.

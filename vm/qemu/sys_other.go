@@ -8,8 +8,8 @@ import (
 	"os/exec"
 )
 
-// The QEMU backend is only used on Linux for now; these keep the package
-// building elsewhere.
+// The QEMU backend runs on Linux only; these keep the package building
+// elsewhere.
 
 func setProcAttr(*exec.Cmd) {}
 

@@ -21,19 +21,19 @@ import (
 // state there to a template (QEMU's migration stream, into a file), then
 // goes on; every later machine of the same shape is started from the
 // template instead of booting (QEMU's -incoming), and is woken with its
-// own entropy and clock (api.Wake). Under TCG here that is ready in a few
-// hundred milliseconds where a boot takes 1.2-1.5 s (README, Performance).
+// own entropy and clock (api.Wake). Under TCG that is ready in a fraction
+// of a boot's time (README, Performance).
 //
 // The guest's memory lives in a memory file the host shares with QEMU
 // (ram_linux.go), and the migration skips it (x-ignore-shared): a save
 // writes the machine state and copies the memory file's data, what the
 // guest touched, and a start from a template copies that back into a
 // fresh memory file before QEMU loads the state. QEMU's own migration of
-// the memory read every page of it, touched or not, and a load wrote
-// every page: on a host where a first touch costs 8-12 us a page, a save
-// of a 1 GiB guest took ~2 s, and every machine started from a template
-// held all of its guest memory resident (1.09 GB for 1 GiB, against
-// ~50 MB with the memory file). The memory is copied, not mapped from
+// the memory reads every page of it, touched or not, and a load writes
+// every page: on a host where a first touch is slow, a save takes seconds
+// and every machine started from a template holds all of its guest memory
+// resident (docs/performance.md, What changed: templates keep the guest's
+// memory in a file of its own). The memory is copied, not mapped from
 // the template by every machine (copy-on-write, as Kata Containers' VM
 // templating does): machines never share a physical page, so none can
 // watch another through one.

@@ -12,7 +12,8 @@ import (
 // Under TCG an x86 guest's TSC is the host's own counter, read by QEMU with
 // an offset, so it ticks at the host's TSC rate. The guest kernel does not
 // know that: it calibrates the TSC against the emulated PIT in a busy loop
-// a descheduled vCPU thread disturbs (rates 8-43x too low were seen here),
+// a descheduled vCPU thread disturbs (the rate can come out many times too
+// low: docs/performance.md, The guest's clock under TCG),
 // and with QEMU's default CPU (an AMD model without constant_tsc) and two
 // vCPUs it declares the TSC unsynchronized and falls back on the HPET,
 // whose every read is an emulated device access. Told the rate

@@ -28,9 +28,17 @@ type Machine struct {
 	done     chan struct{}
 	exitErr  error
 	stopBoot context.CancelFunc
+	// The guest played a start from a saved state that failed
+	// (Guest.FailRestore).
+	restored, failed bool
 }
 
-var _ vm.Machine = (*Machine)(nil)
+// The fake's guest is the test's code on this host, and a test may play a
+// machine started from a saved state.
+var (
+	_ vm.HostGuest = (*Machine)(nil)
+	_ vm.Restorer  = (*Machine)(nil)
+)
 
 // New returns a fake machine; Start runs boot in its own goroutine as the
 // guest, and the machine stops when boot returns (nil = orderly power-off).
@@ -115,6 +123,26 @@ func (m *Machine) Stop(ctx context.Context) error {
 	return nil
 }
 
+// GuestIsHost implements vm.HostGuest: the guest is the test's code, in
+// this process.
+func (m *Machine) GuestIsHost() bool { return true }
+
+// Restored implements vm.Restorer: whether the guest played a start from
+// a saved state (Guest.FailRestore).
+func (m *Machine) Restored() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.restored
+}
+
+// RestoreFailed implements vm.Restorer: whether the guest played a saved
+// state that failed (Guest.FailRestore).
+func (m *Machine) RestoreFailed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.failed
+}
+
 // Dial implements vm.Machine.
 func (m *Machine) Dial(ctx context.Context, port uint32) (net.Conn, error) {
 	return m.dial(ctx, m.guest, true, port)
@@ -178,6 +206,16 @@ type Guest struct{ m *Machine }
 
 // Listen accepts streams the host dials to port.
 func (g *Guest) Listen(port uint32) (net.Listener, error) { return g.m.listen(g.m.guest, port) }
+
+// FailRestore makes the machine one whose saved state failed
+// (vm.Restorer), and returns err for Boot to return: the machine ends
+// with it.
+func (g *Guest) FailRestore(err error) error {
+	g.m.mu.Lock()
+	g.m.restored, g.m.failed = true, true
+	g.m.mu.Unlock()
+	return err
+}
 
 // Dial opens a stream to a host port.
 func (g *Guest) Dial(ctx context.Context, port uint32) (net.Conn, error) {

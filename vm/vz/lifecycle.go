@@ -154,7 +154,8 @@ const (
 
 // connRefused says whether a failed connect to a guest port means that
 // nothing listens there: the framework reports it as an NSError in
-// NSPOSIXErrorDomain, code 54 (ECONNRESET, what it answers today) or 61.
+// NSPOSIXErrorDomain, code 54 (ECONNRESET, what the framework answers) or
+// 61 (ECONNREFUSED, which it may answer instead).
 func connRefused(domain string, code int) bool {
 	return domain == "NSPOSIXErrorDomain" && (code == darwinECONNRESET || code == darwinECONNREFUSED)
 }

@@ -84,18 +84,18 @@ export function networkView(): View {
     const key = JSON.stringify([st.allow, st.deny, st.map_hosts]);
     if (key === rulesKey) return;
     rulesKey = key;
-    fill(allowList, ruleItems(st.allow, "allow"));
-    fill(denyList, ruleItems(st.deny, "deny"));
+    fill(allowList, ruleItems(st.allow ?? [], "allow"));
+    fill(denyList, ruleItems(st.deny ?? [], "deny"));
     fill(
       pinned,
-      st.map_hosts.length
-        ? h("p", { class: "hint" }, "Pinned in the settings file (where these names go; the allow rules say which ports are open): ", st.map_hosts.map((m) => h("code", { class: "chip" }, m)))
+      st.map_hosts?.length
+        ? h("p", { class: "hint" }, "Pinned in the settings file (where these names go; the allow rules say which ports are open): ", (st.map_hosts ?? []).map((m) => h("code", { class: "chip" }, m)))
         : null,
     );
     fill(
       presets,
       PRESETS.map((p) => {
-        const on = p.hosts.every((x) => st.allow.includes(x));
+        const on = p.hosts.every((x) => st.allow?.includes(x));
         const b = button(on ? "Allowed" : "Allow", {
           variant: on ? "secondary" : "primary",
           icon: on ? "check" : undefined,
@@ -105,7 +105,7 @@ export function networkView(): View {
             void busy(b, async () => {
               for (const x of p.hosts) {
                 if (on) store.setSettings(await api.rule("remove", x));
-                else if (!store.settings?.allow.includes(x)) store.setSettings(await api.rule("allow", x));
+                else if (!store.settings?.allow?.includes(x)) store.setSettings(await api.rule("allow", x));
               }
             }),
         });

@@ -35,7 +35,7 @@ export function secretsCard(): { el: HTMLElement; refresh: () => Promise<void> }
           h("code", null, s.name),
           " ",
           s.available ? badge("ready", "ok") : badge("no value", "warn"),
-          h("div", { class: "muted small" }, "to ", s.hosts.join(", "), " · ", s.header ? s.header : "replaces its placeholder", " · from ", s.source),
+          h("div", { class: "muted small" }, "to ", (s.hosts ?? []).join(", "), " · ", s.header ? s.header : "replaces its placeholder", " · from ", s.source),
           s.problem ? h("div", { class: "muted small" }, s.problem) : null,
         ),
         rm,

@@ -5,6 +5,7 @@ import { fill, h } from "../dom";
 import { memory } from "../format";
 import { store } from "../store";
 import { card, header, pathLine, type View } from "../ui";
+import { agentsCard } from "./agents";
 
 declare const __AIRLOCK_UI_VERSION__: string;
 
@@ -12,6 +13,7 @@ export function settingsView(): View {
   const size = h("dl", { class: "facts" });
   const places = h("div", { class: "places", "data-testid": "about-places" });
   const versions = h("dl", { class: "facts", "data-testid": "about-versions" });
+  const agents = agentsCard();
 
   function join(dir: string, name: string): string {
     if (!dir) return "";
@@ -65,8 +67,9 @@ export function settingsView(): View {
     { class: "page", "data-testid": "screen-settings" },
     header("Settings", "How the sandbox is set up, where Airlock keeps its files, and which version this is."),
     h("div", { class: "grid-2" }, card("Sandbox", size, h("p", { class: "hint" }, "Processors and memory are read from the settings file when the sandbox starts.")), card("About Airlock", versions, h("p", { class: "hint" }, "Airlock gives tasks a disposable Linux computer that sees one folder, and only the websites you allow."))),
+    agents.el,
     card("Where things are", places),
   );
   render();
-  return { id: "settings", title: "Settings", icon: "settings", el, update: (t) => t === "status" && render() };
+  return { id: "settings", title: "Settings", icon: "settings", el, update: (t) => t === "status" && render(), shown: () => void agents.refresh() };
 }

@@ -169,7 +169,7 @@ export function workspaceView(): View & { setFolder(dir: string): Promise<boolea
         : h("div", { class: "ws-text" }, h("div", { class: "ws-name" }, "No folder shared yet"), h("p", { class: "muted" }, "Choose the folder your tasks should work in. Nothing else on this computer will be visible to them.")),
       ws ? badge(ro ? "Read only" : "Read and write", ro ? "info" : "ok", "ws-mode") : null,
     );
-    const allow = st?.allow.length ?? 0;
+    const allow = st?.allow?.length ?? 0;
     fill(
       statement,
       h("h3", null, "What tasks can see"),

@@ -8,13 +8,13 @@
 // Linux vsock and a Hyper-V socket can be half-closed, but the
 // connections Apple's Virtualization framework hands to the host (vz v3's
 // VirtioSocketConnection, a socket the framework relays to the guest's
-// vsock) have no CloseWrite. A relay that passes a TCP half-close on as
-// the transport's CloseWrite therefore had to close both directions on a
-// Mac, and a client that uploads after the response had ended (or after
-// the server half-closed) lost its upload. With records, every backend
-// carries the same bytes and a half-close the same way. Hyper-V sockets
-// had the same gap once; ocaml-hvsock (mirage/ocaml-hvsock#13) added
-// shutdown messages over them for the same reason.
+// vsock) have no CloseWrite. A relay that passed a TCP half-close on as
+// the transport's CloseWrite would have to close both directions on a
+// Mac, and a client that uploads after the response has ended (or after
+// the server half-closed) would lose its upload. With records, every
+// backend carries the same bytes and a half-close the same way.
+// ocaml-hvsock (mirage/ocaml-hvsock#13) adds shutdown messages over
+// Hyper-V sockets for the same reason.
 //
 // # Wire
 //

@@ -1,0 +1,3 @@
+package dates
+
+// Since 2024 this test exists.

@@ -1,0 +1,2 @@
+// Package nodoc's doc in a test file does not count.
+package nodoc

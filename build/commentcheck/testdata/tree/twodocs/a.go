@@ -1,0 +1,2 @@
+// Package twodocs says so twice.
+package twodocs

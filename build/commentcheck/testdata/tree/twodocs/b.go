@@ -1,0 +1,2 @@
+// Package twodocs says so again.
+package twodocs

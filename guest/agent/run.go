@@ -125,6 +125,7 @@ func Run(ctx context.Context, log *slog.Logger, opts Options) error {
 		log.Warn("no cgroup2: tasks are killed by process group only")
 	}
 	srv := New(cfg)
+	srv.guardTopFiles()
 
 	var readyConn net.Conn
 	if hold != nil {

@@ -34,6 +34,21 @@ func guardedDir(t testing.TB) string {
 	return dir
 }
 
+// gone waits for the guard to remove p (after the refused open).
+func gone(p string) error {
+	var err error
+	for range 100 {
+		if _, err = os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err == nil {
+		err = errors.New("still there")
+	}
+	return err
+}
+
 func TestTopGuardCreate(t *testing.T) {
 	dir := guardedDir(t)
 	for _, name := range topFiles {
@@ -42,7 +57,7 @@ func TestTopGuardCreate(t *testing.T) {
 		if !errors.Is(err, unix.EPERM) {
 			t.Errorf("write %s at the top: %v, want EPERM", name, err)
 		}
-		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+		if err := gone(p); err != nil {
 			t.Errorf("%s at the top after the refused open: %v, want it removed", name, err)
 		}
 	}
@@ -116,8 +131,15 @@ func TestTopGuardExisting(t *testing.T) {
 	if _, err := os.ReadFile(envrc); !errors.Is(err, unix.EPERM) {
 		t.Errorf("read a linked .envrc: %v, want EPERM", err)
 	}
-	if _, err := os.Lstat(envrc); !errors.Is(err, os.ErrNotExist) {
+	if err := gone(envrc); err != nil {
 		t.Errorf("a linked .envrc after the refused open: %v, want it removed", err)
+	}
+	// Its other name at the top opens it no more.
+	if err := os.Link(other, filepath.Join(dir, "again")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadFile(filepath.Join(dir, "again")); !errors.Is(err, unix.EPERM) {
+		t.Errorf("read a refused .envrc by another top-level name: %v, want EPERM", err)
 	}
 	if b, err := os.ReadFile(other); err != nil || string(b) != "use nix\n" {
 		t.Errorf("its other name: %q, %v", b, err)

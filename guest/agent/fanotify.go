@@ -91,7 +91,7 @@ func (s *Server) guardTopFiles() {
 		return
 	}
 	g.log = s.log
-	s.log.Info("top guard on", "dir", s.cfg.WorkspaceDir)
+	s.log.Debug("top guard on", "dir", s.cfg.WorkspaceDir)
 	go g.serve()
 }
 

@@ -140,7 +140,7 @@ func Open(cfg Config) (*Service, error) {
 	s.gate, err = egress.New(egress.Config{
 		Allow: st.Allow, Deny: st.Deny, MapHosts: st.MapHosts,
 		LogFile: filepath.Join(cfg.StateDir, "egress.jsonl"), LogMaxBytes: int64(st.EgressLogMaxMiB) << 20, Logger: cfg.Logger,
-		Decider: askDecider{s}, AskTimeout: AskTimeout,
+		Decider: askDecider{s}, AskTimeout: AskTimeout, Service: true,
 		CA: s.ca, Secrets: values, Inspect: st.Inspect, UpstreamRoots: roots, UpstreamProxy: st.UpstreamProxy,
 	})
 	if err != nil {

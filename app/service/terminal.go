@@ -21,12 +21,26 @@ type Terminals interface {
 	OpenTerminal(ctx context.Context, req TerminalRequest) (tasks.Task, error)
 	// AttachTerminal connects to terminal id: the recent screen first,
 	// then what the shell writes from then on.
-	AttachTerminal(ctx context.Context, id string) (*TerminalAttachment, error)
+	AttachTerminal(ctx context.Context, id string) (TerminalConn, error)
 	// CloseTerminal ends terminal id: the shell and all it started.
 	CloseTerminal(ctx context.Context, id string) error
 }
 
 var _ Terminals = (*Service)(nil)
+
+// TerminalConn is one connection to a terminal. Closing it leaves the
+// shell running.
+type TerminalConn interface {
+	// Next returns the output that arrived since the last call, waiting
+	// for some. io.EOF means the terminal ended; any other error, that
+	// this connection is over.
+	Next(ctx context.Context) ([]byte, error)
+	// Write sends keystrokes (or pasted text) to the shell.
+	Write(p []byte) (int, error)
+	// Resize sets the terminal's size.
+	Resize(rows, cols uint16) error
+	Close()
+}
 
 // TerminalRequest asks for a terminal.
 type TerminalRequest struct {
@@ -59,7 +73,6 @@ var ErrNotTerminal = errors.New("no such terminal: it ended, or the task is not 
 // terminal is the host's end of one interactive task: its input, its
 // size, and its recent output for whoever attaches.
 type terminal struct {
-	id     string
 	stdinR *io.PipeReader
 	stdinW *io.PipeWriter
 	resize chan client.Size
@@ -96,7 +109,6 @@ func (s *Service) OpenTerminal(_ context.Context, req TerminalRequest) (tasks.Ta
 		s.mu.Unlock()
 		return tasks.Task{}, err
 	}
-	term.id = t.ID
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &runningTask{cancel: cancel, signal: make(chan int, 2), done: make(chan struct{}), term: term}
 	s.running[t.ID] = r
@@ -178,7 +190,7 @@ func (t *terminal) end() {
 
 // AttachTerminal connects to a running terminal. The attachment's first
 // read returns the recent screen (at most TerminalScrollback bytes).
-func (s *Service) AttachTerminal(ctx context.Context, id string) (*TerminalAttachment, error) {
+func (s *Service) AttachTerminal(ctx context.Context, id string) (TerminalConn, error) {
 	term, err := s.terminal(id)
 	if err != nil {
 		return nil, err
@@ -336,6 +348,3 @@ func (a *TerminalAttachment) Close() {
 
 // Done is closed when the terminal's task is over.
 func (a *TerminalAttachment) Done() <-chan struct{} { return a.term.done }
-
-// ID is the terminal's task id.
-func (a *TerminalAttachment) ID() string { return a.term.id }

@@ -16,7 +16,7 @@ import (
 )
 
 // screen reads an attachment until its output holds want.
-func readUntil(t *testing.T, a *TerminalAttachment, got *bytes.Buffer, want string) {
+func readUntil(t *testing.T, a TerminalConn, got *bytes.Buffer, want string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -139,7 +139,7 @@ func TestTerminalCancelAndExit(t *testing.T) {
 		t.Fatalf("exited terminal %+v", tk)
 	}
 	select {
-	case <-a.Done():
+	case <-a.(*TerminalAttachment).Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the attachment did not learn the terminal ended")
 	}

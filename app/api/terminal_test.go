@@ -1,0 +1,206 @@
+//go:build !windows
+
+package api
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/app/service"
+	"github.com/airlock-sandbox/airlock/app/tasks"
+	"github.com/gorilla/websocket"
+)
+
+// termCore plays a terminal whose shell echoes its input and reports
+// resizes; "exit" ends it.
+type termCore struct {
+	fakeCore
+	mu     sync.Mutex
+	out    chan []byte
+	sizes  []string
+	closed bool
+}
+
+func (c *termCore) OpenTerminal(_ context.Context, req service.TerminalRequest) (tasks.Task, error) {
+	return tasks.Task{ID: "term1", State: tasks.Queued, Command: tasks.Command{Shell: service.TerminalShell, TTY: true}}, nil
+}
+
+func (c *termCore) AttachTerminal(_ context.Context, id string) (service.TerminalConn, error) {
+	if id != "term1" {
+		return nil, service.ErrNotTerminal
+	}
+	return &echoConn{c: c}, nil
+}
+
+func (c *termCore) CloseTerminal(_ context.Context, id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	return nil
+}
+
+type echoConn struct{ c *termCore }
+
+func (e *echoConn) Next(ctx context.Context) ([]byte, error) {
+	select {
+	case p, ok := <-e.c.out:
+		if !ok {
+			return nil, io.EOF
+		}
+		return p, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (e *echoConn) Write(p []byte) (int, error) {
+	if string(p) == "exit" {
+		close(e.c.out)
+		return len(p), nil
+	}
+	e.c.out <- append([]byte("echo:"), p...)
+	return len(p), nil
+}
+
+func (e *echoConn) Resize(rows, cols uint16) error {
+	e.c.mu.Lock()
+	e.c.sizes = append(e.c.sizes, fmt.Sprintf("%dx%d", rows, cols))
+	e.c.mu.Unlock()
+	e.c.out <- []byte("resized")
+	return nil
+}
+
+func (e *echoConn) Close() {}
+
+func TestTerminalWebSocket(t *testing.T) {
+	core := &termCore{out: make(chan []byte, 16)}
+	token := NewToken()
+	srv := httptest.NewUnstartedServer(nil)
+	srv.Config.Handler = RequireToken(srv.Listener.Addr().String(), token, Handler(core, nil))
+	srv.Start()
+	defer srv.Close()
+	host := srv.Listener.Addr().String()
+	wsURL := "ws://" + host + "/v1/terminals/term1/attach"
+	cookie := http.Header{"Cookie": {"airlock_token=" + token}}
+
+	// The UI's own page, with the cookie, may attach; another page on
+	// another loopback port, which the browser would send the cookie for
+	// too, may not; nor may anyone without the token.
+	refused := []struct {
+		name string
+		hdr  http.Header
+		want int
+	}{
+		{"no token", http.Header{"Origin": {"http://" + host}}, http.StatusUnauthorized},
+		{"another loopback origin", http.Header{"Cookie": cookie["Cookie"], "Origin": {"http://127.0.0.1:1"}}, http.StatusForbidden},
+		{"another site", http.Header{"Cookie": cookie["Cookie"], "Origin": {"http://" + host}, "Sec-Fetch-Site": {"cross-site"}}, http.StatusForbidden},
+	}
+	for _, tc := range refused {
+		t.Run(tc.name, func(t *testing.T) {
+			_, resp, err := websocket.DefaultDialer.Dial(wsURL, tc.hdr)
+			if err == nil || resp == nil || resp.StatusCode != tc.want {
+				t.Fatalf("dial: %v, %+v; want HTTP %d", err, resp, tc.want)
+			}
+		})
+	}
+
+	hdr := http.Header{"Cookie": cookie["Cookie"], "Origin": {"http://" + host}, "Sec-Fetch-Site": {"same-origin"}}
+	ws, _, err := websocket.DefaultDialer.Dial(wsURL, hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	read := func() string {
+		t.Helper()
+		ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+		kind, p, err := ws.ReadMessage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kind != websocket.BinaryMessage {
+			t.Fatalf("output came as message type %d", kind)
+		}
+		return string(p)
+	}
+	// Output is raw bytes, escape sequences and all: the terminal draws them.
+	raw := "ls\x1b[31m\x00\xff"
+	ws.WriteMessage(websocket.BinaryMessage, []byte(raw))
+	if got := read(); got != "echo:"+raw {
+		t.Fatalf("got %q", got)
+	}
+	ws.WriteMessage(websocket.TextMessage, []byte(`{"resize":{"rows":33,"cols":101}}`))
+	if got := read(); got != "resized" {
+		t.Fatalf("got %q", got)
+	}
+	core.mu.Lock()
+	sizes := strings.Join(core.sizes, ",")
+	core.mu.Unlock()
+	if sizes != "33x101" {
+		t.Fatalf("sizes %q", sizes)
+	}
+	// The shell ending closes the connection normally.
+	ws.WriteMessage(websocket.BinaryMessage, []byte("exit"))
+	ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _, err = ws.ReadMessage()
+	if !websocket.IsCloseError(err, TerminalEnded) {
+		t.Fatalf("after exit: %v", err)
+	}
+
+	// A message over the bound ends the connection rather than being
+	// buffered.
+	core.out = make(chan []byte, 16)
+	ws2, _, err := websocket.DefaultDialer.Dial(wsURL, hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws2.Close()
+	ws2.WriteMessage(websocket.BinaryMessage, bytes.Repeat([]byte("a"), MaxTerminalMessage+1))
+	ws2.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, _, err := ws2.ReadMessage(); err == nil {
+		t.Fatal("an oversized message was taken")
+	}
+
+	// Open and close are plain requests; an unknown terminal is 404.
+	do := func(method, path, body string) *http.Response {
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	if r := do("POST", "/v1/terminals", `{"rows":24,"cols":80}`); r.StatusCode != http.StatusCreated {
+		t.Fatalf("open: %d", r.StatusCode)
+	}
+	if r := do("DELETE", "/v1/terminals/term1", ""); r.StatusCode != http.StatusNoContent || !core.closed {
+		t.Fatalf("close: %d", r.StatusCode)
+	}
+	_, resp, err := websocket.DefaultDialer.Dial("ws://"+host+"/v1/terminals/nope/attach", hdr)
+	if err == nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown terminal: %v %+v", err, resp)
+	}
+}
+
+func TestTerminalsNeedTheService(t *testing.T) {
+	srv := httptest.NewServer(Handler(&fakeCore{}, nil))
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/v1/terminals", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotImplemented {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+}

@@ -28,6 +28,8 @@ export type Task = tasks.Task;
 export type Decision = egress.Decision;
 export type Ask = service.Ask;
 export type RunRequest = service.RunRequest;
+export type TerminalRequest = service.TerminalRequest;
+export type TerminalControl = apiTypes.TerminalControl;
 export type ChangesMode = changes.Mode;
 export type ChangeKind = changes.Kind;
 /** ChangeEntry is one pending change; every string in it is the guest's. */
@@ -319,6 +321,18 @@ export const api = {
     return { chunks: (p.chunks ?? []).map(chunk), next: p.next };
   },
   followLog,
+
+  openTerminal: (req: TerminalRequest) => call<Task>("POST", "/v1/terminals", req),
+  closeTerminal: (id: string) => call<void>("DELETE", `/v1/terminals/${encodeURIComponent(id)}`),
+  /**
+   * terminalURL is the WebSocket of terminal id. A WebSocket carries no
+   * Authorization header: the page's cookie (same origin) is its credential.
+   */
+  terminalURL: (id: string) => {
+    const u = new URL(`${base()}/v1/terminals/${encodeURIComponent(id)}/attach`, window.location.href);
+    u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
+    return u.toString();
+  },
 
   egressLog: () => call<Decision[]>("GET", "/v1/egress/log"),
   rule: (action: "allow" | "deny" | "remove", pattern: string) => call<Settings>("POST", "/v1/egress/rules", { action, pattern } satisfies apiTypes.RuleRequest),

@@ -64,6 +64,16 @@ export interface RuleRequest {
 }
 
 /**
+ * TerminalControl is a text message on a terminal's WebSocket.
+ */
+export interface TerminalControl {
+  resize?: {
+    rows: number;
+    cols: number;
+  };
+}
+
+/**
  * UndoRequest is the body of POST /v1/checkpoints/undo; "" is the newest.
  */
 export interface UndoRequest {

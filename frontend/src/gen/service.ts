@@ -145,3 +145,13 @@ export interface Status {
   settings_path: string;
   version?: string;
 }
+
+/**
+ * TerminalRequest asks for a terminal.
+ */
+export interface TerminalRequest {
+  rows: number;
+  cols: number;
+  root?: boolean;
+  cwd?: string;
+}

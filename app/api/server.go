@@ -72,6 +72,9 @@ func Handler(core service.Core, log *slog.Logger, opts ...Option) http.Handler {
 	m.HandleFunc("POST /v1/terminals", h.openTerminal)
 	m.HandleFunc("GET /v1/terminals/{id}/attach", h.attachTerminal)
 	m.HandleFunc("DELETE /v1/terminals/{id}", h.closeTerminal)
+	m.HandleFunc("GET /v1/terminals/{id}/output", h.terminalOutput)
+	m.HandleFunc("POST /v1/terminals/{id}/input", h.terminalInputRequest)
+	m.HandleFunc("POST /v1/terminals/{id}/resize", h.resizeTerminal)
 	return m
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/service"
@@ -17,6 +18,13 @@ import (
 //	POST   /v1/terminals              body TerminalRequest → 201 the task
 //	GET    /v1/terminals/{id}/attach  WebSocket
 //	DELETE /v1/terminals/{id}         ends the shell → 204
+//
+// and, for a window that cannot hold a WebSocket (a desktop webview), the
+// same terminal by request:
+//
+//	GET  /v1/terminals/{id}/output?offset=N&follow=1  → TerminalOutput
+//	POST /v1/terminals/{id}/input   body TerminalInput → 204
+//	POST /v1/terminals/{id}/resize  body TerminalResize → 204
 //
 // On the WebSocket the server's binary messages are the shell's output,
 // raw (the recent screen first); the client's binary messages are input,
@@ -42,6 +50,22 @@ type TerminalControl struct {
 		Cols uint16 `json:"cols"`
 	} `json:"resize,omitempty"`
 }
+
+// TerminalInput is the body of POST /v1/terminals/{id}/input: bytes
+// for the shell (base64 in JSON), at most MaxTerminalMessage.
+type TerminalInput struct {
+	Data []byte `json:"data"`
+}
+
+// TerminalResize is the body of POST /v1/terminals/{id}/resize.
+type TerminalResize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// terminalPollWait bounds how long a read of a terminal's output waits
+// for some (the desktop window cuts it shorter).
+const terminalPollWait = 25 * time.Second
 
 var errNoTerminals = errors.New("this Airlock front door cannot open terminals: use the app or `airlock serve --http`")
 
@@ -164,6 +188,77 @@ func (h *handler) attachTerminal(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+func (h *handler) terminalOutput(w http.ResponseWriter, r *http.Request) {
+	terms, ok := h.terminals()
+	if !ok {
+		h.fail(w, errNoTerminals)
+		return
+	}
+	offset := int64(-1)
+	if q := r.URL.Query().Get("offset"); q != "" {
+		n, err := strconv.ParseInt(q, 10, 64)
+		if err != nil {
+			h.fail(w, invalid(errors.New("offset must be a byte offset, or -1 for the recent screen")))
+			return
+		}
+		offset = n
+	}
+	ctx := r.Context()
+	if r.URL.Query().Get("follow") == "" {
+		// Without follow, answer at once with what there is.
+		c, cancel := context.WithCancel(ctx)
+		cancel()
+		ctx = c
+	} else {
+		c, cancel := context.WithTimeout(ctx, terminalPollWait)
+		defer cancel()
+		ctx = c
+	}
+	out, err := terms.ReadTerminal(ctx, r.PathValue("id"), offset)
+	w.Header().Set("Cache-Control", "no-store")
+	h.answer(w, out, err)
+}
+
+func (h *handler) terminalInputRequest(w http.ResponseWriter, r *http.Request) {
+	terms, ok := h.terminals()
+	if !ok {
+		h.fail(w, errNoTerminals)
+		return
+	}
+	var req TerminalInput
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxTerminalMessage*4/3+1024))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		h.fail(w, invalid(err))
+		return
+	}
+	if err := terms.TerminalInput(r.Context(), r.PathValue("id"), req.Data); err != nil {
+		h.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *handler) resizeTerminal(w http.ResponseWriter, r *http.Request) {
+	terms, ok := h.terminals()
+	if !ok {
+		h.fail(w, errNoTerminals)
+		return
+	}
+	var req TerminalResize
+	if !h.decode(w, r, &req) {
+		return
+	}
+	if err := terms.ResizeTerminal(r.Context(), r.PathValue("id"), req.Rows, req.Cols); err != nil {
+		if !errors.Is(err, service.ErrNotTerminal) {
+			err = invalid(err)
+		}
+		h.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // terminalInput passes the client's messages to the shell until the

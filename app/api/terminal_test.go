@@ -5,6 +5,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -44,6 +45,36 @@ func (c *termCore) CloseTerminal(_ context.Context, id string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
+	return nil
+}
+
+// ReadTerminal answers "screen" for the recent screen and waits for ctx
+// at any other offset.
+func (c *termCore) ReadTerminal(ctx context.Context, id string, offset int64) (service.TerminalOutput, error) {
+	if id != "term1" {
+		return service.TerminalOutput{}, service.ErrNotTerminal
+	}
+	if offset < 0 {
+		return service.TerminalOutput{Data: []byte("screen\x1b[0m"), Offset: 100, Next: 110}, nil
+	}
+	<-ctx.Done()
+	return service.TerminalOutput{Offset: offset, Next: offset}, nil
+}
+
+func (c *termCore) TerminalInput(_ context.Context, id string, data []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sizes = append(c.sizes, "input:"+string(data))
+	return nil
+}
+
+func (c *termCore) ResizeTerminal(_ context.Context, id string, rows, cols uint16) error {
+	if rows > service.MaxTerminalDim {
+		return errors.New("too big")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sizes = append(c.sizes, fmt.Sprintf("%dx%d", rows, cols))
 	return nil
 }
 
@@ -189,6 +220,53 @@ func TestTerminalWebSocket(t *testing.T) {
 	_, resp, err := websocket.DefaultDialer.Dial("ws://"+host+"/v1/terminals/nope/attach", hdr)
 	if err == nil || resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("unknown terminal: %v %+v", err, resp)
+	}
+}
+
+// TestTerminalByRequest: the terminal without a WebSocket, as the desktop
+// window uses it: output by offset, input and resizes as JSON requests.
+func TestTerminalByRequest(t *testing.T) {
+	core := &termCore{out: make(chan []byte, 16)}
+	srv := httptest.NewServer(Handler(core, nil))
+	defer srv.Close()
+	do := func(method, path, body string) (int, string) {
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := do("GET", "/v1/terminals/term1/output?offset=-1", ""); code != 200 || !strings.Contains(body, `"data":"c2NyZWVuG1swbQ=="`) || !strings.Contains(body, `"next":110`) {
+		t.Fatalf("screen: %d %s", code, body)
+	}
+	// Without follow a read does not wait.
+	if code, body := do("GET", "/v1/terminals/term1/output?offset=110", ""); code != 200 || !strings.Contains(body, `"next":110`) {
+		t.Fatalf("read: %d %s", code, body)
+	}
+	if code, body := do("POST", "/v1/terminals/term1/input", `{"data":"bHMK"}`); code != http.StatusNoContent {
+		t.Fatalf("input: %d %s", code, body)
+	}
+	if code, body := do("POST", "/v1/terminals/term1/resize", `{"rows":40,"cols":120}`); code != http.StatusNoContent {
+		t.Fatalf("resize: %d %s", code, body)
+	}
+	if code, _ := do("POST", "/v1/terminals/term1/resize", `{"rows":4000,"cols":120}`); code != http.StatusBadRequest {
+		t.Fatalf("an impossible size answered %d", code)
+	}
+	big := `{"data":"` + strings.Repeat("A", MaxTerminalMessage*2) + `"}`
+	if code, _ := do("POST", "/v1/terminals/term1/input", big); code != http.StatusBadRequest {
+		t.Fatalf("input over the bound answered %d", code)
+	}
+	if code, _ := do("GET", "/v1/terminals/nope/output", ""); code != http.StatusNotFound {
+		t.Fatalf("unknown terminal answered %d", code)
+	}
+	core.mu.Lock()
+	defer core.mu.Unlock()
+	if got := strings.Join(core.sizes, ","); got != "input:ls\n,40x120" {
+		t.Fatalf("the shell got %q", got)
 	}
 }
 

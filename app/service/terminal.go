@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/airlock-sandbox/airlock/app/tasks"
@@ -24,6 +25,26 @@ type Terminals interface {
 	AttachTerminal(ctx context.Context, id string) (TerminalConn, error)
 	// CloseTerminal ends terminal id: the shell and all it started.
 	CloseTerminal(ctx context.Context, id string) error
+
+	// ReadTerminal, TerminalInput and ResizeTerminal are the same
+	// terminal for a client that cannot hold a connection open (a
+	// desktop webview that cannot stream): output by offset, input and
+	// size by request.
+	ReadTerminal(ctx context.Context, id string, offset int64) (TerminalOutput, error)
+	TerminalInput(ctx context.Context, id string, data []byte) error
+	ResizeTerminal(ctx context.Context, id string, rows, cols uint16) error
+}
+
+// TerminalOutput is a terminal's output from an offset: Data begins at
+// Offset (later than asked when what was asked for is no longer kept, or
+// the start of the recent screen when a negative offset was asked), and
+// Next is where the next read goes on. Ended: the shell is over and Data
+// is the last of it.
+type TerminalOutput struct {
+	Data   []byte `json:"data"`
+	Offset int64  `json:"offset"`
+	Next   int64  `json:"next"`
+	Ended  bool   `json:"ended,omitempty"`
 }
 
 var _ Terminals = (*Service)(nil)
@@ -80,7 +101,9 @@ type terminal struct {
 	done   chan struct{} // closed when the task is over
 
 	mu       sync.Mutex
-	screen   []byte // the latest output, at most 2×TerminalScrollback
+	screen   []byte        // the latest output, at most 2×TerminalScrollback
+	total    int64         // bytes written since the start: screen ends there
+	changed  chan struct{} // closed and replaced at each write and at the end
 	attached map[*TerminalAttachment]struct{}
 	ended    bool
 }
@@ -143,7 +166,7 @@ func newTerminal(size client.Size) *terminal {
 	pr, pw := io.Pipe()
 	return &terminal{
 		stdinR: pr, stdinW: pw, resize: make(chan client.Size, 1), size: size,
-		done: make(chan struct{}), attached: map[*TerminalAttachment]struct{}{},
+		done: make(chan struct{}), attached: map[*TerminalAttachment]struct{}{}, changed: make(chan struct{}),
 	}
 }
 
@@ -163,6 +186,9 @@ func (t *terminal) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.screen = append(t.screen, p...)
+	t.total += int64(len(p))
+	close(t.changed)
+	t.changed = make(chan struct{})
 	if len(t.screen) > 2*TerminalScrollback {
 		t.screen = append(t.screen[:0], t.screen[len(t.screen)-TerminalScrollback:]...)
 	}
@@ -180,6 +206,7 @@ func (t *terminal) end() {
 	t.stdinW.CloseWithError(ErrNotTerminal)
 	t.mu.Lock()
 	t.ended = true
+	close(t.changed)
 	for a := range t.attached {
 		a.finish()
 	}
@@ -226,6 +253,65 @@ func (s *Service) CloseTerminal(_ context.Context, id string) error {
 	r.cancel()
 	<-r.done
 	return nil
+}
+
+// ReadTerminal returns the output from offset on, waiting until there is
+// some, the shell ends, or ctx is done (then Data is empty and Next is
+// offset). A negative offset asks for the recent screen.
+func (s *Service) ReadTerminal(ctx context.Context, id string, offset int64) (TerminalOutput, error) {
+	term, err := s.terminal(id)
+	if err != nil {
+		return TerminalOutput{}, err
+	}
+	for {
+		term.mu.Lock()
+		kept := min(int64(len(term.screen)), TerminalScrollback)
+		start := term.total - kept
+		from := offset
+		if from < start || from > term.total {
+			from = start
+		}
+		out := TerminalOutput{Offset: from, Next: term.total, Ended: term.ended}
+		if from < term.total || term.ended {
+			out.Data = slices.Clone(term.screen[int64(len(term.screen))-(term.total-from):])
+			term.mu.Unlock()
+			return out, nil
+		}
+		changed := term.changed
+		term.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return TerminalOutput{Offset: offset, Next: offset}, nil
+		case <-changed:
+		}
+	}
+}
+
+// TerminalInput sends input to terminal id; it waits while the guest
+// takes earlier input, at most as long as ctx.
+func (s *Service) TerminalInput(ctx context.Context, id string, data []byte) error {
+	term, err := s.terminal(id)
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { _, err := term.stdinW.Write(data); done <- err }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		// The write goes on and is taken in order once the guest reads.
+		return ctx.Err()
+	}
+}
+
+// ResizeTerminal sets terminal id's size.
+func (s *Service) ResizeTerminal(_ context.Context, id string, rows, cols uint16) error {
+	term, err := s.terminal(id)
+	if err != nil {
+		return err
+	}
+	return term.setSize(rows, cols)
 }
 
 func (s *Service) terminal(id string) (*terminal, error) {
@@ -315,12 +401,13 @@ func (a *TerminalAttachment) Write(p []byte) (int, error) {
 
 // Resize sets the terminal's size; the latest size wins over one the
 // guest has not applied yet.
-func (a *TerminalAttachment) Resize(rows, cols uint16) error {
+func (a *TerminalAttachment) Resize(rows, cols uint16) error { return a.term.setSize(rows, cols) }
+
+func (t *terminal) setSize(rows, cols uint16) error {
 	size, err := terminalSize(rows, cols)
 	if err != nil {
 		return err
 	}
-	t := a.term
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.size = size

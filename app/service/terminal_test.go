@@ -90,6 +90,37 @@ func TestTerminal(t *testing.T) {
 		t.Fatalf("task log %q", stdout)
 	}
 
+	// The same terminal by request, as a window that cannot hold a
+	// connection open uses it: the recent screen, then output by offset.
+	o, err := w.service.ReadTerminal(ctx, task.ID, -1)
+	if err != nil || !strings.Contains(string(o.Data), "back-7") || o.Next != o.Offset+int64(len(o.Data)) {
+		t.Fatalf("read the screen: %+v, %v", o, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	if idle, err := w.service.ReadTerminal(short, task.ID, o.Next); err != nil || len(idle.Data) != 0 || idle.Next != o.Next {
+		t.Fatalf("a read with nothing new: %+v, %v", idle, err)
+	}
+	cancel()
+	if err := w.service.ResizeTerminal(ctx, task.ID, 20, 70); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := w.service.TerminalInput(ctx, task.ID, []byte("stty size; echo poll-$((5+5))\n")); err != nil {
+		t.Fatal(err)
+	}
+	var polled bytes.Buffer
+	for next := o.Next; !strings.Contains(polled.String(), "poll-10"); {
+		o, err := w.service.ReadTerminal(ctx, task.ID, next)
+		if err != nil || o.Offset != next {
+			t.Fatalf("read from %d: %+v, %v", next, o, err)
+		}
+		polled.Write(o.Data)
+		next = o.Next
+	}
+	if !strings.Contains(polled.String(), "20 70") {
+		t.Fatalf("after a resize by request: %q", polled.String())
+	}
+
 	if err := w.service.CloseTerminal(ctx, task.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -168,6 +199,12 @@ func TestTerminalSlowReader(t *testing.T) {
 		t.Fatalf("the screen holds %d bytes", len(term.screen))
 	}
 	ctx := context.Background()
+	// A reader by offset that fell behind gets what is kept, and learns
+	// from where.
+	s := &Service{running: map[string]*runningTask{"t": {term: term}}}
+	if o, err := s.ReadTerminal(ctx, "t", 0); err != nil || len(o.Data) != TerminalScrollback || o.Offset != term.total-TerminalScrollback || o.Next != term.total {
+		t.Fatalf("read from 0 after %d bytes: %d bytes from %d, next %d, %v", term.total, len(o.Data), o.Offset, o.Next, err)
+	}
 	if p, err := a.Next(ctx); err != nil || len(p) > terminalBacklog {
 		t.Fatalf("first read %d bytes, %v", len(p), err)
 	}

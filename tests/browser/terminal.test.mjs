@@ -2,10 +2,12 @@
 // a shell on a PTY in the guest, typed into through xterm.js. Output comes
 // back, the size follows the panel (`stty size`), Ctrl-C stops a `sleep`,
 // a reload reattaches to the same shell with its recent screen, and Close
-// ends it.
+// ends it. The same again without WebSockets, as the desktop window (whose
+// webview serves the API from inside the app) follows a terminal: by
+// requests.
 
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { after, before, describe, test } from "node:test";
 import { browser, leftovers, screenshot, startServe, workspaceDir } from "./harness.mjs";
 
 const BOOT_TIMEOUT = 150_000;
@@ -66,69 +68,86 @@ async function task() {
   return page.evaluate(async (id) => (await fetch(`/v1/tasks/${id}`)).json(), id);
 }
 
-test("Open terminal gives a shell: typed commands run and their output shows", async () => {
-  await page.getByTestId("nav-terminal").click();
-  await page.getByTestId("screen-terminal").waitFor({ state: "visible" });
-  await page.getByTestId("terminal-open").click();
-  await page.locator('[data-testid="terminal-state"][data-state="Connected"]').waitFor({ timeout: BOOT_TIMEOUT });
-  id = await page.getByTestId("terminal").getAttribute("data-terminal");
-  assert.ok(id);
-  // The arithmetic makes the output differ from the echoed command line.
-  await type("echo hello-$((6*7)) in $PWD\n");
-  await waitForScreen("hello-42 in /workspace", BOOT_TIMEOUT);
-  const t = await task();
-  assert.equal(t.state, "running");
-  assert.equal(t.command.tty, true);
-  await screenshot(page, "terminal-01-open");
-});
+/** flow is what a person does with a terminal; it runs over each transport. */
+function flow(transport) {
+  test("Open terminal gives a shell: typed commands run and their output shows", async () => {
+    await page.getByTestId("nav-terminal").click();
+    await page.getByTestId("screen-terminal").waitFor({ state: "visible" });
+    await page.getByTestId("terminal-open").click();
+    await page.locator('[data-testid="terminal-state"][data-state="Connected"]').waitFor({ timeout: BOOT_TIMEOUT });
+    id = await page.getByTestId("terminal").getAttribute("data-terminal");
+    assert.ok(id);
+    // The arithmetic makes the output differ from the echoed command line.
+    await type("echo hello-$((6*7)) in $PWD\n");
+    await waitForScreen("hello-42 in /workspace", BOOT_TIMEOUT);
+    const t = await task();
+    assert.equal(t.state, "running");
+    assert.equal(t.command.tty, true);
+    await screenshot(page, `terminal-${transport}-01-open`);
+  });
 
-test("the terminal's size follows the panel", async () => {
-  const sizeOf = async () => {
-    const el = page.getByTestId("terminal");
-    return `${await el.getAttribute("data-rows")} ${await el.getAttribute("data-cols")}`;
-  };
-  const before = await sizeOf();
-  // sed marks the answer so the echoed command line cannot match it.
-  await type("clear; stty size | sed 's/^/size-is /'\n");
-  await waitForScreen(`size-is ${before}`);
-  await page.setViewportSize({ width: 1000, height: 640 });
-  await page.waitForFunction((b) => {
-    const el = document.querySelector('[data-testid="terminal"]');
-    return `${el.dataset.rows} ${el.dataset.cols}` !== b;
-  }, before);
-  const after = await sizeOf();
-  await type("clear; stty size | sed 's/^/size-is /'\n");
-  await waitForScreen(`size-is ${after}`);
-  await screenshot(page, "terminal-02-resized");
-});
+  test("the terminal's size follows the panel", async () => {
+    const sizeOf = async () => {
+      const el = page.getByTestId("terminal");
+      return `${await el.getAttribute("data-rows")} ${await el.getAttribute("data-cols")}`;
+    };
+    const before = await sizeOf();
+    // sed marks the answer so the echoed command line cannot match it.
+    await type("clear; stty size | sed 's/^/size-is /'\n");
+    await waitForScreen(`size-is ${before}`);
+    await page.setViewportSize({ width: 1000, height: 640 });
+    await page.waitForFunction((b) => {
+      const el = document.querySelector('[data-testid="terminal"]');
+      return `${el.dataset.rows} ${el.dataset.cols}` !== b;
+    }, before);
+    const after = await sizeOf();
+    await type("clear; stty size | sed 's/^/size-is /'\n");
+    await waitForScreen(`size-is ${after}`);
+    await screenshot(page, `terminal-${transport}-02-resized`);
+  });
 
-test("Ctrl-C reaches the shell: a sleep is interrupted", async () => {
-  await type("clear; sleep 600; echo slept-$((1+1))\n");
-  await page.waitForTimeout(1500);
-  await page.keyboard.press("Control+C");
-  await type("echo interrupted-$((2+3))\n");
-  await waitForScreen("interrupted-5", 30_000);
-  assert.doesNotMatch(await screen(), /slept-2/);
-});
+  test("Ctrl-C reaches the shell: a sleep is interrupted", async () => {
+    await type("clear; sleep 600; echo slept-$((1+1))\n");
+    await page.waitForTimeout(1500);
+    await page.keyboard.press("Control+C");
+    await type("echo interrupted-$((2+3))\n");
+    await waitForScreen("interrupted-5", 30_000);
+    assert.doesNotMatch(await screen(), /slept-2/);
+  });
 
-test("a reload reattaches to the same shell, with its recent screen", async () => {
-  await type("export MARK=kept-$((3*3)); echo $MARK\n");
-  await waitForScreen("kept-9");
-  await page.reload();
-  await page.getByTestId("screen-terminal").waitFor({ state: "visible" });
-  await page.locator('[data-testid="terminal-state"][data-state="Connected"]').waitFor({ timeout: 30_000 });
-  assert.equal(await page.getByTestId("terminal").getAttribute("data-terminal"), id);
-  // The host sent the recent screen back, and the shell kept its variables.
-  await waitForScreen("kept-9", 30_000);
-  await type("echo again-$MARK\n");
-  await waitForScreen("again-kept-9", 30_000);
-  await screenshot(page, "terminal-03-reattached");
-});
+  test("a reload reattaches to the same shell, with its recent screen", async () => {
+    await type("export MARK=kept-$((3*3)); echo $MARK\n");
+    await waitForScreen("kept-9");
+    await page.reload();
+    await page.getByTestId("screen-terminal").waitFor({ state: "visible" });
+    await page.locator('[data-testid="terminal-state"][data-state="Connected"]').waitFor({ timeout: 30_000 });
+    assert.equal(await page.getByTestId("terminal").getAttribute("data-terminal"), id);
+    // The host sent the recent screen back, and the shell kept its variables.
+    await waitForScreen("kept-9", 30_000);
+    await type("echo again-$MARK\n");
+    await waitForScreen("again-kept-9", 30_000);
+    await screenshot(page, `terminal-${transport}-03-reattached`);
+  });
 
-test("Close ends the shell and its task", async () => {
-  await page.getByTestId("terminal-close").click();
-  await page.locator('[data-testid="terminal-state"][data-state="Closed"]').waitFor({ timeout: 30_000 });
-  const t = await task();
-  assert.equal(t.state, "killed", JSON.stringify(t));
-  await page.getByTestId("terminal-open").waitFor({ state: "visible" });
+  test("Close ends the shell and its task", async () => {
+    await page.getByTestId("terminal-close").click();
+    await page.locator('[data-testid="terminal-state"][data-state="Closed"]').waitFor({ timeout: 30_000 });
+    const t = await task();
+    assert.equal(t.state, "killed", JSON.stringify(t));
+    await page.getByTestId("terminal-open").waitFor({ state: "visible" });
+  });
+}
+
+describe("over a WebSocket", () => flow("websocket"));
+
+describe("by requests, as in the desktop window", () => {
+  before(async () => {
+    page = await ctx.newPage();
+    page.on("pageerror", (e) => pageErrors.push(e.message));
+    page.on("websocket", (ws) => pageErrors.push(`a WebSocket was opened: ${ws.url()}`));
+    await page.addInitScript(() => delete window.WebSocket);
+    await page.setViewportSize({ width: 1360, height: 860 });
+    await page.goto(serve.url.replace(/\?token=.*/, ""));
+  });
+  flow("requests");
 });

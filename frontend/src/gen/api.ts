@@ -74,6 +74,22 @@ export interface TerminalControl {
 }
 
 /**
+ * TerminalInput is the body of POST /v1/terminals/{id}/input: bytes
+ * for the shell (base64 in JSON), at most MaxTerminalMessage.
+ */
+export interface TerminalInput {
+  data: string | null;
+}
+
+/**
+ * TerminalResize is the body of POST /v1/terminals/{id}/resize.
+ */
+export interface TerminalResize {
+  rows: number;
+  cols: number;
+}
+
+/**
  * UndoRequest is the body of POST /v1/checkpoints/undo; "" is the newest.
  */
 export interface UndoRequest {

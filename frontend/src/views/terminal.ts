@@ -6,7 +6,7 @@
 import { FitAddon } from "@xterm/addon-fit";
 import { Terminal } from "@xterm/xterm";
 import "@xterm/xterm/css/xterm.css";
-import { ApiError, api, type TerminalControl } from "../api";
+import { ApiError, api, native, type TerminalControl } from "../api";
 import { h, icon } from "../dom";
 import { store } from "../store";
 import { badge, busy, button, header, message, type View } from "../ui";
@@ -17,6 +17,18 @@ const KEY = "airlock.terminal";
 const INPUT_CHUNK = 16 << 10;
 /** Close codes: 1000 the shell ended; 1013 this connection fell behind. */
 const ENDED = 1000;
+
+interface Link {
+  send(b: Uint8Array): void;
+  resize(rows: number, cols: number): void;
+  close(): void;
+}
+
+/**
+ * polled: a desktop window's webview serves the API from inside the app,
+ * where no WebSocket reaches; there the terminal is followed by requests.
+ */
+const polled = native() !== undefined || typeof WebSocket === "undefined";
 
 export function terminalView(): View {
   const host = h("div", { class: "terminal terminal-live", "data-testid": "terminal", hidden: true });
@@ -42,7 +54,8 @@ export function terminalView(): View {
   );
 
   let id = localStorage.getItem(KEY) ?? "";
-  let ws: WebSocket | null = null;
+  /** link is the connection to the shell: a WebSocket, or requests in a desktop window. */
+  let link: Link | null = null;
   let term: Terminal | null = null;
   let fit: FitAddon | null = null;
   let retry: ReturnType<typeof setTimeout> | undefined;
@@ -93,12 +106,11 @@ export function terminalView(): View {
   }
 
   function send(b: Uint8Array): void {
-    if (ws?.readyState !== WebSocket.OPEN) return;
-    for (let i = 0; i < b.length; i += INPUT_CHUNK) ws.send(b.subarray(i, i + INPUT_CHUNK));
+    for (let i = 0; i < b.length; i += INPUT_CHUNK) link?.send(b.subarray(i, i + INPUT_CHUNK));
   }
 
   function control(c: TerminalControl): void {
-    if (ws?.readyState === WebSocket.OPEN) ws.send(JSON.stringify(c));
+    if (c.resize) link?.resize(c.resize.rows, c.resize.cols);
   }
 
   function remember(next: string): void {
@@ -133,55 +145,110 @@ export function terminalView(): View {
   function attach(): void {
     clearTimeout(retry);
     if (!id) return;
-    const t = terminal();
-    ws?.close();
-    t.reset();
+    link?.close();
+    link = null;
+    terminal().reset();
     setState("Connecting", "busy");
-    const me = new WebSocket(api.terminalURL(id));
-    me.binaryType = "arraybuffer";
-    ws = me;
-    me.onopen = () => {
-      setState("Connected", "ok");
-      refit();
-      control({ resize: { rows: t.rows, cols: t.cols } });
-      t.focus();
+    if (polled) attachPolled();
+    else attachSocket();
+  }
+
+  function connected(): void {
+    const t = terminal();
+    setState("Connected", "ok");
+    refit();
+    control({ resize: { rows: t.rows, cols: t.cols } });
+    t.focus();
+  }
+
+  function ended(): void {
+    link = null;
+    terminal().write("\r\n\x1b[90m[the shell ended]\x1b[0m\r\n");
+    setState("Ended", "muted");
+    forget();
+  }
+
+  /** lost asks whether the terminal is still there before trying again: a page cannot see why a WebSocket was refused. */
+  function lost(): void {
+    link = null;
+    void api
+      .task(id)
+      .then((task) => {
+        if (task.state === "running" || task.state === "queued") {
+          setState("Reconnecting", "busy");
+          retry = setTimeout(attach, 1000);
+        } else ended();
+      })
+      .catch((e) => {
+        if (e instanceof ApiError && e.status === 404) return ended();
+        setState("Disconnected", "bad");
+        err.textContent = message(e);
+        retry = setTimeout(attach, 3000);
+      });
+  }
+
+  function attachSocket(): void {
+    const t = terminal();
+    const ws = new WebSocket(api.terminalURL(id));
+    ws.binaryType = "arraybuffer";
+    const me: Link = {
+      send: (b) => ws.readyState === WebSocket.OPEN && ws.send(b),
+      resize: (rows, cols) => ws.readyState === WebSocket.OPEN && ws.send(JSON.stringify({ resize: { rows, cols } } satisfies TerminalControl)),
+      close: () => ws.close(),
     };
-    me.onmessage = (e) => {
+    link = me;
+    ws.onopen = connected;
+    ws.onmessage = (e) => {
       if (e.data instanceof ArrayBuffer) t.write(new Uint8Array(e.data));
     };
-    me.onclose = (e) => {
-      if (ws !== me) return;
-      ws = null;
-      if (e.code === ENDED) {
-        t.write("\r\n\x1b[90m[the shell ended]\x1b[0m\r\n");
-        setState("Ended", "muted");
-        forget();
-        return;
-      }
-      // A page cannot see why a WebSocket was refused: ask whether the
-      // terminal is still there before trying again.
-      void api
-        .task(id)
-        .then((task) => {
-          if (task.state === "running" || task.state === "queued") {
-            setState("Reconnecting", "busy");
-            retry = setTimeout(attach, 1000);
-          } else {
-            setState("Ended", "muted");
-            forget();
-          }
-        })
-        .catch((e2) => {
-          if (e2 instanceof ApiError && e2.status === 404) {
-            setState("Ended", "muted");
-            forget();
-            return;
-          }
-          setState("Disconnected", "bad");
-          err.textContent = message(e2);
-          retry = setTimeout(attach, 3000);
-        });
+    ws.onclose = (e) => {
+      if (link !== me) return;
+      if (e.code === ENDED) ended();
+      else lost();
     };
+  }
+
+  /** attachPolled follows the terminal by requests: output by offset, input in order. */
+  function attachPolled(): void {
+    const t = terminal();
+    const which = id;
+    const ctl = new AbortController();
+    const queue: Uint8Array[] = [];
+    let sending = false;
+    const flush = async () => {
+      if (sending) return;
+      sending = true;
+      try {
+        while (queue.length && !ctl.signal.aborted) await api.terminalInput(which, queue.shift()!);
+      } catch {
+        /* the output loop notices a terminal that is gone */
+      } finally {
+        sending = false;
+      }
+    };
+    const me: Link = {
+      send: (b) => {
+        queue.push(b.slice());
+        void flush();
+      },
+      resize: (rows, cols) => void api.terminalResize(which, rows, cols).catch(() => {}),
+      close: () => ctl.abort(),
+    };
+    link = me;
+    connected();
+    void (async () => {
+      let offset = -1;
+      for (;;) {
+        const o = await api.terminalOutput(which, offset, ctl.signal);
+        if (link !== me) return;
+        if (offset >= 0 && o.offset > offset) t.write("\r\n\x1b[90m[output skipped: more came than is kept]\x1b[0m\r\n");
+        t.write(o.data);
+        offset = o.next;
+        if (o.ended) return ended();
+      }
+    })().catch(() => {
+      if (link === me && !ctl.signal.aborted) lost();
+    });
   }
 
   /** forget drops the ended terminal, keeping its last screen on show until another opens. */
@@ -204,8 +271,8 @@ export function terminalView(): View {
           // Already gone is what closing wanted.
           if (!(e instanceof ApiError && e.status === 404)) throw e;
         }
-        ws?.close();
-        ws = null;
+        link?.close();
+        link = null;
         remember("");
         setState("Closed", "muted");
       },

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -280,5 +281,74 @@ func TestTerminalsNeedTheService(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotImplemented {
 		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+// TestTerminalClient: the client offers the service's terminals over the
+// control socket, so a front door in another process (the desktop app
+// with its helper) serves them too.
+func TestTerminalClient(t *testing.T) {
+	core := &termCore{out: make(chan []byte, 16)}
+	sock := filepath.Join(t.TempDir(), "run", "airlock.sock")
+	l, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go Serve(ctx, l, Handler(core, nil), nil)
+	c := NewClient(sock)
+
+	task, err := c.OpenTerminal(ctx, service.TerminalRequest{Rows: 24, Cols: 80})
+	if err != nil || task.ID != "term1" || !task.Command.TTY {
+		t.Fatalf("open: %+v, %v", task, err)
+	}
+	tc, err := c.AttachTerminal(ctx, "term1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	if _, err := tc.Write([]byte("pwd\r")); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := tc.Next(ctx); err != nil || string(p) != "echo:pwd\r" {
+		t.Fatalf("output %q, %v", p, err)
+	}
+	if err := tc.Resize(50, 132); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := tc.Next(ctx); err != nil || string(p) != "resized" {
+		t.Fatalf("output %q, %v", p, err)
+	}
+	tc.Write([]byte("exit"))
+	if _, err := tc.Next(ctx); err != io.EOF {
+		t.Fatalf("after the shell ended: %v, want io.EOF", err)
+	}
+	if _, err := c.AttachTerminal(ctx, "nope"); !errors.Is(err, tasks.ErrNotFound) {
+		t.Fatalf("attach to an unknown terminal: %v", err)
+	}
+
+	o, err := c.ReadTerminal(ctx, "term1", -1)
+	if err != nil || string(o.Data) != "screen\x1b[0m" || o.Next != 110 {
+		t.Fatalf("read: %+v, %v", o, err)
+	}
+	short, stop := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer stop()
+	if o, err := c.ReadTerminal(short, "term1", 110); err != nil || len(o.Data) != 0 || o.Next != 110 {
+		t.Fatalf("a read that found nothing: %+v, %v", o, err)
+	}
+	if err := c.TerminalInput(ctx, "term1", []byte("id\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ResizeTerminal(ctx, "term1", 10, 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CloseTerminal(ctx, "term1"); err != nil || !core.closed {
+		t.Fatalf("close: %v", err)
+	}
+	core.mu.Lock()
+	defer core.mu.Unlock()
+	if got := strings.Join(core.sizes, ","); got != "50x132,input:id\n,10x20" {
+		t.Fatalf("the shell got %q", got)
 	}
 }

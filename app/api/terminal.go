@@ -36,12 +36,14 @@ const (
 	MaxTerminalMessage = 64 << 10
 	// TerminalEnded is the close code when the shell ended.
 	TerminalEnded = websocket.CloseNormalClosure
-	// terminalPing is how often the server pings a quiet connection;
-	// a client that answers nothing for 3 pings is gone.
-	terminalPing = 20 * time.Second
 	// terminalWriteWait bounds one write to the client.
 	terminalWriteWait = 10 * time.Second
 )
+
+// terminalPing is how often the server pings a quiet connection; a client
+// that answers nothing for 3 pings is gone. A variable only so tests need
+// not wait a minute.
+var terminalPing = 20 * time.Second
 
 // TerminalControl is a text message on a terminal's WebSocket.
 type TerminalControl struct {
@@ -272,9 +274,15 @@ func (h *handler) terminalInput(ws *websocket.Conn, tc service.TerminalConn, ali
 		alive()
 		switch kind {
 		case websocket.BinaryMessage:
+			// Input waits while the shell is not taking it (the VM is
+			// still booting, say); that wait is no sign of a dead client,
+			// so the read deadline is off during it and starts afresh
+			// after.
+			_ = ws.SetReadDeadline(time.Time{})
 			if _, err := tc.Write(p); err != nil {
 				return
 			}
+			alive()
 		case websocket.TextMessage:
 			var c TerminalControl
 			if err := json.Unmarshal(p, &c); err != nil || c.Resize == nil {

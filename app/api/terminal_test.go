@@ -352,3 +352,53 @@ func TestTerminalClient(t *testing.T) {
 		t.Fatalf("the shell got %q", got)
 	}
 }
+
+// slowConn takes its first input only after a while, as a shell whose VM
+// is still booting.
+type slowConn struct {
+	echoConn
+	wait time.Duration
+	once sync.Once
+}
+
+func (s *slowConn) Write(p []byte) (int, error) {
+	s.once.Do(func() { time.Sleep(s.wait) })
+	return s.echoConn.Write(p)
+}
+
+type slowCore struct{ *termCore }
+
+func (c slowCore) AttachTerminal(context.Context, string) (service.TerminalConn, error) {
+	return &slowConn{echoConn: echoConn{c: c.termCore}, wait: 10 * terminalPing}, nil
+}
+
+// TestTerminalInputWaitsForTheShell: keys typed while the shell cannot
+// take them yet wait, however long that is; the connection is not taken
+// for dead meanwhile.
+func TestTerminalInputWaitsForTheShell(t *testing.T) {
+	defer func(d time.Duration) { terminalPing = d }(terminalPing)
+	terminalPing = 50 * time.Millisecond
+	core := slowCore{&termCore{out: make(chan []byte, 16)}}
+	srv := httptest.NewServer(Handler(core, nil))
+	defer srv.Close()
+	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/v1/terminals/term1/attach", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	for i, k := range []string{"e", "c", "h", "o"} {
+		ws.WriteMessage(websocket.BinaryMessage, []byte(k))
+		if i == 0 {
+			time.Sleep(5 * terminalPing) // typing on while the first key waits
+		}
+	}
+	var got string
+	ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for got != "echo:eecho:cecho:hecho:o" {
+		_, p, err := ws.ReadMessage()
+		if err != nil {
+			t.Fatalf("after %q: %v", got, err)
+		}
+		got += string(p)
+	}
+}

@@ -129,6 +129,38 @@ function flow(transport) {
     await screenshot(page, `terminal-${transport}-03-reattached`);
   });
 
+  test("links the shell prints open only as web links, after asking", async () => {
+    const dialogs = [];
+    const onDialog = (d) => {
+      dialogs.push(d.message());
+      void d.dismiss();
+    };
+    page.on("dialog", onDialog);
+    try {
+      // OSC 8 hyperlinks: one to javascript:, one to a web page.
+      await type("clear; printf '\\033]8;;javascript:alert(1)\\033\\\\evil-link\\033]8;;\\033\\\\ \\033]8;;https://example.test/x\\033\\\\web-link\\033]8;;\\033\\\\\\n'\n");
+      const evil = page.getByTestId("terminal").locator(".xterm-rows span", { hasText: /^evil-link$/ });
+      await evil.waitFor();
+      // xterm's screen layer takes the pointer: click where the text is drawn.
+      const clickOn = async (loc) => {
+        const b = await loc.boundingBox();
+        await page.mouse.move(b.x + b.width / 2, b.y + b.height / 2);
+        await page.waitForTimeout(200);
+        await page.mouse.click(b.x + b.width / 2, b.y + b.height / 2);
+      };
+      await clickOn(evil);
+      await page.waitForTimeout(500);
+      assert.deepEqual(dialogs, [], "a javascript: link asked to be followed");
+      const web = page.getByTestId("terminal").locator(".xterm-rows span", { hasText: /^web-link$/ });
+      await clickOn(web);
+      await page.waitForTimeout(500);
+      assert.equal(dialogs.length, 1, JSON.stringify(dialogs));
+      assert.match(dialogs[0], /https:\/\/example\.test\/x/);
+    } finally {
+      page.off("dialog", onDialog);
+    }
+  });
+
   test("Close ends the shell and its task", async () => {
     await page.getByTestId("terminal-close").click();
     await page.locator('[data-testid="terminal-state"][data-state="Closed"]').waitFor({ timeout: 30_000 });

@@ -104,12 +104,12 @@ bench: airlock
 	AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) AIRLOCK_BENCH_BIN=$(CURDIR)/bin/airlock AIRLOCK_BENCH_OUT=$(BENCH_OUT) AIRLOCK_BENCH_ROUNDS=$(BENCH_ROUNDS) \
 		$(GO) test -count=1 -tags e2e -run '^$$' -bench '^BenchmarkTable$$' -benchtime 1x -timeout 15m ./tests/bench/
 
-.bin/protoc-gen-go: go.mod
-	$(GO) build -o .bin/ google.golang.org/protobuf/cmd/protoc-gen-go
+.bin/protoc-gen-go-lite: go.mod
+	$(GO) build -o .bin/ github.com/aperturerobotics/protobuf-go-lite/cmd/protoc-gen-go-lite
 
-## proto: regenerate the agent's protobuf messages (needs protoc from protobuf-compiler)
-proto: .bin/protoc-gen-go
-	cd guest/api/agent/v1/agentpb && $(GO) generate
+## proto: regenerate the host<->guest messages from agent.proto (needs protoc from protobuf-compiler)
+proto: .bin/protoc-gen-go-lite
+	cd guest/api/agent/v1 && $(GO) generate
 
 check-proto: proto
 	@git diff --exit-code -- guest/api/agent/v1 || { echo "generated code drifted from agent.proto: run make proto and commit"; exit 1; }

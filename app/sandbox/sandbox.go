@@ -19,12 +19,10 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/airlock-sandbox/airlock/app/clock"
 	"github.com/airlock-sandbox/airlock/app/egress"
 	"github.com/airlock-sandbox/airlock/guest/api"
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/client"
 	"github.com/airlock-sandbox/airlock/internal/filelock"
 	"github.com/airlock-sandbox/airlock/vm"
@@ -333,7 +331,7 @@ func (s *Sandbox) installCA(ctx context.Context, pem []byte) error {
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	err := s.agent.TrustCA(ictx, pem)
-	if status.Code(err) == codes.Unimplemented {
+	if errors.Is(err, agentv1.ErrUnimplemented) {
 		// An image built before the call existed (images/ builds the
 		// guest from this source tree).
 		return fmt.Errorf("sandbox: install the Airlock CA in the guest: the guest image's agent is older than this airlock; rebuild the image (make image): %w", err)

@@ -9,13 +9,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/app/tasks"
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/client"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 func TestOutcome(t *testing.T) {
-	rpc := func(c codes.Code) error { return fmt.Errorf("exec: %w", status.Error(c, "why")) }
+	rpc := func(c agentv1.Code) error { return fmt.Errorf("exec: %w", agentv1.Errorf(c, "%s", "why")) }
 	tests := []struct {
 		name      string
 		exit      client.Exit
@@ -29,13 +28,13 @@ func TestOutcome(t *testing.T) {
 		{"timed out", client.Exit{Signal: 15, TimedOut: true}, nil, false, tasks.TimedOut, tasks.Exit{Signal: 15}},
 		{"cancelled, exited", client.Exit{Signal: 15}, nil, true, tasks.Killed, tasks.Exit{Signal: 15}},
 		{"cancelled, call cut", client.Exit{}, errors.New("context canceled"), true, tasks.Killed, tasks.Exit{Signal: 9}},
-		{"not found", client.Exit{}, rpc(codes.NotFound), false, tasks.Exited, tasks.Exit{Code: 127}},
-		{"not runnable", client.Exit{}, rpc(codes.PermissionDenied), false, tasks.Exited, tasks.Exit{Code: 126}},
-		{"refused", client.Exit{}, rpc(codes.InvalidArgument), false, tasks.Exited, tasks.Exit{Code: 125}},
-		{"transport gone", client.Exit{}, rpc(codes.Unavailable), false, tasks.Lost, tasks.Exit{}},
+		{"not found", client.Exit{}, rpc(agentv1.Code_NOT_FOUND), false, tasks.Exited, tasks.Exit{Code: 127}},
+		{"not runnable", client.Exit{}, rpc(agentv1.Code_PERMISSION_DENIED), false, tasks.Exited, tasks.Exit{Code: 126}},
+		{"refused", client.Exit{}, rpc(agentv1.Code_INVALID_ARGUMENT), false, tasks.Exited, tasks.Exit{Code: 125}},
+		{"transport gone", client.Exit{}, rpc(agentv1.Code_UNAVAILABLE), false, tasks.Lost, tasks.Exit{}},
 		{"no exit", client.Exit{}, client.ErrNoExit, false, tasks.Lost, tasks.Exit{}},
 		{"impossible exit", client.Exit{}, fmt.Errorf("exec: %w", client.ErrBadExit), false, tasks.Lost, tasks.Exit{}},
-		{"unknown code", client.Exit{}, rpc(codes.Code(9999)), false, tasks.Lost, tasks.Exit{}},
+		{"unknown code", client.Exit{}, rpc(agentv1.Code(9999)), false, tasks.Lost, tasks.Exit{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,7 +53,7 @@ func TestOutcome(t *testing.T) {
 }
 
 func TestOutcomeClipsReason(t *testing.T) {
-	long := status.Error(codes.NotFound, strings.Repeat("é", 4<<10)+"\xff")
+	long := agentv1.Errorf(agentv1.Code_NOT_FOUND, "%s", strings.Repeat("é", 4<<10)+"\xff")
 	_, _, reason := Outcome(client.Exit{}, fmt.Errorf("exec: %w", long), false, 0)
 	if len(reason) > MaxReason+64 || !strings.HasSuffix(reason, "bytes cut)") || !utf8.ValidString(reason) {
 		t.Fatalf("reason of %d bytes: %.80q…", len(reason), reason)

@@ -15,10 +15,9 @@ import (
 	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/session"
 	"github.com/airlock-sandbox/airlock/app/tasks"
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 	"github.com/airlock-sandbox/airlock/guest/client"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // ErrClosed is returned once the service is closed.
@@ -221,7 +220,7 @@ func (s *Service) agentAfter(ctx context.Context, after, restarts int) (*client.
 // isTransport reports whether an Exec error means the connection to the
 // agent broke, rather than the agent refusing the task.
 func isTransport(err error) bool {
-	return status.Code(errors.Unwrap(err)) == codes.Unavailable || errors.Is(err, client.ErrNoExit)
+	return errors.Is(err, agentv1.ErrUnavailable) || errors.Is(err, client.ErrNoExit)
 }
 
 // Outcome maps how an Exec call ended to a task's final state, exit status
@@ -262,19 +261,21 @@ func outcome(exit client.Exit, err error, cancelled bool, timeout time.Duration)
 	case cancelled:
 		return tasks.Killed, tasks.Exit{Signal: int(syscall.SIGKILL)}, "cancelled"
 	}
-	switch st := status.Convert(errors.Unwrap(err)); st.Code() {
-	case codes.NotFound:
-		return tasks.Exited, tasks.Exit{Code: 127}, st.Message()
-	case codes.PermissionDenied:
-		return tasks.Exited, tasks.Exit{Code: 126}, st.Message()
-	case codes.InvalidArgument, codes.FailedPrecondition, codes.ResourceExhausted:
-		return tasks.Exited, tasks.Exit{Code: 125}, st.Message()
+	var guest *agentv1.Error
+	errors.As(err, &guest)
+	switch {
+	case errors.Is(err, agentv1.ErrNotFound):
+		return tasks.Exited, tasks.Exit{Code: 127}, guest.GetMessage()
+	case errors.Is(err, agentv1.ErrPermissionDenied):
+		return tasks.Exited, tasks.Exit{Code: 126}, guest.GetMessage()
+	case errors.Is(err, agentv1.ErrInvalidArgument), errors.Is(err, agentv1.ErrFailedPrecondition), errors.Is(err, agentv1.ErrResourceExhausted):
+		return tasks.Exited, tasks.Exit{Code: 125}, guest.GetMessage()
 	}
 	// How the task ended is not known: it is lost. Say whose fault that is.
-	switch st := status.Convert(errors.Unwrap(err)); {
+	switch {
 	case errors.Is(err, client.ErrNoExit), errors.Is(err, client.ErrBadExit), errors.Is(err, execwire.ErrFrame):
 		return tasks.Lost, tasks.Exit{}, "the guest agent broke the protocol: " + err.Error()
-	case st.Code() == codes.Unavailable, st.Code() == codes.Canceled, st.Code() == codes.DeadlineExceeded:
+	case errors.Is(err, agentv1.ErrUnavailable), errors.Is(err, agentv1.ErrCanceled), errors.Is(err, agentv1.ErrDeadlineExceeded):
 		return tasks.Lost, tasks.Exit{}, "the VM or its agent stopped: " + err.Error()
 	}
 	return tasks.Lost, tasks.Exit{}, "the guest agent failed: " + err.Error()

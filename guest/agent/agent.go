@@ -187,7 +187,7 @@ func (s *Server) ServeAgent(l net.Listener) error {
 
 func (s *Server) recovered(method string, r any) error {
 	s.log.Error("handler panic", "method", method, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-	return execwire.Errorf(execwire.Internal, "agent: internal error in %s", method)
+	return agentv1.Errorf(agentv1.Code_INTERNAL, "agent: internal error in %s", method)
 }
 
 // Instance is this agent's Info.agent_instance (a new one each run).
@@ -317,10 +317,10 @@ func parseMounts(b []byte, dir string) workspaceMount {
 // SetTime sets the wall clock.
 func (s *Server) SetTime(_ context.Context, req *agentv1.SetTimeRequest) (*agentv1.SetTimeResponse, error) {
 	if req.GetUnixNanos() <= 0 {
-		return nil, execwire.Errorf(execwire.InvalidArgument, "settime: unix_nanos must be positive")
+		return nil, agentv1.Errorf(agentv1.Code_INVALID_ARGUMENT, "settime: unix_nanos must be positive")
 	}
 	if err := s.cfg.SetClock(time.Unix(0, req.GetUnixNanos())); err != nil {
-		return nil, execwire.Errorf(execwire.Internal, "settime: %v", err)
+		return nil, agentv1.Errorf(agentv1.Code_INTERNAL, "settime: %v", err)
 	}
 	return &agentv1.SetTimeResponse{}, nil
 }
@@ -337,19 +337,19 @@ const maxCAPEM = 64 << 10
 func (s *Server) TrustCA(_ context.Context, req *agentv1.TrustCARequest) (*agentv1.TrustCAResponse, error) {
 	pem := req.GetPem()
 	if len(pem) > maxCAPEM {
-		return nil, execwire.Errorf(execwire.InvalidArgument, "trust_ca: certificate of %d bytes, at most %d", len(pem), maxCAPEM)
+		return nil, agentv1.Errorf(agentv1.Code_INVALID_ARGUMENT, "trust_ca: certificate of %d bytes, at most %d", len(pem), maxCAPEM)
 	}
 	if !bytes.Contains(pem, []byte("-----BEGIN CERTIFICATE-----")) {
-		return nil, execwire.Errorf(execwire.InvalidArgument, "trust_ca: not a PEM certificate")
+		return nil, agentv1.Errorf(agentv1.Code_INVALID_ARGUMENT, "trust_ca: not a PEM certificate")
 	}
 	if pem[len(pem)-1] != '\n' {
 		pem = append(pem[:len(pem):len(pem)], '\n')
 	}
 	if err := writeFileAtomic(s.cfg.CAFile, pem); err != nil {
-		return nil, execwire.Errorf(execwire.Internal, "trust_ca: %v", err)
+		return nil, agentv1.Errorf(agentv1.Code_INTERNAL, "trust_ca: %v", err)
 	}
 	if err := appendLines(s.cfg.CABundle, pem); err != nil {
-		return nil, execwire.Errorf(execwire.Internal, "trust_ca: %v", err)
+		return nil, agentv1.Errorf(agentv1.Code_INTERNAL, "trust_ca: %v", err)
 	}
 	return &agentv1.TrustCAResponse{}, nil
 }
@@ -418,7 +418,7 @@ var shutdownDelay = 100 * time.Millisecond
 // the power-off.
 func (s *Server) Shutdown(_ context.Context, req *agentv1.ShutdownRequest) (*agentv1.ShutdownResponse, error) {
 	if s.cfg.PowerOff == nil {
-		return nil, execwire.Errorf(execwire.Unimplemented, "shutdown: this agent cannot power the guest off")
+		return nil, agentv1.Errorf(agentv1.Code_UNIMPLEMENTED, "shutdown: this agent cannot power the guest off")
 	}
 	unix.Sync()
 	reboot := req.GetReboot()

@@ -18,9 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
@@ -211,7 +208,7 @@ type event struct {
 	data []byte
 }
 
-// Recv returns the next frame; an Error event is returned as its status.
+// Recv returns the next frame; an Error event is returned as the error.
 func (s *stream) Recv() (event, error) {
 	k, n, err := s.r.Next()
 	if err != nil {
@@ -226,7 +223,7 @@ func (s *stream) Recv() (event, error) {
 		return event{}, err
 	}
 	if e := ev.GetError(); e != nil {
-		return event{}, status.Error(codes.Code(e.GetCode()), e.GetMessage())
+		return event{}, e
 	}
 	return event{ExecEvent: ev, kind: k}, nil
 }
@@ -359,9 +356,9 @@ func lines(b *bytes.Buffer) []string {
 	return out
 }
 
-func wantCode(t *testing.T, err error, code codes.Code, msg string) {
+func wantCode(t *testing.T, err error, code agentv1.Code, msg string) {
 	t.Helper()
-	if status.Code(err) != code || !strings.Contains(status.Convert(err).Message(), msg) {
+	if agentv1.CodeOf(err) != code || !strings.Contains(err.Error(), msg) {
 		t.Fatalf("got %v, want %v containing %q", err, code, msg)
 	}
 }

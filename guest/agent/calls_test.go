@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 )
 
@@ -39,7 +37,7 @@ func TestAgentCalls(t *testing.T) {
 	if err := e.client.SetTime(ctx, at); err != nil {
 		t.Fatal(err)
 	}
-	wantCode(t, e.client.SetTime(ctx, time.Unix(0, 0)), codes.InvalidArgument, "unix_nanos must be positive")
+	wantCode(t, e.client.SetTime(ctx, time.Unix(0, 0)), agentv1.Code_INVALID_ARGUMENT, "unix_nanos must be positive")
 
 	if err := e.client.Shutdown(ctx, true); err != nil {
 		t.Fatal(err)
@@ -82,7 +80,7 @@ func TestTrustCA(t *testing.T) {
 		t.Fatalf("CA file mode %v (%v), want 0644 (tasks run unprivileged)", fi.Mode(), err)
 	}
 	for _, bad := range [][]byte{nil, []byte("not a certificate"), bytes.Repeat([]byte(pem), 64<<10/len(pem)+1)} {
-		wantCode(t, e.client.TrustCA(ctx, bad), codes.InvalidArgument, "trust_ca")
+		wantCode(t, e.client.TrustCA(ctx, bad), agentv1.Code_INVALID_ARGUMENT, "trust_ca")
 	}
 	if b, _ := os.ReadFile(bundle); string(b) != "system CA\n"+want {
 		t.Fatalf("bundle after refused calls %q", b)
@@ -96,7 +94,7 @@ func TestTrustCA(t *testing.T) {
 func TestShutdownUnimplemented(t *testing.T) {
 	e := newEnv(t)
 	e.srv.cfg.PowerOff = nil
-	wantCode(t, e.client.Shutdown(testCtx(t), false), codes.Unimplemented, "cannot power the guest off")
+	wantCode(t, e.client.Shutdown(testCtx(t), false), agentv1.Code_UNIMPLEMENTED, "cannot power the guest off")
 }
 
 // The power-off follows the Shutdown answer as soon as it is written, not

@@ -72,11 +72,11 @@ func (s *Server) Exec(stream ExecStream) error {
 	}
 	start := first.GetStart()
 	if start == nil {
-		return execwire.Errorf(execwire.InvalidArgument, "exec: the first message must be start")
+		return agentv1.Errorf(agentv1.Code_INVALID_ARGUMENT, "exec: the first message must be start")
 	}
 	if s.tasks.Add(1) > maxTasks {
 		s.tasks.Add(-1)
-		return execwire.Errorf(execwire.ResourceExhausted, "exec: more than %d tasks running", maxTasks)
+		return agentv1.Errorf(agentv1.Code_RESOURCE_EXHAUSTED, "exec: more than %d tasks running", maxTasks)
 	}
 	defer s.taskDone()
 
@@ -92,7 +92,7 @@ func (s *Server) Exec(stream ExecStream) error {
 		if derr := s.checkDir(sp); derr != nil {
 			return derr // the child's chdir failed, not its exec
 		}
-		if !errors.As(err, new(*execwire.Error)) {
+		if !errors.As(err, new(*agentv1.Error)) {
 			err = execError(sp.argv[0], err)
 		}
 		return err

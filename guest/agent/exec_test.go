@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 )
@@ -222,25 +220,25 @@ func TestStartErrors(t *testing.T) {
 	tests := []struct {
 		name  string
 		start *agentv1.ExecStart
-		code  codes.Code
+		code  agentv1.Code
 		msg   string
 	}{
-		{"not found", &agentv1.ExecStart{Argv: []string{"no-such-command-xyz"}}, codes.NotFound, "command not found: no-such-command-xyz"},
-		{"not found by path", &agentv1.ExecStart{Argv: []string{"/nonexistent/bin/x"}}, codes.NotFound, "command not found: /nonexistent/bin/x"},
-		{"not found with PATH", &agentv1.ExecStart{Argv: []string{"ls"}, Env: []string{"PATH=/nonexistent"}}, codes.NotFound, "command not found: ls"},
-		{"not executable", &agentv1.ExecStart{Argv: []string{script}}, codes.PermissionDenied, "not executable"},
-		{"directory", &agentv1.ExecStart{Argv: []string{"/tmp"}}, codes.PermissionDenied, "not executable"},
-		{"bad cwd", &agentv1.ExecStart{Argv: []string{"true"}, Cwd: "/nonexistent/dir"}, codes.InvalidArgument, "/nonexistent/dir does not exist"},
-		{"cwd is a file", &agentv1.ExecStart{Argv: []string{"true"}, Cwd: script}, codes.InvalidArgument, "is not a directory"},
-		{"nothing to run", &agentv1.ExecStart{}, codes.InvalidArgument, "nothing to run"},
-		{"argv and shell", &agentv1.ExecStart{Argv: []string{"true"}, Shell: "true"}, codes.InvalidArgument, "not both"},
-		{"empty name", &agentv1.ExecStart{Argv: []string{""}}, codes.InvalidArgument, "empty command"},
-		{"NUL in argv", &agentv1.ExecStart{Argv: []string{"echo", "a\x00b"}}, codes.InvalidArgument, "NUL"},
-		{"bad env", &agentv1.ExecStart{Argv: []string{"true"}, Env: []string{"NOEQUALS"}}, codes.InvalidArgument, "KEY=VALUE"},
-		{"empty env key", &agentv1.ExecStart{Argv: []string{"true"}, Env: []string{"=x"}}, codes.InvalidArgument, "KEY=VALUE"},
-		{"too many env", &agentv1.ExecStart{Argv: []string{"true"}, Env: make([]string, maxEnv+1)}, codes.InvalidArgument, "environment entries"},
-		{"negative timeout", &agentv1.ExecStart{Argv: []string{"true"}, TimeoutMs: -1}, codes.InvalidArgument, "timeout"},
-		{"argument too long for exec", &agentv1.ExecStart{Argv: []string{"true", strings.Repeat("x", 200<<10)}}, codes.InvalidArgument, "too long"},
+		{"not found", &agentv1.ExecStart{Argv: []string{"no-such-command-xyz"}}, agentv1.Code_NOT_FOUND, "command not found: no-such-command-xyz"},
+		{"not found by path", &agentv1.ExecStart{Argv: []string{"/nonexistent/bin/x"}}, agentv1.Code_NOT_FOUND, "command not found: /nonexistent/bin/x"},
+		{"not found with PATH", &agentv1.ExecStart{Argv: []string{"ls"}, Env: []string{"PATH=/nonexistent"}}, agentv1.Code_NOT_FOUND, "command not found: ls"},
+		{"not executable", &agentv1.ExecStart{Argv: []string{script}}, agentv1.Code_PERMISSION_DENIED, "not executable"},
+		{"directory", &agentv1.ExecStart{Argv: []string{"/tmp"}}, agentv1.Code_PERMISSION_DENIED, "not executable"},
+		{"bad cwd", &agentv1.ExecStart{Argv: []string{"true"}, Cwd: "/nonexistent/dir"}, agentv1.Code_INVALID_ARGUMENT, "/nonexistent/dir does not exist"},
+		{"cwd is a file", &agentv1.ExecStart{Argv: []string{"true"}, Cwd: script}, agentv1.Code_INVALID_ARGUMENT, "is not a directory"},
+		{"nothing to run", &agentv1.ExecStart{}, agentv1.Code_INVALID_ARGUMENT, "nothing to run"},
+		{"argv and shell", &agentv1.ExecStart{Argv: []string{"true"}, Shell: "true"}, agentv1.Code_INVALID_ARGUMENT, "not both"},
+		{"empty name", &agentv1.ExecStart{Argv: []string{""}}, agentv1.Code_INVALID_ARGUMENT, "empty command"},
+		{"NUL in argv", &agentv1.ExecStart{Argv: []string{"echo", "a\x00b"}}, agentv1.Code_INVALID_ARGUMENT, "NUL"},
+		{"bad env", &agentv1.ExecStart{Argv: []string{"true"}, Env: []string{"NOEQUALS"}}, agentv1.Code_INVALID_ARGUMENT, "KEY=VALUE"},
+		{"empty env key", &agentv1.ExecStart{Argv: []string{"true"}, Env: []string{"=x"}}, agentv1.Code_INVALID_ARGUMENT, "KEY=VALUE"},
+		{"too many env", &agentv1.ExecStart{Argv: []string{"true"}, Env: make([]string, maxEnv+1)}, agentv1.Code_INVALID_ARGUMENT, "environment entries"},
+		{"negative timeout", &agentv1.ExecStart{Argv: []string{"true"}, TimeoutMs: -1}, agentv1.Code_INVALID_ARGUMENT, "timeout"},
+		{"argument too long for exec", &agentv1.ExecStart{Argv: []string{"true", strings.Repeat("x", 200<<10)}}, agentv1.Code_INVALID_ARGUMENT, "too long"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -261,7 +259,7 @@ func TestStartErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = stream.Recv()
-		wantCode(t, err, codes.InvalidArgument, "first message must be start")
+		wantCode(t, err, agentv1.Code_INVALID_ARGUMENT, "first message must be start")
 	})
 }
 

@@ -106,7 +106,7 @@ func (s *Server) serveLayer(c net.Conn) {
 	var done *agentv1.LayerDone
 	switch {
 	case s.cfg.LayerUpper == "":
-		err = execwire.Errorf(execwire.FailedPrecondition, "this guest holds no changes layer (booted without changes held)")
+		err = agentv1.Errorf(agentv1.Code_FAILED_PRECONDITION, "this guest holds no changes layer (booted without changes held)")
 	case req.GetExport() != nil:
 		var entries uint64
 		entries, err = ExportLayer(ctx, s.cfg.LayerUpper, s.cfg.LayerLower, fw)
@@ -128,12 +128,12 @@ func (s *Server) serveLayer(c net.Conn) {
 		}
 		done = &agentv1.LayerDone{Entries: removed}
 	default:
-		err = execwire.Errorf(execwire.Unimplemented, "unknown layer call")
+		err = agentv1.Errorf(agentv1.Code_UNIMPLEMENTED, "unknown layer call")
 	}
 	resp := &agentv1.LayerResponse{Result: &agentv1.LayerResponse_Done{Done: done}}
 	if err != nil {
 		s.log.Warn("layer call failed", "err", err)
-		resp.Result = &agentv1.LayerResponse_Error{Error: execwire.ToProto(err)}
+		resp.Result = &agentv1.LayerResponse_Error{Error: agentv1.FromError(err)}
 	}
 	b, err := execwire.AppendMessage(nil, execwire.KindEvent, resp)
 	if err != nil {
@@ -357,7 +357,7 @@ func ForgetLayer(upper, lower string, paths []string) (uint64, error) {
 	}
 	for _, p := range paths {
 		if !validLayerPath(p) {
-			return 0, execwire.Errorf(execwire.InvalidArgument, "layer: forget: %q is not a clean relative path", p)
+			return 0, agentv1.Errorf(agentv1.Code_INVALID_ARGUMENT, "layer: forget: %q is not a clean relative path", p)
 		}
 	}
 	root, err := os.OpenRoot(upper)

@@ -11,10 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
-
-	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 )
 
 // RestrictPrivileges sets no_new_privs on every thread of the agent, so no
@@ -248,11 +247,11 @@ func (p *process) started() error {
 	case err == nil && kind == initStartFail:
 		return syscall.Errno(value)
 	case err == nil && kind == initSetupFail:
-		return execwire.Errorf(execwire.Internal, "exec: the task's init cannot set up its namespaces: %v", syscall.Errno(value))
+		return agentv1.Errorf(agentv1.Code_INTERNAL, "exec: the task's init cannot set up its namespaces: %v", syscall.Errno(value))
 	case err == nil:
-		return execwire.Errorf(execwire.Internal, "exec: the task's init sent report %d before the task started", kind)
+		return agentv1.Errorf(agentv1.Code_INTERNAL, "exec: the task's init sent report %d before the task started", kind)
 	default:
-		return execwire.Errorf(execwire.Internal, "exec: the task's init ended without starting the task (wait status %#x): %v", uint32(ws), err)
+		return agentv1.Errorf(agentv1.Code_INTERNAL, "exec: the task's init ended without starting the task (wait status %#x): %v", uint32(ws), err)
 	}
 }
 

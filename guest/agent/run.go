@@ -46,7 +46,7 @@ type Options struct {
 	// (transport.Options.Park) and gets the host's Wake: for the agent
 	// init starts first on a guest booted with api.BootConfig.Park, never
 	// for one it runs again.
-	Park func(api.Wake)
+	Park func(*api.Wake)
 }
 
 // Run is the guest agent; init runs it in PID 1 (guest/boot), with the boot

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
-	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 )
 
 // Limits on what a host may ask for. execwire already bounds a message to
@@ -46,11 +45,11 @@ type spec struct {
 }
 
 func invalid(format string, a ...any) error {
-	return execwire.Errorf(execwire.InvalidArgument, "exec: "+format, a...)
+	return agentv1.Errorf(agentv1.Code_INVALID_ARGUMENT, "exec: "+format, a...)
 }
 
 // prepare validates start and resolves the executable as the task will see
-// it. Every error is a *execwire.Error.
+// it. Every error is a *agentv1.Error.
 func (s *Server) prepare(start *agentv1.ExecStart) (*spec, error) {
 	sp := &spec{root: start.GetRoot(), tty: start.GetTty(), stdin: start.GetStdin()}
 	if len(start.GetId()) > maxIDLen {
@@ -171,7 +170,7 @@ func (s *Server) checkDir(sp *spec) error {
 	if dir == s.cfg.WorkspaceDir || strings.HasPrefix(dir, s.cfg.WorkspaceDir+"/") {
 		hint = "; the shared folder's owner and mode come from the host: give the folder to the user who runs Airlock, or run the task as root"
 	}
-	return execwire.Errorf(execwire.PermissionDenied,
+	return agentv1.Errorf(agentv1.Code_PERMISSION_DENIED,
 		"permission denied: the task user (uid %d) cannot enter the working directory %s (owner uid %d, gid %d, mode %04o)%s",
 		s.cfg.UID, truncate(dir, 256), st.Uid, st.Gid, fi.Mode().Perm(), hint)
 }
@@ -303,18 +302,18 @@ func checkExecutable(p string) error {
 	return nil
 }
 
-// execError maps why name could not be started to a *execwire.Error.
+// execError maps why name could not be started to a *agentv1.Error.
 func execError(name string, err error) error {
 	switch {
 	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENOTDIR):
-		return execwire.Errorf(execwire.NotFound, "command not found: %s", truncate(name, 256))
+		return agentv1.Errorf(agentv1.Code_NOT_FOUND, "command not found: %s", truncate(name, 256))
 	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
-		return execwire.Errorf(execwire.PermissionDenied, "permission denied: %s is not executable by the task user", truncate(name, 256))
+		return agentv1.Errorf(agentv1.Code_PERMISSION_DENIED, "permission denied: %s is not executable by the task user", truncate(name, 256))
 	case errors.Is(err, syscall.ENOEXEC):
-		return execwire.Errorf(execwire.FailedPrecondition, "exec format error: %s is not a program this guest can run", truncate(name, 256))
+		return agentv1.Errorf(agentv1.Code_FAILED_PRECONDITION, "exec format error: %s is not a program this guest can run", truncate(name, 256))
 	case errors.Is(err, syscall.E2BIG):
-		return execwire.Errorf(execwire.InvalidArgument, "exec: argument list too long for %s (one argument is limited to 128 KiB)", truncate(name, 256))
+		return agentv1.Errorf(agentv1.Code_INVALID_ARGUMENT, "exec: argument list too long for %s (one argument is limited to 128 KiB)", truncate(name, 256))
 	default:
-		return execwire.Errorf(execwire.Internal, "exec %s: %v", truncate(name, 256), err)
+		return agentv1.Errorf(agentv1.Code_INTERNAL, "exec %s: %v", truncate(name, 256), err)
 	}
 }

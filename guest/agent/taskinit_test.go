@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
 )
@@ -184,12 +182,12 @@ func TestTaskInitSemantics(t *testing.T) {
 		}
 		for _, tt := range []struct {
 			start *agentv1.ExecStart
-			code  codes.Code
+			code  agentv1.Code
 			msg   string
 		}{
-			{&agentv1.ExecStart{Argv: []string{"true"}, Cwd: "/nonexistent/dir"}, codes.InvalidArgument, "does not exist"},
-			{&agentv1.ExecStart{Argv: []string{"true"}, Cwd: locked}, codes.PermissionDenied, "cannot enter the working directory"},
-			{&agentv1.ExecStart{Argv: []string{"true", strings.Repeat("x", 200<<10)}}, codes.InvalidArgument, "too long"},
+			{&agentv1.ExecStart{Argv: []string{"true"}, Cwd: "/nonexistent/dir"}, agentv1.Code_INVALID_ARGUMENT, "does not exist"},
+			{&agentv1.ExecStart{Argv: []string{"true"}, Cwd: locked}, agentv1.Code_PERMISSION_DENIED, "cannot enter the working directory"},
+			{&agentv1.ExecStart{Argv: []string{"true", strings.Repeat("x", 200<<10)}}, agentv1.Code_INVALID_ARGUMENT, "too long"},
 		} {
 			r, err := e.run(t, tt.start)
 			if r.started {

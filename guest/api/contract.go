@@ -1,7 +1,9 @@
 // Package api is the contract between the host and the guest agent: vsock
 // ports, the kernel command line keys the host uses to configure the guest,
-// device names, and the readiness message. The RPC schema itself lives in
-// agent/v1. This package is plain Go and imports nothing from the host side.
+// device names, and how the Ready message and the park records are framed.
+// Every message itself is defined in agent/v1 (agent.proto, and the code
+// generated from it); docs/protocol.md describes the whole protocol. This
+// package imports nothing from the host side.
 package api
 
 // Ports on the guest/host transport (vsock, Hyper-V sockets, or the stream

@@ -2,10 +2,11 @@ package api
 
 import (
 	"bytes"
-	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
-	"time"
+
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 )
 
 // Parking. A guest booted with airlock.park=1 (BootConfig.Park) does every
@@ -20,84 +21,116 @@ import (
 // continue identically, and the wall clock, which the saved state has
 // from the day it was saved.
 //
-// Both records are fixed-size binary: init reads the Wake before anything
-// else runs, and the host reads Parked from a guest it does not trust.
+// Both are agentv1 messages, each framed on the serial port as an 8-byte
+// magic, a one-byte length and the message's protobuf encoding: the
+// reader takes exactly the record's bytes (what follows on the port is
+// the multiplexer's), and the host reads Parked from a guest it does not
+// trust, so the length is bounded by a byte.
 const (
 	parkedMagic = "AIRLKPRK"
 	wakeMagic   = "AIRLKWAK"
-	parkVersion = 1
+	parkHeader  = len(parkedMagic) + 1
 
-	// ParkedSize is the length of the guest's Parked record: magic,
-	// version, seven reserved zero bytes.
-	ParkedSize = 16
+	// ParkVersion is the park protocol's version, in both messages: a
+	// host and a guest of different versions refuse each other's records.
+	ParkVersion = 2
+
 	// WakeEntropySize is how many random bytes a Wake carries: a full
 	// reseed of the guest kernel's generator (a 256-bit key).
 	WakeEntropySize = 32
-	// WakeSize is the length of the host's Wake record: magic, version,
-	// three reserved zero bytes, the wall clock in Unix nanoseconds, the
-	// entropy, and a 32-bit flags word (no flags yet).
-	WakeSize = 8 + 1 + 3 + 8 + WakeEntropySize + 4
 )
 
-// Wake is what the host tells a parked guest.
-type Wake struct {
-	// Time is the host's wall clock when it sent the Wake.
-	Time time.Time
-	// Entropy is mixed into the guest kernel's generator, which is then
-	// reseeded from it, before anything of this run draws from it.
-	Entropy [WakeEntropySize]byte
+// Parked and Wake are the messages of parking (agentv1's).
+type (
+	Parked = agentv1.Parked
+	Wake   = agentv1.Wake
+)
+
+// ParkedRecord returns the record a parked guest writes.
+func ParkedRecord() []byte {
+	b, _ := record(parkedMagic, &Parked{Version: ParkVersion})
+	return b
 }
 
-// Parked returns the record a parked guest writes.
-func Parked() []byte {
-	b := make([]byte, ParkedSize)
-	copy(b, parkedMagic)
-	b[len(parkedMagic)] = parkVersion
-	return b
+// WakeRecord returns w, with this side's ParkVersion, as the record the
+// host writes. It fails for a Wake whose entropy is not WakeEntropySize
+// bytes.
+func WakeRecord(w *Wake) ([]byte, error) {
+	if len(w.GetEntropy()) != WakeEntropySize {
+		return nil, fmt.Errorf("a wake with %d bytes of entropy, not %d", len(w.GetEntropy()), WakeEntropySize)
+	}
+	m := &Wake{Version: ParkVersion, UnixNanos: w.GetUnixNanos(), Entropy: w.GetEntropy()}
+	return record(wakeMagic, m)
+}
+
+func record(magic string, m agentv1.Message) ([]byte, error) {
+	n := m.SizeVT()
+	if n > 255 {
+		return nil, fmt.Errorf("a park record of %d bytes, at most 255", n)
+	}
+	b := make([]byte, parkHeader+n)
+	copy(b, magic)
+	b[len(magic)] = byte(n)
+	if _, err := m.MarshalToSizedBufferVT(b[parkHeader:]); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// errMalformed is wrapped by readRecord's error for a record whose
+// message does not decode.
+var errMalformed = errors.New("not a message of this protocol")
+
+// readRecord reads one record with the given magic from r into m: exactly
+// its bytes, nothing past them. who and what name the sender and the
+// record in errors.
+func readRecord(r io.Reader, magic, who, what string, m agentv1.Message) error {
+	var h [parkHeader]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return fmt.Errorf("read %s's %s record: %w", who, what, err)
+	}
+	if !bytes.Equal(h[:len(magic)], []byte(magic)) {
+		return fmt.Errorf("%s sent %q where its %s record belongs", who, h[:], what)
+	}
+	body := make([]byte, h[len(magic)])
+	if _, err := io.ReadFull(r, body); err != nil {
+		return fmt.Errorf("read %s's %s record: %w", who, what, err)
+	}
+	if err := m.UnmarshalVT(body); err != nil {
+		return fmt.Errorf("%s sent a malformed %s record: %w: %w", who, what, errMalformed, err)
+	}
+	return nil
 }
 
 // ReadParked reads the guest's Parked record from r. The guest is not
 // trusted: anything else is an error, and the caller bounds the wait.
 func ReadParked(r io.Reader) error {
-	var b [ParkedSize]byte
-	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return fmt.Errorf("read the parked guest's record: %w", err)
-	}
-	if want := Parked(); !bytes.Equal(b[:], want) {
-		if bytes.Equal(b[:len(parkedMagic)], want[:len(parkedMagic)]) {
-			return fmt.Errorf("the parked guest speaks version %d of the park records, this host %d (rebuild the image: make image)", b[len(parkedMagic)], parkVersion)
+	var p Parked
+	if err := readRecord(r, parkedMagic, "the parked guest", "parked", &p); err != nil {
+		if errors.Is(err, errMalformed) {
+			// The park records of version 1 were fixed binary; a guest
+			// that sends one has an image older than this host.
+			return fmt.Errorf("%w (an image older than this airlock? rebuild it: make image)", err)
 		}
-		return fmt.Errorf("the guest sent %q where its parked record belongs", b[:])
+		return err
+	}
+	if p.GetVersion() != ParkVersion {
+		return fmt.Errorf("the parked guest speaks version %d of the park records, this host %d (rebuild the image: make image)", p.GetVersion(), ParkVersion)
 	}
 	return nil
 }
 
-// Marshal encodes w as the Wake record.
-func (w Wake) Marshal() []byte {
-	b := make([]byte, WakeSize)
-	copy(b, wakeMagic)
-	b[len(wakeMagic)] = parkVersion
-	binary.BigEndian.PutUint64(b[12:], uint64(w.Time.UnixNano()))
-	copy(b[20:], w.Entropy[:])
-	return b
-}
-
 // ReadWake reads one Wake record from r.
-func ReadWake(r io.Reader) (Wake, error) {
+func ReadWake(r io.Reader) (*Wake, error) {
 	var w Wake
-	var b [WakeSize]byte
-	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return w, fmt.Errorf("read the host's wake record: %w", err)
+	if err := readRecord(r, wakeMagic, "the host", "wake", &w); err != nil {
+		return nil, err
 	}
 	switch {
-	case !bytes.Equal(b[:len(wakeMagic)], []byte(wakeMagic)):
-		return w, fmt.Errorf("the host sent %q where its wake record belongs", b[:len(wakeMagic)])
-	case b[len(wakeMagic)] != parkVersion:
-		return w, fmt.Errorf("the host speaks version %d of the park records, this guest %d", b[len(wakeMagic)], parkVersion)
-	case b[9] != 0 || b[10] != 0 || b[11] != 0 || binary.BigEndian.Uint32(b[WakeSize-4:]) != 0:
-		return w, fmt.Errorf("the host's wake record has reserved bits set")
+	case w.GetVersion() != ParkVersion:
+		return nil, fmt.Errorf("the host speaks version %d of the park records, this guest %d", w.GetVersion(), ParkVersion)
+	case len(w.GetEntropy()) != WakeEntropySize:
+		return nil, fmt.Errorf("the host's wake carries %d bytes of entropy, not %d", len(w.GetEntropy()), WakeEntropySize)
 	}
-	w.Time = time.Unix(0, int64(binary.BigEndian.Uint64(b[12:])))
-	copy(w.Entropy[:], b[20:])
-	return w, nil
+	return &w, nil
 }

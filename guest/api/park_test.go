@@ -4,29 +4,55 @@ import (
 	"bytes"
 	"strings"
 	"testing"
-	"time"
+
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 )
 
-func TestWakeRoundTrip(t *testing.T) {
-	w := Wake{Time: time.Date(2026, 12, 3, 15, 4, 5, 123456789, time.UTC)}
+func testWake() *Wake {
+	w := &Wake{UnixNanos: 1796310245123456789, Entropy: make([]byte, WakeEntropySize)}
 	for i := range w.Entropy {
 		w.Entropy[i] = byte(i * 7)
 	}
-	b := w.Marshal()
-	if len(b) != WakeSize {
-		t.Fatalf("wake is %d bytes, want %d", len(b), WakeSize)
-	}
-	got, err := ReadWake(bytes.NewReader(b))
+	return w
+}
+
+func TestWakeRoundTrip(t *testing.T) {
+	w := testWake()
+	b, err := WakeRecord(w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.Time.Equal(w.Time) || got.Entropy != w.Entropy {
+	r := bytes.NewReader(append(b, "AIRLKMUX"...))
+	got, err := ReadWake(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.UnixNanos != w.UnixNanos || !bytes.Equal(got.Entropy, w.Entropy) || got.Version != ParkVersion {
 		t.Errorf("round trip %+v gave %+v", w, got)
+	}
+	if r.Len() != len("AIRLKMUX") {
+		t.Errorf("ReadWake read %d bytes past its record", len("AIRLKMUX")-r.Len())
+	}
+	if _, err := WakeRecord(&Wake{Entropy: make([]byte, 5)}); err == nil {
+		t.Error("WakeRecord took a wake with 5 bytes of entropy")
 	}
 }
 
+// rawRecord frames m as a park record, whatever its fields.
+func rawRecord(t *testing.T, magic string, m agentv1.Message) []byte {
+	t.Helper()
+	b, err := record(magic, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestReadWakeRefuses(t *testing.T) {
-	good := Wake{Time: time.Unix(1, 0)}.Marshal()
+	good, err := WakeRecord(testWake())
+	if err != nil {
+		t.Fatal(err)
+	}
 	edit := func(f func(b []byte)) []byte {
 		b := bytes.Clone(good)
 		f(b)
@@ -36,13 +62,13 @@ func TestReadWakeRefuses(t *testing.T) {
 		in   []byte
 		want string
 	}{
-		"short":    {good[:WakeSize-1], "read the host's wake"},
-		"empty":    {nil, "read the host's wake"},
-		"magic":    {edit(func(b []byte) { b[0] = 'X' }), "where its wake record belongs"},
-		"parked":   {append(Parked(), make([]byte, WakeSize-ParkedSize)...), "where its wake record belongs"},
-		"version":  {edit(func(b []byte) { b[8] = 2 }), "version 2"},
-		"reserved": {edit(func(b []byte) { b[10] = 1 }), "reserved"},
-		"flags":    {edit(func(b []byte) { b[WakeSize-1] = 1 }), "reserved"},
+		"short":     {good[:len(good)-1], "read the host's wake record"},
+		"empty":     {nil, "read the host's wake record"},
+		"magic":     {edit(func(b []byte) { b[0] = 'X' }), "record belongs"},
+		"parked":    {ParkedRecord(), "record belongs"},
+		"malformed": {[]byte(wakeMagic + "\x02\x08\x80"), "malformed"},
+		"version":   {rawRecord(t, wakeMagic, &Wake{Version: 1, Entropy: make([]byte, WakeEntropySize)}), "version 1"},
+		"entropy":   {rawRecord(t, wakeMagic, &Wake{Version: ParkVersion, Entropy: make([]byte, 31)}), "31 bytes of entropy"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := ReadWake(bytes.NewReader(tc.in))
@@ -54,18 +80,21 @@ func TestReadWakeRefuses(t *testing.T) {
 }
 
 func TestReadParked(t *testing.T) {
-	if err := ReadParked(bytes.NewReader(Parked())); err != nil {
+	r := bytes.NewReader(append(ParkedRecord(), "AIRLKMUX"...))
+	if err := ReadParked(r); err != nil {
 		t.Fatal(err)
 	}
-	old := Parked()
-	old[8] = 0
+	if r.Len() != len("AIRLKMUX") {
+		t.Errorf("ReadParked read %d bytes past its record", len("AIRLKMUX")-r.Len())
+	}
 	for name, tc := range map[string]struct {
 		in   []byte
 		want string
 	}{
-		"short":   {Parked()[:ParkedSize-1], "read the parked guest's record"},
-		"hello":   {[]byte("AIRLKMUX\x03\x00\x01\x02\x03\x04\x05\x06"), "where its parked record belongs"},
-		"version": {old, "version 0"},
+		"short":   {ParkedRecord()[:len(ParkedRecord())-1], "read the parked guest's parked record"},
+		"hello":   {[]byte("AIRLKMUX\x03\x00\x01\x02\x03\x04\x05\x06"), "record belongs"},
+		"old":     {[]byte("AIRLKPRK\x01\x00\x00\x00\x00\x00\x00\x00"), "rebuild it: make image"},
+		"version": {rawRecord(t, parkedMagic, &Parked{Version: 7}), "version 7"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := ReadParked(bytes.NewReader(tc.in))
@@ -93,22 +122,30 @@ func TestParkNeedsSerialAndNoRoot(t *testing.T) {
 }
 
 // FuzzReadWake: whatever comes where the Wake belongs is refused or read
-// as exactly what Marshal writes, never more than WakeSize bytes read.
+// as a Wake that WakeRecord writes back, never more than the record's
+// bytes read.
 func FuzzReadWake(f *testing.F) {
-	f.Add(Wake{Time: time.Unix(1700000000, 5)}.Marshal())
-	f.Add(Parked())
+	good, _ := WakeRecord(testWake())
+	f.Add(good)
+	f.Add(ParkedRecord())
 	f.Add([]byte{})
+	f.Add([]byte(wakeMagic + "\xff"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r := &countingReader{r: bytes.NewReader(in)}
 		w, err := ReadWake(r)
-		if r.n > WakeSize {
-			t.Fatalf("read %d bytes, bound %d", r.n, WakeSize)
+		if r.n > parkHeader+255 || (err == nil && r.n != parkHeader+int(in[len(wakeMagic)])) {
+			t.Fatalf("read %d bytes of %x", r.n, in)
 		}
 		if err != nil {
 			return
 		}
-		if !bytes.Equal(w.Marshal(), in[:WakeSize]) {
-			t.Fatalf("accepted %x, which Marshal writes as %x", in[:WakeSize], w.Marshal())
+		b, err := WakeRecord(w)
+		if err != nil {
+			t.Fatalf("accepted %+v, which WakeRecord refuses: %v", w, err)
+		}
+		back, err := ReadWake(bytes.NewReader(b))
+		if err != nil || back.UnixNanos != w.UnixNanos || !bytes.Equal(back.Entropy, w.Entropy) {
+			t.Fatalf("accepted %+v does not round-trip: %+v %v", w, back, err)
 		}
 	})
 }

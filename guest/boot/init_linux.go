@@ -50,7 +50,7 @@ type pid1 struct {
 
 	// woken gets the host's Wake from the agent's transport on a guest
 	// booted to park (api.BootConfig.Park).
-	woken chan api.Wake
+	woken chan *api.Wake
 
 	// sigs gets the signals init handles.
 	sigs chan os.Signal
@@ -85,7 +85,7 @@ func RunAgent(run AgentFunc) {
 	in := &pid1{
 		log: console.NewLogger(os.Stderr, "", false), boot: time.Now(), run: run,
 		agentDone: make(chan error, 1),
-		woken:     make(chan api.Wake, 1),
+		woken:     make(chan *api.Wake, 1),
 		waiting:   make(map[int]chan syscall.WaitStatus),
 		spawned:   make(chan struct{}, 1),
 	}
@@ -206,7 +206,7 @@ func (in *pid1) setup() error {
 // Tasks start after it, as new programs, with their own layout and
 // canaries from the reseeded generator.
 func (in *pid1) awaitWake() error {
-	var w api.Wake
+	var w *api.Wake
 	select {
 	case w = <-in.woken:
 	case err := <-in.agentDone:
@@ -216,10 +216,10 @@ func (in *pid1) awaitWake() error {
 	// it the same random numbers: mix in the host's bytes and reseed
 	// before anything of this run draws from it. Without that this
 	// machine must not run.
-	if err := reseed(w.Entropy[:]); err != nil {
+	if err := reseed(w.GetEntropy()); err != nil {
 		return fmt.Errorf("reseed the kernel's generator after the wake: %w", err)
 	}
-	ts := unix.NsecToTimespec(w.Time.UnixNano())
+	ts := unix.NsecToTimespec(w.GetUnixNanos())
 	if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
 		in.log.Warn("clock after the wake", "err", err)
 	}
@@ -465,7 +465,7 @@ func (in *pid1) startAgent(held bool) {
 		in.hold = make(chan struct{})
 		opts.Hold = in.hold
 		if in.cfg.Park {
-			opts.Park = func(w api.Wake) { in.woken <- w }
+			opts.Park = func(w *api.Wake) { in.woken <- w }
 		}
 	}
 	ctx, stop := context.WithCancel(context.Background())

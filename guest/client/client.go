@@ -15,12 +15,10 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
+	"github.com/airlock-sandbox/airlock/internal/printable"
 )
 
 // MaxMessageSize bounds every message the host accepts from the guest.
@@ -79,12 +77,13 @@ func (c *Client) Close() error {
 
 // Info reports the guest's state.
 //
-// Errors, for Info, SetTime, TrustCA and Shutdown alike, are gRPC status errors
-// wrapped with the call's name: the agent's own code (Unimplemented: a
-// call it does not serve, InvalidArgument, Internal); Unavailable when
-// the guest could not be reached or ended the stream without an answer;
-// Canceled or DeadlineExceeded when ctx ended first (an agent that answers
-// nothing); execwire.ErrFrame for a guest breaking the protocol.
+// Errors, for Info, SetTime, TrustCA and Shutdown alike, are wrapped with
+// the call's name and match agentv1's sentinels with errors.Is: the
+// agent's own *agentv1.Error (ErrUnimplemented: a call it does not serve,
+// ErrInvalidArgument, ErrInternal); ErrUnavailable when the guest could
+// not be reached or ended the stream without an answer; ctx's error
+// (ErrCanceled, ErrDeadlineExceeded) when ctx ended first (an agent that
+// answers nothing); execwire.ErrFrame for a guest breaking the protocol.
 func (c *Client) Info(ctx context.Context) (*agentv1.InfoResponse, error) {
 	resp, err := c.call(ctx, &agentv1.AgentRequest{Call: &agentv1.AgentRequest_Info{Info: &agentv1.InfoRequest{}}},
 		func(r *agentv1.AgentResponse) bool { return r.GetInfo() != nil })
@@ -128,7 +127,7 @@ func (c *Client) Shutdown(ctx context.Context, reboot bool) error {
 }
 
 // call makes one agent call on the kept call stream: the request out, one
-// answer back, which is an Error (returned as its status error) or one
+// answer back, which is an Error (returned as the error) or one
 // that ok accepts. A call that fails in any other way closes the stream,
 // so that nothing the guest sent for it is taken for the next call's
 // answer; the next call dials a new one.
@@ -140,7 +139,7 @@ func (c *Client) call(ctx context.Context, req *agentv1.AgentRequest, ok func(*a
 	select {
 	case c.calls <- struct{}{}:
 	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
+		return nil, ctx.Err()
 	}
 	defer func() { <-c.calls }()
 	for retried := false; ; retried = true {
@@ -173,7 +172,7 @@ func (c *Client) call(ctx context.Context, req *agentv1.AgentRequest, ok func(*a
 			continue
 		}
 		if err == io.EOF && ctx.Err() == nil {
-			return nil, status.Error(codes.Unavailable, "the agent ended the call without an answer")
+			return nil, agentv1.Errorf(agentv1.Code_UNAVAILABLE, "the agent ended the call without an answer")
 		}
 		return nil, callErr(ctx, err)
 	}
@@ -316,14 +315,15 @@ func (cs *callStream) roundTrip(ctx context.Context, b []byte) (*agentv1.AgentRe
 	}
 }
 
-// guestError is an Error the guest reported, as the gRPC status error its
-// code names (an OK code, which no error has, is Unknown).
+// guestError is an Error the guest reported, its message bounded and
+// escaped (it is guest-chosen text) and its code as this host knows it
+// (UNKNOWN for OK, which no error has, or a code not in agentv1's table).
 func guestError(e *agentv1.Error) error {
-	code := codes.Code(e.GetCode())
-	if code == codes.OK {
-		code = codes.Unknown
+	msg := e.GetMessage()
+	if len(msg) > maxGuestMessage {
+		msg = msg[:maxGuestMessage] + "..."
 	}
-	return status.Error(code, e.GetMessage())
+	return &agentv1.Error{Code: agentv1.CodeOf(e), Message: printable.String(msg)}
 }
 
 // callErr says why a call's stream failed: the call was abandoned, the
@@ -331,11 +331,11 @@ func guestError(e *agentv1.Error) error {
 func callErr(ctx context.Context, err error) error {
 	switch {
 	case ctx.Err() != nil:
-		return status.FromContextError(ctx.Err()).Err()
+		return ctx.Err()
 	case errors.Is(err, execwire.ErrFrame):
 		return err
 	}
-	return status.Error(codes.Unavailable, err.Error())
+	return fmt.Errorf("%w: %w", agentv1.ErrUnavailable, err)
 }
 
 // wrongAnswer is the guest answering a call with another call's result.

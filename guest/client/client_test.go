@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
@@ -43,7 +40,7 @@ func (testAgent) Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoRespo
 
 func (testAgent) SetTime(_ context.Context, r *agentv1.SetTimeRequest) (*agentv1.SetTimeResponse, error) {
 	if r.GetUnixNanos() <= 0 {
-		return nil, execwire.Errorf(execwire.InvalidArgument, "bad time")
+		return nil, agentv1.Errorf(agentv1.Code_INVALID_ARGUMENT, "bad time")
 	}
 	return nil, nil // an empty answer is still an answer
 }
@@ -74,11 +71,11 @@ func TestCalls(t *testing.T) {
 	if err := c.SetTime(t.Context(), time.Now()); err != nil {
 		t.Fatalf("set time: %v", err)
 	}
-	if err := c.SetTime(t.Context(), time.Unix(0, 0)); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "bad time") {
+	if err := c.SetTime(t.Context(), time.Unix(0, 0)); agentv1.CodeOf(err) != agentv1.Code_INVALID_ARGUMENT || !strings.Contains(err.Error(), "bad time") {
 		t.Fatalf("set time 0: %v", err)
 	}
 	// Callers tell an agent that cannot power off by this code.
-	if err := c.Shutdown(t.Context(), false); status.Code(err) != codes.Unimplemented || !strings.HasPrefix(err.Error(), "agent shutdown: ") {
+	if err := c.Shutdown(t.Context(), false); agentv1.CodeOf(err) != agentv1.Code_UNIMPLEMENTED || !strings.HasPrefix(err.Error(), "agent shutdown: ") {
 		t.Fatalf("shutdown: %v", err)
 	}
 }
@@ -103,33 +100,33 @@ func TestCallErrors(t *testing.T) {
 		name    string
 		guest   func(net.Conn)
 		timeout time.Duration
-		code    codes.Code
+		code    agentv1.Code
 		is      error
 	}{
-		{"closed without an answer", func(c net.Conn) { readRequest(c) }, 0, codes.Unavailable, nil},
-		{"mute", func(c net.Conn) { readRequest(c); io.Copy(io.Discard, c) }, 50 * time.Millisecond, codes.DeadlineExceeded, nil},
-		{"error without a code", answer(&agentv1.AgentResponse{Result: &agentv1.AgentResponse_Error{Error: &agentv1.Error{Message: "?"}}}), 0, codes.Unknown, nil},
-		{"code out of range", answer(&agentv1.AgentResponse{Result: &agentv1.AgentResponse_Error{Error: &agentv1.Error{Code: 9999, Message: strings.Repeat("e", 1<<20)}}}), 0, codes.Code(9999), nil},
-		{"another call's answer", answer(&agentv1.AgentResponse{Result: &agentv1.AgentResponse_SetTime{SetTime: &agentv1.SetTimeResponse{}}}), 0, codes.Unknown, execwire.ErrFrame},
-		{"no answer at all", answer(&agentv1.AgentResponse{}), 0, codes.Unknown, execwire.ErrFrame},
+		{"closed without an answer", func(c net.Conn) { readRequest(c) }, 0, agentv1.Code_UNAVAILABLE, nil},
+		{"mute", func(c net.Conn) { readRequest(c); io.Copy(io.Discard, c) }, 50 * time.Millisecond, agentv1.Code_DEADLINE_EXCEEDED, nil},
+		{"error without a code", answer(&agentv1.AgentResponse{Result: &agentv1.AgentResponse_Error{Error: &agentv1.Error{Message: "?"}}}), 0, agentv1.Code_UNKNOWN, nil},
+		{"code out of range", answer(&agentv1.AgentResponse{Result: &agentv1.AgentResponse_Error{Error: &agentv1.Error{Code: 9999, Message: strings.Repeat("e", 1<<20)}}}), 0, agentv1.Code_UNKNOWN, nil},
+		{"another call's answer", answer(&agentv1.AgentResponse{Result: &agentv1.AgentResponse_SetTime{SetTime: &agentv1.SetTimeResponse{}}}), 0, agentv1.Code_UNKNOWN, execwire.ErrFrame},
+		{"no answer at all", answer(&agentv1.AgentResponse{}), 0, agentv1.Code_UNKNOWN, execwire.ErrFrame},
 		{"output frame", func(c net.Conn) {
 			readRequest(c)
 			b := make([]byte, execwire.HeaderSize+2)
 			execwire.PutHeader(b, execwire.KindStdout, 2)
 			c.Write(b)
-		}, 0, codes.Unknown, execwire.ErrFrame},
+		}, 0, agentv1.Code_UNKNOWN, execwire.ErrFrame},
 		{"oversized", func(c net.Conn) {
 			readRequest(c)
 			b := make([]byte, execwire.HeaderSize)
 			execwire.PutHeader(b, execwire.KindEvent, execwire.MaxPayload+1)
 			c.Write(b)
-		}, 0, codes.Unknown, execwire.ErrFrame},
+		}, 0, agentv1.Code_UNKNOWN, execwire.ErrFrame},
 		{"not protobuf", func(c net.Conn) {
 			readRequest(c)
 			b := append(make([]byte, execwire.HeaderSize), 0xff, 0xff)
 			execwire.PutHeader(b, execwire.KindEvent, 2)
 			c.Write(b)
-		}, 0, codes.Unknown, execwire.ErrFrame},
+		}, 0, agentv1.Code_UNKNOWN, execwire.ErrFrame},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := t.Context()
@@ -139,8 +136,11 @@ func TestCallErrors(t *testing.T) {
 				defer cancel()
 			}
 			_, err := callGuest(t, tt.guest).Info(ctx)
-			if err == nil || status.Code(err) != tt.code || (tt.is != nil && !errors.Is(err, tt.is)) || !strings.HasPrefix(err.Error(), "agent info: ") {
-				t.Fatalf("got %v (%v), want %v %v", err, status.Code(err), tt.code, tt.is)
+			if err == nil || agentv1.CodeOf(err) != tt.code || (tt.is != nil && !errors.Is(err, tt.is)) || !strings.HasPrefix(err.Error(), "agent info: ") {
+				t.Fatalf("got %v (%v), want %v %v", err, agentv1.CodeOf(err), tt.code, tt.is)
+			}
+			if len(err.Error()) > 2*maxGuestMessage {
+				t.Errorf("a guest's message of %d bytes passed on unbounded", len(err.Error()))
 			}
 		})
 	}
@@ -149,7 +149,7 @@ func TestCallErrors(t *testing.T) {
 // A guest that cannot be reached at all: the dial's failure is Unavailable.
 func TestCallDialFails(t *testing.T) {
 	c, _ := New(func(context.Context, uint32) (net.Conn, error) { return nil, errors.New("connection refused") })
-	if _, err := c.Info(t.Context()); status.Code(err) != codes.Unavailable {
+	if _, err := c.Info(t.Context()); agentv1.CodeOf(err) != agentv1.Code_UNAVAILABLE {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -86,11 +86,11 @@ var ErrBadExit = errors.New("guest agent reported an impossible exit status")
 // Exec runs a task and streams its input and output until it exits. When ctx
 // is cancelled the call is abandoned and the guest kills the task's tree.
 //
-// Errors: a task the guest refused or could not start carries the guest's
-// gRPC status (NotFound: command not found, and so on); a broken transport
-// is codes.Unavailable, an abandoned call codes.Canceled or
-// DeadlineExceeded; a guest breaking the protocol ErrNoExit, ErrBadExit or
-// execwire.ErrFrame. Each is wrapped ("exec: ...").
+// Errors: a task the guest refused or could not start is the guest's
+// *agentv1.Error (agentv1.ErrNotFound: command not found, and so on); a
+// broken transport matches agentv1.ErrUnavailable, an abandoned call
+// ErrCanceled or ErrDeadlineExceeded; a guest breaking the protocol is
+// ErrNoExit, ErrBadExit or execwire.ErrFrame. Each is wrapped ("exec: ...").
 func (c *Client) Exec(ctx context.Context, spec Spec, stdio Stdio) (Exit, error) {
 	if (len(spec.Argv) == 0) == (spec.Shell == "") {
 		return Exit{}, errors.New("exec: exactly one of argv and shell is needed")

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
@@ -68,27 +65,27 @@ func TestExecErrors(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		guest func(s *execwire.Stream)
-		code  codes.Code
+		code  agentv1.Code
 		is    error
 	}{
 		{"command not found", func(s *execwire.Stream) {
-			s.SendError(execwire.Errorf(execwire.NotFound, "command not found: x"))
-		}, codes.NotFound, nil},
+			s.SendError(agentv1.Errorf(agentv1.Code_NOT_FOUND, "command not found: x"))
+		}, agentv1.Code_NOT_FOUND, nil},
 		{"error without a code", func(s *execwire.Stream) {
 			s.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Error{Error: &agentv1.Error{Message: "?"}}})
-		}, codes.Unknown, nil},
-		{"no exit", func(s *execwire.Stream) {}, codes.Unknown, ErrNoExit},
+		}, agentv1.Code_UNKNOWN, nil},
+		{"no exit", func(s *execwire.Stream) {}, agentv1.Code_UNKNOWN, ErrNoExit},
 		{"impossible exit", func(s *execwire.Stream) {
 			s.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Code: 300}}})
-		}, codes.Unknown, ErrBadExit},
+		}, agentv1.Code_UNKNOWN, ErrBadExit},
 		{"bad frame", func(s *execwire.Stream) {
 			out(s, 7, "x")
-		}, codes.Unknown, execwire.ErrFrame},
+		}, agentv1.Code_UNKNOWN, execwire.ErrFrame},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := fakeGuest(t, func(s *execwire.Stream, _ *agentv1.ExecStart) { tt.guest(s) })
 			_, err := c.Exec(t.Context(), Spec{Argv: []string{"x"}}, Stdio{})
-			if tt.is != nil && !errors.Is(err, tt.is) || tt.is == nil && status.Code(errors.Unwrap(err)) != tt.code {
+			if tt.is != nil && !errors.Is(err, tt.is) || tt.is == nil && agentv1.CodeOf(errors.Unwrap(err)) != tt.code {
 				t.Fatalf("got %v, want code %v / %v", err, tt.code, tt.is)
 			}
 		})
@@ -110,7 +107,7 @@ func TestExecCancel(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(t.Context())
 	_, err := c.Exec(ctx, Spec{Argv: []string{"sleep"}}, Stdio{Started: func(int) { cancel() }})
-	if status.Code(errors.Unwrap(err)) != codes.Canceled {
+	if agentv1.CodeOf(errors.Unwrap(err)) != agentv1.Code_CANCELED {
 		t.Fatalf("got %v, want Canceled", err)
 	}
 	select {
@@ -130,14 +127,14 @@ func TestExecTransportFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Exec(t.Context(), Spec{Argv: []string{"x"}}, Stdio{}); status.Code(errors.Unwrap(err)) != codes.Unavailable {
+	if _, err := c.Exec(t.Context(), Spec{Argv: []string{"x"}}, Stdio{}); agentv1.CodeOf(errors.Unwrap(err)) != agentv1.Code_UNAVAILABLE {
 		t.Fatalf("dial failed: got %v, want Unavailable", err)
 	}
 	c2, _ := New(func(context.Context, uint32) (net.Conn, error) {
 		return eofConn{}, nil
 	})
 	defer c2.Close()
-	if _, err := c2.Exec(t.Context(), Spec{Argv: []string{"x"}}, Stdio{}); status.Code(errors.Unwrap(err)) != codes.Unavailable {
+	if _, err := c2.Exec(t.Context(), Spec{Argv: []string{"x"}}, Stdio{}); agentv1.CodeOf(errors.Unwrap(err)) != agentv1.Code_UNAVAILABLE {
 		t.Fatalf("session died: got %v, want Unavailable", err)
 	}
 }

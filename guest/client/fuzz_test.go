@@ -55,7 +55,7 @@ func guestSaid(in []byte) (out, errOut []byte) {
 			errOut = append(errOut, payload...)
 		case execwire.KindEvent:
 			var ev agentv1.ExecEvent
-			if len(payload) < n || agentv1.Unmarshal(payload, &ev) != nil || ev.GetExit() != nil || ev.GetError() != nil {
+			if len(payload) < n || ev.UnmarshalVT(payload) != nil || ev.GetExit() != nil || ev.GetError() != nil {
 				return
 			}
 		default:

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
@@ -104,7 +101,7 @@ func TestCallsShareAStream(t *testing.T) {
 			t.Fatalf("call %d went on stream %d", i, n)
 		}
 	}
-	if err := c.SetTime(t.Context(), time.Now()); status.Code(err) != codes.Unimplemented {
+	if err := c.SetTime(t.Context(), time.Now()); agentv1.CodeOf(err) != agentv1.Code_UNIMPLEMENTED {
 		t.Fatalf("set time: %v", err)
 	}
 	if g.dials.Load() != 1 {
@@ -153,7 +150,7 @@ func TestCallTimeoutRedials(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 	_, err := c.Info(ctx)
 	cancel()
-	if status.Code(err) != codes.DeadlineExceeded {
+	if agentv1.CodeOf(err) != agentv1.Code_DEADLINE_EXCEEDED {
 		t.Fatalf("mute call: %v", err)
 	}
 	close(release) // the late answer goes nowhere
@@ -172,11 +169,11 @@ func TestCallTimeoutRedials(t *testing.T) {
 	ctx, cancel = context.WithTimeout(t.Context(), 20*time.Millisecond)
 	_, err = c2.Info(ctx)
 	cancel()
-	if status.Code(err) != codes.DeadlineExceeded || g2.dials.Load() != 1 {
+	if agentv1.CodeOf(err) != agentv1.Code_DEADLINE_EXCEEDED || g2.dials.Load() != 1 {
 		t.Fatalf("waiting call: %v after %d dials", err, g2.dials.Load())
 	}
 	cancelHold()
-	if err := <-held; status.Code(err) != codes.Canceled {
+	if err := <-held; agentv1.CodeOf(err) != agentv1.Code_CANCELED {
 		t.Fatalf("held call: %v", err)
 	}
 }
@@ -274,7 +271,7 @@ func TestKeptStreamBrokenRetries(t *testing.T) {
 	g2 := &streams{serve: func(int32, net.Conn) {}}
 	c2, _ := New(g2.dial)
 	defer c2.Close()
-	if _, err := c2.Info(t.Context()); status.Code(err) != codes.Unavailable || g2.dials.Load() != 1 {
+	if _, err := c2.Info(t.Context()); agentv1.CodeOf(err) != agentv1.Code_UNAVAILABLE || g2.dials.Load() != 1 {
 		t.Fatalf("a fresh stream that ends at once: %v after %d dials", err, g2.dials.Load())
 	}
 }

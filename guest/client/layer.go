@@ -9,13 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
-	"github.com/airlock-sandbox/airlock/internal/printable"
 )
 
 // Bounds on a layer call's stream: the guest may be hostile or stuck.
@@ -39,8 +35,8 @@ const (
 //
 // The bytes are the guest's: the caller bounds how much it takes and
 // checks every entry. The stream fails when the guest sends nothing for
-// LayerIdleTimeout, breaks the protocol, reports a failure (a gRPC status
-// error with the guest's code), or says it sent a length other than what
+// LayerIdleTimeout, breaks the protocol, reports a failure (the guest's
+// *agentv1.Error), or says it sent a length other than what
 // arrived; and when ctx ends.
 func (c *Client) ExportLayer(ctx context.Context) (io.ReadCloser, error) {
 	conn, err := c.layerCall(ctx, &agentv1.LayerRequest{Call: &agentv1.LayerRequest_Export{Export: &agentv1.LayerExportRequest{}}})
@@ -182,18 +178,10 @@ func (l *layerReader) Close() error {
 }
 
 // layerResult is the guest's answer as an error: nil when done, else the
-// guest's code and (escaped, bounded) message as a gRPC status error.
+// guest's Error (guestError).
 func layerResult(resp *agentv1.LayerResponse) error {
 	if e := resp.GetError(); e != nil {
-		msg := e.GetMessage()
-		if len(msg) > maxGuestMessage {
-			msg = msg[:maxGuestMessage] + "..."
-		}
-		code := codes.Code(e.GetCode())
-		if code == codes.OK {
-			code = codes.Unknown
-		}
-		return status.Error(code, printable.String(msg))
+		return guestError(e)
 	}
 	if resp.GetDone() == nil {
 		return fmt.Errorf("client: layer: %w: an answer with no result", execwire.ErrFrame)
@@ -206,9 +194,9 @@ func layerResult(resp *agentv1.LayerResponse) error {
 func layerErr(ctx context.Context, op string, err error) error {
 	switch {
 	case ctx.Err() != nil:
-		return status.FromContextError(ctx.Err()).Err()
+		return ctx.Err()
 	case errors.Is(err, execwire.ErrFrame):
 		return fmt.Errorf("client: %s: %w", op, err)
 	}
-	return status.Error(codes.Unavailable, fmt.Sprintf("client: layer %s: %v", op, err))
+	return fmt.Errorf("%w: client: layer %s: %w", agentv1.ErrUnavailable, op, err)
 }

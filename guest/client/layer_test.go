@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/airlock-sandbox/airlock/guest/api"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/api/execwire"
@@ -62,41 +59,41 @@ func TestExportLayer(t *testing.T) {
 		send   func(c net.Conn)
 		want   []byte // what Read yields before the end
 		errIs  error
-		code   codes.Code
+		code   agentv1.Code
 		errHas string
 	}{
 		{"whole", func(c net.Conn) {
 			c.Write(frame(execwire.KindStdout, tarBytes[:600_000]))
 			c.Write(frame(execwire.KindStdout, tarBytes[600_000:]))
 			c.Write(done(3, uint64(len(tarBytes))))
-		}, tarBytes, nil, codes.OK, ""},
-		{"empty layer", func(c net.Conn) { c.Write(done(0, 0)) }, nil, nil, codes.OK, ""},
+		}, tarBytes, nil, agentv1.Code_OK, ""},
+		{"empty layer", func(c net.Conn) { c.Write(done(0, 0)) }, nil, nil, agentv1.Code_OK, ""},
 		{"guest says another length", func(c net.Conn) {
 			c.Write(frame(execwire.KindStdout, tarBytes[:10]))
 			c.Write(done(1, 11))
-		}, tarBytes[:10], execwire.ErrFrame, codes.OK, "said 11"},
+		}, tarBytes[:10], execwire.ErrFrame, agentv1.Code_OK, "said 11"},
 		{"ends without an answer", func(c net.Conn) {
 			c.Write(frame(execwire.KindStdout, tarBytes[:10]))
-		}, tarBytes[:10], execwire.ErrFrame, codes.OK, "before the export's end"},
+		}, tarBytes[:10], execwire.ErrFrame, agentv1.Code_OK, "before the export's end"},
 		{"ends inside a frame", func(c net.Conn) {
 			c.Write(frame(execwire.KindStdout, tarBytes[:10])[:9])
-		}, tarBytes[:4], execwire.ErrFrame, codes.OK, "inside a frame"},
+		}, tarBytes[:4], execwire.ErrFrame, agentv1.Code_OK, "inside a frame"},
 		{"a frame over the bound", func(c net.Conn) {
 			h := make([]byte, execwire.HeaderSize)
 			execwire.PutHeader(h, execwire.KindStdout, execwire.MaxPayload+1)
 			c.Write(h)
-		}, nil, execwire.ErrFrame, codes.OK, "larger than max"},
+		}, nil, execwire.ErrFrame, agentv1.Code_OK, "larger than max"},
 		{"a frame of another kind", func(c net.Conn) {
 			c.Write(frame(execwire.KindStderr, []byte("x")))
-		}, nil, execwire.ErrFrame, codes.OK, "stderr frame"},
+		}, nil, execwire.ErrFrame, agentv1.Code_OK, "stderr frame"},
 		{"garbage answer", func(c net.Conn) {
 			c.Write(frame(execwire.KindEvent, []byte{0xff, 0xff}))
-		}, nil, execwire.ErrFrame, codes.OK, ""},
+		}, nil, execwire.ErrFrame, agentv1.Code_OK, ""},
 		{"guest error, escaped", func(c net.Conn) {
 			b, _ := execwire.AppendMessage(nil, execwire.KindEvent, &agentv1.LayerResponse{Result: &agentv1.LayerResponse_Error{
-				Error: &agentv1.Error{Code: uint32(codes.ResourceExhausted), Message: "full\x1b[2J" + strings.Repeat("x", 5000)}}})
+				Error: &agentv1.Error{Code: agentv1.Code_RESOURCE_EXHAUSTED, Message: "full\x1b[2J" + strings.Repeat("x", 5000)}}})
 			c.Write(b)
-		}, nil, nil, codes.ResourceExhausted, "full"},
+		}, nil, nil, agentv1.Code_RESOURCE_EXHAUSTED, "full"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,13 +113,13 @@ func TestExportLayer(t *testing.T) {
 				t.Errorf("read %d bytes, want %d", len(got), len(tt.want))
 			}
 			switch {
-			case tt.errIs == nil && tt.code == codes.OK:
+			case tt.errIs == nil && tt.code == agentv1.Code_OK:
 				if err != nil {
 					t.Fatalf("err %v", err)
 				}
 			case tt.errIs != nil && !errors.Is(err, tt.errIs):
 				t.Fatalf("err %v, want %v", err, tt.errIs)
-			case tt.code != codes.OK && status.Code(err) != tt.code:
+			case tt.code != agentv1.Code_OK && agentv1.CodeOf(err) != tt.code:
 				t.Fatalf("err %v, want code %v", err, tt.code)
 			}
 			if err != nil && !strings.Contains(err.Error(), tt.errHas) {
@@ -157,7 +154,7 @@ func TestExportLayerIdle(t *testing.T) {
 	time.AfterFunc(50*time.Millisecond, cancel)
 	began := time.Now()
 	_, err = rc.Read(b)
-	if status.Code(err) != codes.Canceled || time.Since(began) > 5*time.Second {
+	if agentv1.CodeOf(err) != agentv1.Code_CANCELED || time.Since(began) > 5*time.Second {
 		t.Fatalf("err %v after %s", err, time.Since(began))
 	}
 }
@@ -182,10 +179,10 @@ func TestForgetLayer(t *testing.T) {
 	}
 	c = layerGuest(t, func(c net.Conn, req *agentv1.LayerRequest) {
 		b, _ := execwire.AppendMessage(nil, execwire.KindEvent, &agentv1.LayerResponse{Result: &agentv1.LayerResponse_Error{
-			Error: &agentv1.Error{Code: uint32(codes.FailedPrecondition), Message: "no layer"}}})
+			Error: &agentv1.Error{Code: agentv1.Code_FAILED_PRECONDITION, Message: "no layer"}}})
 		c.Write(b)
 	})
-	if err := c.ForgetLayer(context.Background(), nil); status.Code(err) != codes.FailedPrecondition {
+	if err := c.ForgetLayer(context.Background(), nil); agentv1.CodeOf(err) != agentv1.Code_FAILED_PRECONDITION {
 		t.Errorf("guest's refusal: %v", err)
 	}
 }

@@ -35,7 +35,7 @@ type Options struct {
 	// host's api.Wake however long that takes (the host may save the
 	// machine meanwhile and start others from it), and hand the Wake to
 	// Park before the multiplexer starts. ctx does not bound that wait.
-	Park func(api.Wake)
+	Park func(*api.Wake)
 }
 
 // Open prepares kind. For the serial transport it waits (bounded by ctx) for
@@ -77,13 +77,13 @@ func Open(ctx context.Context, kind api.Transport, o Options) (*Transport, error
 // Park writes api.Parked on the serial port f and reads the host's Wake
 // (Options.Park; exported for guests that open the port themselves, as
 // tests/robust's hostile agent does).
-func Park(f *os.File) (api.Wake, error) {
-	if _, err := f.Write(api.Parked()); err != nil {
-		return api.Wake{}, fmt.Errorf("transport: park: %w", err)
+func Park(f *os.File) (*api.Wake, error) {
+	if _, err := f.Write(api.ParkedRecord()); err != nil {
+		return nil, fmt.Errorf("transport: park: %w", err)
 	}
 	w, err := api.ReadWake(f)
 	if err != nil {
-		return api.Wake{}, fmt.Errorf("transport: park: %w", err)
+		return nil, fmt.Errorf("transport: park: %w", err)
 	}
 	return w, nil
 }

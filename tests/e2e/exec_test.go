@@ -21,11 +21,10 @@ import (
 	"testing"
 	"time"
 
+	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
 	"github.com/airlock-sandbox/airlock/guest/client"
 	"github.com/airlock-sandbox/airlock/tests/internal/vmharness"
 	"github.com/airlock-sandbox/airlock/vm/qemu"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 func TestExitCodes(t *testing.T) {
@@ -214,11 +213,11 @@ func TestEnvAndCwd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, err := shared.Agent().Exec(ctx, client.Spec{Argv: []string{"true"}, Cwd: "/nonexistent"}, client.Stdio{})
-	if status.Code(errors.Unwrap(err)) != codes.InvalidArgument {
+	if !errors.Is(err, agentv1.ErrInvalidArgument) {
 		t.Fatalf("bad cwd: %v", err)
 	}
 	_, err = shared.Agent().Exec(ctx, client.Spec{Argv: []string{"no-such-command"}}, client.Stdio{})
-	if status.Code(errors.Unwrap(err)) != codes.NotFound {
+	if !errors.Is(err, agentv1.ErrNotFound) {
 		t.Fatalf("missing command: %v", err)
 	}
 }

@@ -135,7 +135,7 @@ func TestHostileBoot(t *testing.T) {
 			t.Fatalf("the host gave up on a guest that sent a valid readiness after bogus ones: %v", err)
 		}
 		if n := strings.Count(log.String(), "bad readiness message"); n < 6 {
-			t.Errorf("%d bad readiness messages refused, want 6 (not json, truncated, wrong types, long version, oversized, dribbled)", n)
+			t.Errorf("%d bad readiness messages refused, want 6 (not protobuf, truncated, no version, long version, oversized, dribbled)", n)
 		}
 		if !strings.Contains(log.String(), "longer than 4096 bytes") || !strings.Contains(log.String(), "i/o timeout") {
 			t.Errorf("the oversized and the dribbled message were not refused for their size and time:\n%s", log.String())
@@ -340,9 +340,9 @@ func TestHostileAgent(t *testing.T) {
 		}{
 			{"noexit", "broke the protocol: guest agent ended the task without an exit status"},
 			{"bogus-exit", "broke the protocol: exec: guest agent reported an impossible exit status"},
-			{"panic-code", "the guest agent failed: exec: rpc error: code = Code(9999)"},
+			{"panic-code", "the guest agent failed: exec: unknown error: eee"},
 			{"bad-kind", "broke the protocol: exec: execwire: bad frame: unknown kind 9"},
-			{"bad-event", "broke the protocol: exec: execwire: bad frame: agentv1: bad wire encoding"},
+			{"bad-event", "broke the protocol: exec: execwire: bad frame: a malformed *agentv1.ExecEvent"},
 			{"cut-frame", "broke the protocol: exec: execwire: bad frame: the stream ended inside a frame"},
 		} {
 			tk, _ := runTask(t, svc, service.RunRequest{Argv: []string{"hostile:" + c.what}})

@@ -435,13 +435,18 @@ func (t *templateStart) wakeLoaded(key string) {
 // hello the guest sends next.
 func (t *templateStart) wake() {
 	m := t.m
-	w := api.Wake{Time: time.Now()}
-	if _, err := rand.Read(w.Entropy[:]); err != nil {
+	w := &api.Wake{UnixNanos: time.Now().UnixNano(), Entropy: make([]byte, api.WakeEntropySize)}
+	if _, err := rand.Read(w.Entropy); err != nil {
 		m.failBoot(fmt.Errorf("qemu: entropy for the guest: %w", err))
 		return
 	}
+	rec, err := api.WakeRecord(w)
+	if err != nil {
+		m.failBoot(fmt.Errorf("qemu: wake the parked guest: %w", err))
+		return
+	}
 	_ = t.mux.host.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	_, err := t.mux.host.Write(w.Marshal())
+	_, err = t.mux.host.Write(rec)
 	_ = t.mux.host.SetWriteDeadline(time.Time{})
 	if err != nil {
 		if !errors.Is(err, net.ErrClosed) {

@@ -203,7 +203,7 @@ func runFakeQEMU(mode, dir string, args []string) int {
 		if ram != nil {
 			ram.WriteAt([]byte(fmt.Sprintf("booted by pid %d", pid)), fakeMemoryAt)
 		}
-		rec := api.Parked()
+		rec := api.ParkedRecord()
 		if mode == fakeGarbage {
 			rec = []byte("GARBAGE-NOT-PARK")
 		}
@@ -216,7 +216,7 @@ func runFakeQEMU(mode, dir string, args []string) int {
 		if err != nil {
 			return fail("%v", err)
 		}
-		record("wake", hex.EncodeToString(w.Entropy[:])+" "+strconv.FormatInt(w.Time.UnixNano(), 10))
+		record("wake", hex.EncodeToString(w.GetEntropy())+" "+strconv.FormatInt(w.GetUnixNanos(), 10))
 	}
 	if incoming && mode == fakeSilent {
 		io.Copy(io.Discard, conn)

@@ -38,19 +38,19 @@ type Agent interface {
 type UnimplementedAgent struct{}
 
 func (UnimplementedAgent) Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
-	return nil, Errorf(Unimplemented, "info is not implemented")
+	return nil, agentv1.Errorf(agentv1.Code_UNIMPLEMENTED, "info is not implemented")
 }
 
 func (UnimplementedAgent) SetTime(context.Context, *agentv1.SetTimeRequest) (*agentv1.SetTimeResponse, error) {
-	return nil, Errorf(Unimplemented, "set_time is not implemented")
+	return nil, agentv1.Errorf(agentv1.Code_UNIMPLEMENTED, "set_time is not implemented")
 }
 
 func (UnimplementedAgent) TrustCA(context.Context, *agentv1.TrustCARequest) (*agentv1.TrustCAResponse, error) {
-	return nil, Errorf(Unimplemented, "trust_ca is not implemented")
+	return nil, agentv1.Errorf(agentv1.Code_UNIMPLEMENTED, "trust_ca is not implemented")
 }
 
 func (UnimplementedAgent) Shutdown(context.Context, *agentv1.ShutdownRequest) (*agentv1.ShutdownResponse, error) {
-	return nil, Errorf(Unimplemented, "shutdown is not implemented")
+	return nil, agentv1.Errorf(agentv1.Code_UNIMPLEMENTED, "shutdown is not implemented")
 }
 
 // ServeAgent answers the agent calls whose streams arrive on l, each
@@ -112,7 +112,7 @@ func serveCalls(c net.Conn, a Agent, onPanic func(string, any)) {
 		var err error
 		b, err = AppendMessage(b[:0], KindEvent, resp)
 		if err != nil {
-			b, _ = AppendMessage(b[:0], KindEvent, errorResponse(Errorf(Internal, "agent: answer: %v", err)))
+			b, _ = AppendMessage(b[:0], KindEvent, errorResponse(agentv1.Errorf(agentv1.Code_INTERNAL, "agent: answer: %v", err)))
 		}
 		_ = c.SetWriteDeadline(time.Now().Add(CallTimeout))
 		if _, err := c.Write(b); err != nil {
@@ -142,7 +142,7 @@ func Dispatch(ctx context.Context, a Agent, req *agentv1.AgentRequest, onPanic f
 			if onPanic != nil {
 				onPanic(name, r)
 			}
-			resp = errorResponse(Errorf(Internal, "agent: internal error in %s", name))
+			resp = errorResponse(agentv1.Errorf(agentv1.Code_INTERNAL, "agent: internal error in %s", name))
 		}
 	}()
 	var err error
@@ -175,7 +175,7 @@ func Dispatch(ctx context.Context, a Agent, req *agentv1.AgentRequest, onPanic f
 	default:
 		// A call from a newer host (a oneof field this agent does not
 		// know) or none at all.
-		err = Errorf(Unimplemented, "agent: unknown call")
+		err = agentv1.Errorf(agentv1.Code_UNIMPLEMENTED, "agent: unknown call")
 	}
 	if err != nil {
 		return errorResponse(err)
@@ -184,7 +184,7 @@ func Dispatch(ctx context.Context, a Agent, req *agentv1.AgentRequest, onPanic f
 }
 
 func errorResponse(err error) *agentv1.AgentResponse {
-	return &agentv1.AgentResponse{Result: &agentv1.AgentResponse_Error{Error: ToProto(err)}}
+	return &agentv1.AgentResponse{Result: &agentv1.AgentResponse_Error{Error: agentv1.FromError(err)}}
 }
 
 // nonNil makes an answer of nil, which a handler may return with no

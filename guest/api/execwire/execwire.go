@@ -74,15 +74,14 @@ func PutHeader(b []byte, k Kind, n int) {
 
 // AppendMessage appends m as one frame of kind k to b.
 func AppendMessage(b []byte, k Kind, m agentv1.Message) ([]byte, error) {
-	at := len(b)
-	b = append(b, make([]byte, HeaderSize)...)
-	b, err := agentv1.Marshal(b, m)
-	if err != nil {
-		return b[:at], err
-	}
-	n := len(b) - at - HeaderSize
+	n := m.SizeVT()
 	if n > MaxPayload {
-		return b[:at], fmt.Errorf("%w: a %s of %d bytes, larger than max %d", ErrFrame, k, n, MaxPayload)
+		return b, fmt.Errorf("%w: a %s of %d bytes, larger than max %d", ErrFrame, k, n, MaxPayload)
+	}
+	at := len(b)
+	b = append(b, make([]byte, HeaderSize+n)...)
+	if _, err := m.MarshalToSizedBufferVT(b[at+HeaderSize:]); err != nil {
+		return b[:at], err
 	}
 	PutHeader(b[at:], k, n)
 	return b, nil
@@ -140,8 +139,9 @@ func (r *Reader) Message(n int, m agentv1.Message) error {
 	if err != nil {
 		return err
 	}
-	if err := agentv1.Unmarshal(b, m); err != nil {
-		return fmt.Errorf("%w: %w", ErrFrame, err)
+	m.Reset()
+	if err := m.UnmarshalVT(b); err != nil {
+		return fmt.Errorf("%w: a malformed %T: %w", ErrFrame, m, err)
 	}
 	return nil
 }

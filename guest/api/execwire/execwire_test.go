@@ -19,7 +19,7 @@ func TestFramesRoundTrip(t *testing.T) {
 		s.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Started{Started: &agentv1.Started{Pid: 3}}})
 		s.SendOutput(KindStdout, append(make([]byte, HeaderSize), "hello"...))
 		s.SendOutput(KindStderr, make([]byte, HeaderSize)) // empty: still a frame
-		s.SendError(Errorf(NotFound, "command not found: x"))
+		s.SendError(agentv1.Errorf(agentv1.Code_NOT_FOUND, "command not found: x"))
 		s.SendError(errors.New("plain"))
 		s.Close()
 	}()
@@ -43,7 +43,7 @@ func TestFramesRoundTrip(t *testing.T) {
 	if n := next(KindStderr); n != 0 {
 		t.Fatalf("empty stderr frame of %d bytes", n)
 	}
-	for _, want := range []*agentv1.Error{{Code: uint32(NotFound), Message: "command not found: x"}, {Code: uint32(Unknown), Message: "plain"}} {
+	for _, want := range []*agentv1.Error{{Code: agentv1.Code_NOT_FOUND, Message: "command not found: x"}, {Code: agentv1.Code_UNKNOWN, Message: "plain"}} {
 		if err := r.Message(next(KindEvent), &ev); err != nil || ev.GetError().GetCode() != want.Code || ev.GetError().GetMessage() != want.Message {
 			t.Fatalf("error event %v %v, want %v", &ev, err, want)
 		}

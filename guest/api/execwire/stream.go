@@ -108,10 +108,10 @@ func (s *Stream) SpliceOutput(k Kind, pipe syscall.RawConn, avail int) (int, err
 	return pw.WritePipe(s.hdr[:], s.setN, pipe, min(avail, MaxPayload))
 }
 
-// SendError reports why the task could not run: err's Code and message
-// (Unknown and err's text for an error that is no *Error).
+// SendError reports why the task could not run: err's code and message
+// (agentv1.FromError).
 func (s *Stream) SendError(err error) error {
-	return s.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Error{Error: ToProto(err)}})
+	return s.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Error{Error: agentv1.FromError(err)}})
 }
 
 // Close ends the stream.

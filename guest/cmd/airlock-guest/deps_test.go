@@ -10,7 +10,8 @@ import (
 // app/, vm/ or Wails, and must build without cgo. Nor gRPC, HTTP/2 or
 // net/http: their package initialisation alone cost PID 1 ~160 ms under
 // emulation, for three small agent calls that execwire frames carry. Nor
-// the protobuf runtime (~35 ms more: agentv1's messages encode themselves).
+// the protobuf runtime (~40 ms more: agentv1 is protoc-gen-go-lite code,
+// which needs none; docs/performance.md).
 func TestDeps(t *testing.T) {
 	cmd := exec.Command("go", "list", "-deps", ".")
 	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0", "GOOS=linux")

@@ -191,7 +191,7 @@ func run(opts agent.Options) error {
 // lose the VM.
 func (h *hostile) serveCalls(l net.Listener) {
 	stray, _ := execwire.AppendMessage(nil, execwire.KindEvent, &agentv1.AgentResponse{Result: &agentv1.AgentResponse_Error{
-		Error: &agentv1.Error{Code: uint32(execwire.FailedPrecondition), Message: "hostile: a stray answer"},
+		Error: &agentv1.Error{Code: agentv1.Code_FAILED_PRECONDITION, Message: "hostile: a stray answer"},
 	}})
 	for {
 		c, err := l.Accept()
@@ -234,15 +234,20 @@ func bogusReady(dial dialer, log *slog.Logger) {
 		write(c)
 		c.Close()
 	}
-	send("not json", func(c net.Conn) { c.Write([]byte("hello, host\n")) })
-	send("truncated", func(c net.Conn) { c.Write([]byte(`{"agent_version":"x","boot_ms":`)) })
-	send("wrong types", func(c net.Conn) { c.Write([]byte(`{"agent_version":7,"boot_ms":"soon"}`)) })
-	send("long version", func(c net.Conn) {
-		fmt.Fprintf(c, `{"agent_version":%q,"boot_ms":1}`, strings.Repeat("v", 3000))
+	encode := func(r api.Ready) []byte {
+		b, _ := r.MarshalVT()
+		return b
+	}
+	send("not protobuf", func(c net.Conn) { c.Write([]byte("hello, host\n")) })
+	send("truncated", func(c net.Conn) {
+		b := encode(api.Ready{AgentVersion: "hostile", BootMillis: 1})
+		c.Write(b[:len(b)-3])
 	})
+	send("no version", func(c net.Conn) { c.Write(encode(api.Ready{BootMillis: 1, AgentInstance: 2})) })
+	send("long version", func(c net.Conn) { c.Write(encode(api.Ready{AgentVersion: strings.Repeat("v", 3000), BootMillis: 1})) })
 	send("oversized", func(c net.Conn) {
 		c.SetWriteDeadline(time.Now().Add(6 * time.Second))
-		c.Write(bytes.Repeat([]byte("["), 8<<20)) // the host stops reading at 4 KiB
+		c.Write(bytes.Repeat([]byte{0x18, 0x01}, 4<<20)) // the host stops reading at 4 KiB
 	})
 	send("dribble", func(c net.Conn) {
 		// One byte a second: the host's 5 s deadline must end it.
@@ -367,7 +372,7 @@ func (h *hostile) misbehave(t task, what string, n int) error {
 		// An exit status no process can have.
 		return t.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Exit{Exit: &agentv1.Exit{Code: -5, Signal: 1 << 30, DurationMs: -1}}})
 	case "panic-code":
-		// A status code gRPC does not have, with a 1 MiB message.
+		// A code the contract does not have, with a 1 MiB message.
 		return t.Send(&agentv1.ExecEvent{Event: &agentv1.ExecEvent_Error{Error: &agentv1.Error{Code: 9999, Message: strings.Repeat("e", 1<<20)}}})
 	case "bad-kind":
 		// A frame of a kind the protocol does not have.
@@ -420,7 +425,7 @@ func (h *hostile) misbehave(t task, what string, n int) error {
 		t.waitHost()
 		return nil
 	}
-	return execwire.Errorf(execwire.InvalidArgument, "unknown misbehaviour %q", what)
+	return agentv1.Errorf(agentv1.Code_INVALID_ARGUMENT, "unknown misbehaviour %q", what)
 }
 
 // streams opens n streams to the host's HTTP egress port at once and holds

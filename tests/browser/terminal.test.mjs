@@ -129,6 +129,8 @@ function flow(transport) {
     await screenshot(page, `terminal-${transport}-03-reattached`);
   });
 
+  // xterm refuses other schemes unless told otherwise (allowNonHttpProtocols):
+  // a guest must not get a javascript: link followed from this page.
   test("links the shell prints open only as web links, after asking", async () => {
     const dialogs = [];
     const onDialog = (d) => {

@@ -30,18 +30,6 @@ interface Link {
  */
 const polled = native() !== undefined || typeof WebSocket === "undefined";
 
-/** openLink opens an http(s) link the shell printed, once the user agrees. */
-export function openLink(uri: string): void {
-  let u: URL;
-  try {
-    u = new URL(uri);
-  } catch {
-    return;
-  }
-  if (u.protocol !== "http:" && u.protocol !== "https:") return;
-  if (confirm(`Open ${u.href} in a new window? The sandbox printed this link.`)) window.open(u.href, "_blank", "noopener,noreferrer");
-}
-
 export function terminalView(): View {
   const host = h("div", { class: "terminal terminal-live", "data-testid": "terminal", hidden: true });
   const err = h("p", { class: "field-error", role: "alert", "data-testid": "terminal-error" });
@@ -87,10 +75,8 @@ export function terminalView(): View {
       fontSize: 13,
       lineHeight: 1.2,
       theme: { background: "#0f1720", foreground: "#d9e2ec", selectionBackground: "#2f4b66" },
-      // The guest chooses OSC 8 link targets: only web links open, in a
-      // window that cannot reach this page (xterm's default would follow
-      // any scheme, javascript: included, from a window this page opened).
-      linkHandler: { activate: (_e, uri) => openLink(uri) },
+      // The guest chooses OSC 8 link targets: xterm's default handler
+      // opens http(s) ones only, after asking (the browser test checks).
     });
     fit = new FitAddon();
     term.loadAddon(fit);

@@ -70,6 +70,12 @@ func Handler(core service.Core, log *slog.Logger, opts ...Option) http.Handler {
 	m.HandleFunc("POST /v1/checkpoints/undo", h.undo)
 	m.HandleFunc("GET /v1/agents", h.listAgents)
 	m.HandleFunc("POST /v1/agents/{name}/{action}", h.changeAgent)
+	m.HandleFunc("POST /v1/terminals", h.openTerminal)
+	m.HandleFunc("GET /v1/terminals/{id}/attach", h.attachTerminal)
+	m.HandleFunc("DELETE /v1/terminals/{id}", h.closeTerminal)
+	m.HandleFunc("GET /v1/terminals/{id}/output", h.terminalOutput)
+	m.HandleFunc("POST /v1/terminals/{id}/input", h.terminalInputRequest)
+	m.HandleFunc("POST /v1/terminals/{id}/resize", h.resizeTerminal)
 	return m
 }
 
@@ -99,7 +105,9 @@ func (h *handler) fail(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, tasks.ErrNotFound), errors.Is(err, service.ErrNoSuchAsk), errors.Is(err, fs.ErrNotExist):
 		status, code = http.StatusNotFound, codeNotFound
-	case errors.Is(err, errNoAgents):
+	case errors.Is(err, service.ErrNotTerminal):
+		status, code = http.StatusNotFound, codeNotFound
+	case errors.Is(err, errNoAgents), errors.Is(err, errNoTerminals):
 		status, code = http.StatusNotImplemented, codeInternal
 	case errors.Is(err, workspace.ErrRefused):
 		status, code = http.StatusBadRequest, codeRefused

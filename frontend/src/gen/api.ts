@@ -72,6 +72,32 @@ export interface RuleRequest {
 }
 
 /**
+ * TerminalControl is a text message on a terminal's WebSocket.
+ */
+export interface TerminalControl {
+  resize?: {
+    rows: number;
+    cols: number;
+  };
+}
+
+/**
+ * TerminalInput is the body of POST /v1/terminals/{id}/input: bytes
+ * for the shell (base64 in JSON), at most MaxTerminalMessage.
+ */
+export interface TerminalInput {
+  data: string | null;
+}
+
+/**
+ * TerminalResize is the body of POST /v1/terminals/{id}/resize.
+ */
+export interface TerminalResize {
+  rows: number;
+  cols: number;
+}
+
+/**
  * UndoRequest is the body of POST /v1/checkpoints/undo; "" is the newest.
  */
 export interface UndoRequest {

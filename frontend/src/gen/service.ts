@@ -177,3 +177,27 @@ export interface Status {
   settings_path: string;
   version?: string;
 }
+
+/**
+ * TerminalOutput is a terminal's output from an offset: Data begins at
+ * Offset (later than asked when what was asked for is no longer kept, or
+ * the start of the recent screen when a negative offset was asked), and
+ * Next is where the next read goes on. Ended: the shell is over and Data
+ * is the last of it.
+ */
+export interface TerminalOutput {
+  data: string | null;
+  offset: number;
+  next: number;
+  ended?: boolean;
+}
+
+/**
+ * TerminalRequest asks for a terminal.
+ */
+export interface TerminalRequest {
+  rows: number;
+  cols: number;
+  root?: boolean;
+  cwd?: string;
+}

@@ -45,6 +45,7 @@ func Handler(core service.Core, log *slog.Logger, opts ...Option) http.Handler {
 	m.HandleFunc("POST /v1/vm/{action}", h.vm)
 	m.HandleFunc("PUT /v1/workspace", h.workspace)
 	m.HandleFunc("PUT /v1/image", h.image)
+	m.HandleFunc("PUT /v1/machine", h.machine)
 	m.HandleFunc("POST /v1/disk/reset", h.resetDisk)
 	m.HandleFunc("POST /v1/tasks", h.run)
 	m.HandleFunc("GET /v1/tasks", h.tasks)
@@ -219,6 +220,24 @@ func (h *handler) image(w http.ResponseWriter, r *http.Request) {
 	}
 	err := h.core.SetImage(r.Context(), req.Image, req.KeepDisk)
 	if errors.Is(err, service.ErrBadImage) {
+		err = invalid(err)
+	}
+	h.statusAfter(w, r, err)
+}
+
+// MachineRequest is the body of PUT /v1/machine.
+type MachineRequest struct {
+	CPUs      int `json:"cpus"`
+	MemoryMiB int `json:"memory_mib"`
+}
+
+func (h *handler) machine(w http.ResponseWriter, r *http.Request) {
+	var req MachineRequest
+	if !h.decode(w, r, &req) {
+		return
+	}
+	err := h.core.SetMachine(r.Context(), req.CPUs, req.MemoryMiB)
+	if errors.Is(err, service.ErrBadSize) {
 		err = invalid(err)
 	}
 	h.statusAfter(w, r, err)

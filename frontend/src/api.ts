@@ -306,6 +306,7 @@ export const api = {
   vm: (action: "start" | "stop" | "restart") => call<Status>("POST", `/v1/vm/${action}`),
   setWorkspace: (dir: string, readOnly: boolean, changes?: ChangesMode) => call<Status>("PUT", "/v1/workspace", { dir, read_only: readOnly, changes } satisfies apiTypes.WorkspaceRequest),
   setImage: (image: string, keepDisk: boolean) => call<Status>("PUT", "/v1/image", { image, keep_disk: keepDisk } satisfies apiTypes.ImageRequest),
+  setMachine: (cpus: number, memoryMiB: number) => call<Status>("PUT", "/v1/machine", { cpus, memory_mib: memoryMiB } satisfies apiTypes.MachineRequest),
   resetDisk: () => call<Status>("POST", "/v1/disk/reset"),
 
   run: (req: RunRequest) => call<Task>("POST", "/v1/tasks", req),

@@ -53,6 +53,14 @@ export interface LogPage {
 }
 
 /**
+ * MachineRequest is the body of PUT /v1/machine.
+ */
+export interface MachineRequest {
+  cpus: number;
+  memory_mib: number;
+}
+
+/**
  * RuleRequest is the body of POST /v1/egress/rules.
  */
 export interface RuleRequest {

@@ -71,6 +71,29 @@ export interface Event {
 }
 
 /**
+ * MachineLimits are the sizes this host lets the VM have.
+ */
+export interface MachineLimits {
+  /**
+   * MaxCPUs is the host's CPU count (at most settings.MaxCPUs).
+   */
+  max_cpus: number;
+  /**
+   * MinMemoryMiB is the least memory the guest boots with.
+   */
+  min_memory_mib: number;
+  /**
+   * MaxMemoryMiB is the host's memory less what the host keeps for
+   * itself (settings.MaxMemoryMiB when the host's is unknown).
+   */
+  max_memory_mib: number;
+  /**
+   * HostMemoryMiB is the host's physical memory, 0 when unknown.
+   */
+  host_memory_mib?: number;
+}
+
+/**
  * RunRequest asks for one task. Exactly one of Argv and Shell is set.
  */
 export interface RunRequest {
@@ -140,6 +163,10 @@ export interface SecretRequest {
 export interface Status {
   session: session.Status;
   settings: settings.Settings;
+  /**
+   * Limits are the machine sizes this host allows (SetMachine).
+   */
+  limits: MachineLimits;
   running_tasks: number;
   state_dir: string;
   /**

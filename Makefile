@@ -99,8 +99,8 @@ run: deps airlock image
 	@echo "--> $(WORKSPACE)/hello.txt was written by the sandbox"
 
 ## test: everything: vet, darwin type-check, windows cross-build, unit tests, generated-code drift, comment rules,
-## e2e in real VMs, the web UI in Chromium, the Linux desktop app under Xvfb
-test: vet check-darwin check-windows test-unit check-proto check-wailsjs check-tsgen check-comments test-e2e test-security test-user test-robust test-browser test-desktop desktop-windows test-windows-wine
+## e2e in real VMs, the MCP server under the TypeScript SDK client, the web UI in Chromium, the Linux desktop app under Xvfb
+test: vet check-darwin check-windows test-unit check-proto check-wailsjs check-tsgen check-comments test-e2e test-security test-user test-robust test-mcp test-browser test-desktop desktop-windows test-windows-wine
 
 vet:
 	$(GO) vet ./...
@@ -247,7 +247,8 @@ check-comments:
 .PHONY: tsgen check-tsgen
 API := github.com/airlock-sandbox/airlock/app/api
 TSGEN_ROOTS := github.com/airlock-sandbox/airlock/app/service.Core \
-	$(addprefix $(API).,LogPage WorkspaceRequest ImageRequest RuleRequest AnswerRequest ApplyRequest DiscardRequest DiscardResult UndoRequest) \
+	$(addprefix $(API).,LogPage WorkspaceRequest ImageRequest MachineRequest RuleRequest AnswerRequest ApplyRequest DiscardRequest DiscardResult UndoRequest TerminalControl TerminalInput TerminalResize) \
+	github.com/airlock-sandbox/airlock/app/service.TerminalRequest github.com/airlock-sandbox/airlock/app/service.TerminalOutput \
 	github.com/airlock-sandbox/airlock/app/agents.Status github.com/airlock-sandbox/airlock/app/agents.Result
 tsgen:
 	$(GO) run ./build/tsgen -out frontend/src/gen $(TSGEN_ROOTS)
@@ -316,6 +317,15 @@ test-robust: airlock
 	$(GO) run ./images/cmd/airlock-image -arch $(ARCH) -out $(IMAGE_DIR) -q
 	AIRLOCK_E2E_BIN=$(CURDIR)/bin/airlock AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) \
 		$(GO) test -count=1 -tags e2e -timeout $(ROBUST_TIMEOUT) -v ./tests/robust/ 2>&1 | tee /tmp/airlock-robust.log | grep -E '^(=== RUN|\s*--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
+
+## test-mcp: `airlock mcp` driven by the official TypeScript MCP SDK client (tests/mcp; the exact
+## @modelcontextprotocol/sdk version is pinned in its package-lock.json) over stdio, against
+## airlock serve and a real VM: initialize, tools, output, progress, cancel, errors, hostile output
+.PHONY: test-mcp
+test-mcp: airlock
+	$(GO) run ./images/cmd/airlock-image -arch $(ARCH) -out $(IMAGE_DIR) -q
+	cd tests/mcp && npm ci --no-audit --no-fund && AIRLOCK_E2E_BIN=$(CURDIR)/bin/airlock AIRLOCK_IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) \
+		node --test --test-concurrency=1 --test-timeout=300000 --test-reporter=spec
 
 ## fuzz: run every fuzz target for FUZZTIME each (not part of make test; their seed corpora are,
 ## as ordinary tests)

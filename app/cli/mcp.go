@@ -31,10 +31,13 @@ workspace or the network rules: only you can.`,
 			}
 			log := slog.New(slog.NewTextHandler(stdio.Err, &slog.HandlerOptions{Level: level}))
 			var core service.Core
+			opts := appmcp.Options{Version: Version, Logger: log}
 			c, err := g.client(ctx)
 			switch {
 			case err == nil:
 				core = c
+				// The service may stop while the agent stays connected.
+				opts.Unavailable = api.ErrNotRunning
 			case errors.Is(err, api.ErrNotRunning):
 				svc, err := g.openService(stdio)
 				if err != nil {
@@ -49,7 +52,7 @@ workspace or the network rules: only you can.`,
 			default:
 				return err
 			}
-			if err := appmcp.Serve(ctx, core, stdio.In, stdio.Out, appmcp.Options{Version: Version, Logger: log}); err != nil && ctx.Err() == nil {
+			if err := appmcp.Serve(ctx, core, stdio.In, stdio.Out, opts); err != nil && ctx.Err() == nil {
 				return fmt.Errorf("mcp: %w", err)
 			}
 			return nil

@@ -171,6 +171,13 @@ func taskExit(stdio Stdio, t tasks.Task, timeout time.Duration) error {
 	case tasks.Lost:
 		return errors.New("task " + t.ID + " was lost: " + t.Reason)
 	case tasks.Killed:
+		// Said on stderr: an exit code of 143 alone reads as the command's
+		// own failure.
+		if t.Reason == "" || t.Reason == "cancelled" {
+			fmt.Fprintf(stdio.Err, "airlock: task %s was cancelled (airlock cancel)\n", t.ID)
+		} else {
+			fmt.Fprintf(stdio.Err, "airlock: task %s was ended: %s\n", t.ID, oneLine(t.Reason))
+		}
 		if t.Exit.Signal != 0 {
 			return exitError{code: 128 + t.Exit.Signal}
 		}

@@ -51,7 +51,7 @@ func (h *handlers) listChanges(ctx context.Context, _ *sdk.CallToolRequest, in C
 	}
 	l, err := h.core.Changes(ctx)
 	if err != nil {
-		return nil, ChangesResult{}, fmt.Errorf("list_changes: %v", err)
+		return nil, ChangesResult{}, fmt.Errorf("list_changes: %w", err)
 	}
 	res := ChangesResult{Mode: string(l.Mode), Pending: len(l.Entries), Changes: []ChangeEntry{}}
 	for _, e := range l.Entries[:min(len(l.Entries), limit)] {

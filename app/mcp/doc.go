@@ -31,6 +31,21 @@
 // the task id and the log offset from which read_task_output returns them.
 // The full output always stays in the task's log on the host.
 //
+// Output is returned escaped for a terminal, since clients print tool
+// results on one: control characters but newline and tab, C1 controls,
+// bidi overrides and bytes that are not UTF-8 come back as escapes such as
+// \x1b and \xff (read_task_output does the same). A task its VM lost
+// before it ended makes run_command fail (isError), with what it printed.
+//
+// # Progress and cancellation
+//
+// A run_command request that carries a progress token gets
+// notifications/progress while it waits: each time the task's state or
+// output size changes, and every ten seconds when nothing does, so a
+// client that restarts its timeout on progress waits for a long command.
+// A request the client cancels (notifications/cancelled) cancels its task
+// and, over Serve, gets no response, as the protocol asks.
+//
 // # Offsets
 //
 // read_task_output offsets are positions in the task's log on the host, which

@@ -22,8 +22,13 @@ type fakeCore struct {
 	mu sync.Mutex
 	// output is given to each new task: stream and text per record.
 	output []out
-	// hold makes Wait block until its context is done.
+	// hold makes Wait block until the task ends or its context is done.
 	hold bool
+	// lost makes Wait end the task as lost, with this reason.
+	lost string
+	// down is returned (wrapped) by every call while set: the service is
+	// not running.
+	down error
 	// perCall bounds the records Logs returns per call, to exercise paging.
 	perCall int
 
@@ -88,7 +93,20 @@ func (f *fakeCore) finish(id string, state tasks.State, exit tasks.Exit) {
 	f.notify()
 }
 
+// isDown returns the wrapped down error, if set.
+func (f *fakeCore) isDown(op string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down != nil {
+		return fmt.Errorf("fake: %s: %w (connect: connection refused)", op, f.down)
+	}
+	return nil
+}
+
 func (f *fakeCore) Run(_ context.Context, req service.RunRequest) (tasks.Task, error) {
+	if err := f.isDown("run"); err != nil {
+		return tasks.Task{}, err
+	}
 	f.mu.Lock()
 	f.runs = append(f.runs, req)
 	id := fmt.Sprintf("task%04d", len(f.runs))
@@ -108,6 +126,9 @@ func (f *fakeCore) Run(_ context.Context, req service.RunRequest) (tasks.Task, e
 }
 
 func (f *fakeCore) Task(_ context.Context, id string) (tasks.Task, error) {
+	if err := f.isDown("task"); err != nil {
+		return tasks.Task{}, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ft, ok := f.tasks[id]
@@ -118,6 +139,9 @@ func (f *fakeCore) Task(_ context.Context, id string) (tasks.Task, error) {
 }
 
 func (f *fakeCore) Tasks(context.Context) ([]tasks.Task, error) {
+	if err := f.isDown("tasks"); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var ts []tasks.Task
@@ -129,14 +153,32 @@ func (f *fakeCore) Tasks(context.Context) ([]tasks.Task, error) {
 
 func (f *fakeCore) Wait(ctx context.Context, id string) (tasks.Task, error) {
 	f.mu.Lock()
-	hold := f.hold
+	hold, lost := f.hold, f.lost
 	f.mu.Unlock()
-	if hold {
-		<-ctx.Done()
-		t, _ := f.Task(context.Background(), id)
-		return t, ctx.Err()
+	switch {
+	case hold:
+		for {
+			f.mu.Lock()
+			t, wake := f.tasks[id].t, f.changed
+			f.mu.Unlock()
+			if t.State.Final() {
+				return t, nil
+			}
+			select {
+			case <-wake:
+			case <-ctx.Done():
+				return t, ctx.Err()
+			}
+		}
+	case lost != "":
+		f.mu.Lock()
+		ft := f.tasks[id]
+		ft.t.State, ft.t.Reason, ft.t.Ended = tasks.Lost, lost, time.Now()
+		f.notify()
+		f.mu.Unlock()
+	default:
+		f.finish(id, tasks.Exited, tasks.Exit{Code: 3})
 	}
-	f.finish(id, tasks.Exited, tasks.Exit{Code: 3})
 	return f.Task(ctx, id)
 }
 
@@ -212,6 +254,9 @@ func (f *fakeCore) FollowLogs(ctx context.Context, id string, offset int64) (<-c
 }
 
 func (f *fakeCore) Status(context.Context) (service.Status, error) {
+	if err := f.isDown("status"); err != nil {
+		return service.Status{}, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.status, nil
@@ -242,6 +287,7 @@ func (f *fakeCore) StartVM(context.Context) error                { return f.forb
 func (f *fakeCore) StopVM(context.Context) error                 { return f.forbid("StopVM") }
 func (f *fakeCore) RestartVM(context.Context) error              { return f.forbid("RestartVM") }
 func (f *fakeCore) SetImage(context.Context, string, bool) error { return nil }
+func (f *fakeCore) SetMachine(context.Context, int, int) error   { return nil }
 func (f *fakeCore) ResetDisk(context.Context) error              { return nil }
 
 func (f *fakeCore) SetWorkspace(context.Context, string, bool, changes.Mode) error {

@@ -21,6 +21,7 @@ func TestImports(t *testing.T) {
 		"github.com/airlock-sandbox/airlock/internal/printable": true, // escapes what the guest wrote
 		"github.com/airlock-sandbox/airlock/guest/api":          true, // /workspace, the task user
 		"github.com/modelcontextprotocol/go-sdk/mcp":            true,
+		"github.com/modelcontextprotocol/go-sdk/jsonrpc":        true, // request ids, for cancelFilter
 	}
 	files, err := filepath.Glob("*.go")
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/tasks"
 	"github.com/airlock-sandbox/airlock/guest/api"
+	"github.com/airlock-sandbox/airlock/internal/printable"
 )
 
 // Bounds on what an agent may send; each refusal says which one it hit.
@@ -157,11 +158,25 @@ type TaskInfo struct {
 
 const maxCommandText = 300
 
+func printableAll(l []string) []string {
+	if l == nil {
+		return nil
+	}
+	out := make([]string, len(l))
+	for i, s := range l {
+		out[i] = printable.String(s)
+	}
+	return out
+}
+
 // info shapes a task; now is the time used for the duration of a live task.
 func info(t tasks.Task, now time.Time) TaskInfo {
+	// The command, its folder and variables may hold anything the agent or
+	// the user typed, and a reason may quote the guest: all come out
+	// escaped for a terminal, as the output does.
 	ti := TaskInfo{
-		TaskID: t.ID, Command: commandText(t.Command), State: string(t.State), Finished: t.State.Final(),
-		Reason: t.Reason, Cwd: t.Command.Cwd, Root: t.Command.Root, EnvNames: t.Command.Env,
+		TaskID: printable.String(t.ID), Command: printable.String(commandText(t.Command)), State: string(t.State), Finished: t.State.Final(),
+		Reason: printable.String(t.Reason), Cwd: printable.String(t.Command.Cwd), Root: t.Command.Root, EnvNames: printableAll(t.Command.Env),
 		TimeoutSeconds: t.Command.Timeout.Seconds(),
 		Created:        t.Created, Started: t.Started, Ended: t.Ended,
 		StdoutBytes: t.Output.Stdout, StderrBytes: t.Output.Stderr, LogBytes: t.Output.LogBytes,

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/app/tasks"
+	"github.com/airlock-sandbox/airlock/internal/printable"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -31,14 +32,18 @@ type StartResult struct {
 	Note string `json:"note"`
 }
 
-func (h *handlers) runCommand(ctx context.Context, _ *sdk.CallToolRequest, in CommandInput) (*sdk.CallToolResult, RunResult, error) {
+func (h *handlers) runCommand(ctx context.Context, call *sdk.CallToolRequest, in CommandInput) (*sdk.CallToolResult, RunResult, error) {
 	req, err := in.request(h.opts.DefaultTimeout, h.opts.MaxTimeout, h.opts.MaxStdin)
 	if err != nil {
 		return nil, RunResult{}, fmt.Errorf("run_command: %w", err)
 	}
 	t, err := h.core.Run(ctx, req)
 	if err != nil {
-		return nil, RunResult{}, fmt.Errorf("run_command: the sandbox did not take the task: %v", err)
+		return nil, RunResult{}, fmt.Errorf("run_command: the sandbox did not take the task: %w", err)
+	}
+	if tok := call.Params.GetProgressToken(); tok != nil && call.Session != nil {
+		stop := h.progress(ctx, call.Session, tok, t.ID)
+		defer stop()
 	}
 	// The task's own timeout starts when it starts; the margin covers the
 	// time it may spend queued while a VM boots.
@@ -51,7 +56,7 @@ func (h *handlers) runCommand(ctx context.Context, _ *sdk.CallToolRequest, in Co
 		h.cancelAbandoned(ctx, t.ID)
 		return nil, RunResult{}, fmt.Errorf("run_command: the request was cancelled, so task %s was cancelled too", t.ID)
 	case err != nil && waitCtx.Err() == nil:
-		return nil, RunResult{}, fmt.Errorf("run_command: task %s was started but waiting for it failed: %v; check it with task_status", t.ID, err)
+		return nil, RunResult{}, fmt.Errorf("run_command: task %s was started but waiting for it failed: %w; check it with task_status", t.ID, err)
 	case err != nil:
 		// Still queued or running after the wait: report what is there.
 		if final, err = h.core.Task(ctx, t.ID); err != nil {
@@ -62,7 +67,75 @@ func (h *handlers) runCommand(ctx context.Context, _ *sdk.CallToolRequest, in Co
 	if err != nil {
 		return nil, RunResult{}, err
 	}
+	if final.State == tasks.Lost {
+		// The command did not run to its end, so the call failed; what it
+		// printed before is still returned.
+		res.Note = strings.TrimSpace(fmt.Sprintf("Task %s was lost: the sandbox's VM stopped or failed before the command ended "+
+			"(the user may have stopped or restarted it), so how it would have ended is unknown. "+
+			"The next command starts the sandbox again: run it again if it is safe to repeat, or ask the user whether they stopped the sandbox on purpose.\n%s",
+			final.ID, res.Note))
+		return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: res.text()}}}, res, nil
+	}
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: res.text()}}}, res, nil
+}
+
+// progress sends the client notifications/progress about task id for the
+// request whose progress token is token, until the returned stop is
+// called: whenever the task's state or output size changed, looked at every
+// Options.ProgressEvery, and at least every ten of those when nothing
+// changed, so a client that restarts its request timeout on progress goes
+// on waiting for a long, quiet command. The progress is the seconds since
+// the request; no total is given, since how long a command takes is not
+// known.
+func (h *handlers) progress(ctx context.Context, ss *sdk.ServerSession, token any, id string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(h.opts.ProgressEvery)
+		defer tick.Stop()
+		start := time.Now()
+		var last tasks.Task
+		var sent time.Time
+		var progress float64
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			t, err := h.core.Task(ctx, id)
+			if err != nil {
+				continue
+			}
+			now := time.Now()
+			if !sent.IsZero() && t.State == last.State && t.Output.LogBytes == last.Output.LogBytes && now.Sub(sent) < 10*h.opts.ProgressEvery {
+				continue
+			}
+			last, sent = t, now
+			progress = max(now.Sub(start).Round(time.Millisecond).Seconds(), progress+0.001)
+			if err := ss.NotifyProgress(ctx, &sdk.ProgressNotificationParams{
+				ProgressToken: token, Progress: progress, Message: progressMessage(t, now),
+			}); err != nil && ctx.Err() == nil {
+				h.opts.Logger.Debug("mcp: progress", "task", id, "err", err)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// progressMessage says where a task is, for a client to show while it waits.
+func progressMessage(t tasks.Task, now time.Time) string {
+	switch {
+	case t.State == tasks.Queued:
+		return fmt.Sprintf("task %s queued for %s: the sandbox is starting", t.ID, now.Sub(t.Created).Round(time.Second))
+	case t.State == tasks.Running:
+		return fmt.Sprintf("task %s running for %s: %d bytes of output so far", t.ID, now.Sub(t.Started).Round(time.Second), t.Output.Stdout+t.Output.Stderr)
+	}
+	return fmt.Sprintf("task %s %s: %d bytes of output", t.ID, t.State, t.Output.Stdout+t.Output.Stderr)
 }
 
 func (h *handlers) startTask(ctx context.Context, _ *sdk.CallToolRequest, in CommandInput) (*sdk.CallToolResult, StartResult, error) {
@@ -72,7 +145,7 @@ func (h *handlers) startTask(ctx context.Context, _ *sdk.CallToolRequest, in Com
 	}
 	t, err := h.core.Run(ctx, req)
 	if err != nil {
-		return nil, StartResult{}, fmt.Errorf("start_task: the sandbox did not take the task: %v", err)
+		return nil, StartResult{}, fmt.Errorf("start_task: the sandbox did not take the task: %w", err)
 	}
 	return nil, StartResult{
 		TaskInfo: info(t, time.Now()),
@@ -242,7 +315,7 @@ func (c *clip) add(ch tasks.Chunk) {
 // left out). Cuts fall on UTF-8 character boundaries.
 func (c *clip) text(id string) (string, int64, int64) {
 	if c.total <= int64(c.headMax+c.tailMax) {
-		return string(c.head) + string(c.tail), 0, -1
+		return safeText(string(c.head) + string(c.tail)), 0, -1
 	}
 	head := c.head[:runeEnd(c.head)]
 	tail := c.tail[max(0, len(c.tail)-c.tailMax):]
@@ -270,7 +343,35 @@ func (c *clip) text(id string) (string, int64, int64) {
 	if len(head) > 0 && head[len(head)-1] != '\n' {
 		marker = "\n" + marker
 	}
-	return string(head) + marker + string(tail), omitted, from
+	return safeText(string(head)) + marker + safeText(string(tail)), omitted, from
+}
+
+// safeText makes a task's output safe for a client to show on a terminal
+// (agents such as Claude Code print tool results on one): every character
+// a terminal acts on and every byte that is not UTF-8 is written as an
+// escape (printable.String: \x1b, \r, \u009b, \u202e, \xff), except
+// newlines and tabs, which keep the output's lines and columns. Escaping
+// instead of replacing keeps what the bytes were for the agent to read.
+func safeText(s string) string {
+	plain := true
+	for i := 0; i < len(s) && plain; i++ {
+		plain = s[i] >= 0x20 && s[i] < 0x7f || s[i] == '\n' || s[i] == '\t'
+	}
+	if plain {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + len(s)/8)
+	for {
+		i := strings.IndexAny(s, "\n\t")
+		if i < 0 {
+			b.WriteString(printable.String(s))
+			return b.String()
+		}
+		b.WriteString(printable.String(s[:i]))
+		b.WriteByte(s[i])
+		s = s[i+1:]
+	}
 }
 
 // runeEnd returns the length of b without a UTF-8 sequence cut short at its end.

@@ -41,7 +41,7 @@ type SandboxStatus struct {
 func (h *handlers) sandboxStatus(ctx context.Context, _ *sdk.CallToolRequest, _ StatusInput) (*sdk.CallToolResult, SandboxStatus, error) {
 	st, err := h.core.Status(ctx)
 	if err != nil {
-		return nil, SandboxStatus{}, fmt.Errorf("sandbox_status: Airlock did not answer: %v", err)
+		return nil, SandboxStatus{}, fmt.Errorf("sandbox_status: Airlock did not answer: %w", err)
 	}
 	ss, set := st.Session, st.Settings
 	res := SandboxStatus{
@@ -130,7 +130,7 @@ func (h *handlers) egressLog(ctx context.Context, _ *sdk.CallToolRequest, in Egr
 	}
 	all, err := h.core.EgressLog(ctx)
 	if err != nil {
-		return nil, EgressResult{}, fmt.Errorf("egress_log: Airlock did not answer: %v", err)
+		return nil, EgressResult{}, fmt.Errorf("egress_log: Airlock did not answer: %w", err)
 	}
 	host := strings.ToLower(in.Host)
 	var match []egress.Decision

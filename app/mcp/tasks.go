@@ -94,6 +94,9 @@ func (h *handlers) readTaskOutput(ctx context.Context, _ *sdk.CallToolRequest, i
 			parts = append(parts, OutputPart{Stream: c.Stream.String(), Offset: c.Offset, Text: string(c.Data)})
 		}
 	}
+	for i := range parts {
+		parts[i].Text = safeText(parts[i].Text)
+	}
 	// The task is read after its log, so its size covers what was read.
 	t, err := h.core.Task(ctx, in.TaskID)
 	if err != nil {
@@ -220,7 +223,7 @@ func (h *handlers) listTasks(ctx context.Context, _ *sdk.CallToolRequest, in Lis
 	}
 	all, err := h.core.Tasks(ctx)
 	if err != nil {
-		return nil, ListResult{}, fmt.Errorf("list_tasks: %v", err)
+		return nil, ListResult{}, fmt.Errorf("list_tasks: %w", err)
 	}
 	now := time.Now()
 	res := ListResult{Tasks: []TaskInfo{}}

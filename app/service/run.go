@@ -30,6 +30,7 @@ type runningTask struct {
 	started    bool // the guest started the process: from then on a dead VM means lost
 	cancelled  bool
 	done       chan struct{}
+	term       *terminal // an interactive task's terminal, else nil
 }
 
 // Run creates a task and runs it in the background (booting the VM when
@@ -129,6 +130,9 @@ func (s *Service) execute(ctx context.Context, id string, req RunRequest, secret
 	stdio := client.Stdio{
 		Stdout: s.store.Stdout(id), Stderr: s.store.Stderr(id), Signal: r.signal,
 		Started: func(int) { s.mu.Lock(); r.started = true; s.mu.Unlock() },
+	}
+	if r.term != nil {
+		r.term.connect(&spec, &stdio)
 	}
 	lastGen, lastRestarts := 0, 0
 	for attempt := 0; ; attempt++ {

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/Microsoft/go-winio"
 	"github.com/Microsoft/hcsshim/osversion"
@@ -169,13 +170,24 @@ func callerOf(c net.Conn, files windowsFiles) (Caller, error) {
 }
 
 func impersonationToken(h windows.Handle) (windows.Token, error) {
+	thread, err := pipeClientToken(h)
+	if err != nil {
+		return 0, err
+	}
+	defer thread.Close()
+	return duplicateForVM(thread)
+}
+
+// pipeClientToken opens the token of the pipe client that h serves, by
+// impersonating it for a moment on a locked thread.
+func pipeClientToken(h windows.Handle) (windows.Token, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if r, _, err := procImpersonateNamedPipeClient.Call(uintptr(h)); r == 0 {
 		return 0, fmt.Errorf("impersonate: %w", err)
 	}
 	var tok windows.Token
-	err := windows.OpenThreadToken(windows.CurrentThread(), windows.TOKEN_QUERY|windows.TOKEN_DUPLICATE|windows.TOKEN_IMPERSONATE, true, &tok)
+	err := windows.OpenThreadToken(windows.CurrentThread(), windows.TOKEN_DUPLICATE|windows.TOKEN_READ, true, &tok)
 	if rerr := windows.RevertToSelf(); rerr != nil {
 		// Running on as the client would be a privilege confusion: stop.
 		panic(fmt.Sprintf("vmservice: RevertToSelf: %v", rerr))
@@ -184,6 +196,79 @@ func impersonationToken(h windows.Handle) (windows.Token, error) {
 		return 0, fmt.Errorf("open the client's token: %w", err)
 	}
 	return tok, nil
+}
+
+// callerTokenAccess is the access the caller's token is duplicated with:
+// WSL's GetUserToken asks for the same (microsoft/WSL
+// src/windows/common/WslSecurity.cpp), and HCS gets that token as the
+// identity of the Plan9 share (WSL's hcs::AddPlan9Share passes it to
+// HcsModifyComputeSystem, src/windows/common/hcs.cpp).
+const callerTokenAccess = windows.TOKEN_DUPLICATE | windows.TOKEN_IMPERSONATE | windows.TOKEN_QUERY |
+	windows.TOKEN_ADJUST_PRIVILEGES | windows.TOKEN_ADJUST_DEFAULT
+
+// duplicateForVM returns a copy of the caller's token t as WSL makes the
+// one it keeps for a VM (GetUserToken in microsoft/WSL
+// src/windows/common/WslSecurity.cpp): DuplicateTokenEx with
+// callerTokenAccess, SecurityImpersonation, TokenImpersonation, so the
+// service holds its own token object, independent of the pipe thread's
+// impersonation, for as long as the VM needs it; and, when the token is at
+// System integrity, lowered to High, because "the VM worker process runs
+// at high integrity level and objects created with a higher integrity
+// level token may be inaccessible" (the same function's comment).
+func duplicateForVM(t windows.Token) (windows.Token, error) {
+	var dup windows.Token
+	if err := windows.DuplicateTokenEx(t, callerTokenAccess, nil, windows.SecurityImpersonation, windows.TokenImpersonation, &dup); err != nil {
+		return 0, fmt.Errorf("duplicate the client's token: %w", err)
+	}
+	rid, err := integrityRID(dup)
+	if err != nil {
+		dup.Close()
+		return 0, err
+	}
+	if rid >= securityMandatorySystemRID {
+		if err := setIntegrity(dup, windows.WinHighLabelSid); err != nil {
+			dup.Close()
+			return 0, err
+		}
+	}
+	return dup, nil
+}
+
+// securityMandatorySystemRID is SECURITY_MANDATORY_SYSTEM_RID (winnt.h),
+// the System integrity level; golang.org/x/sys/windows does not define it.
+const securityMandatorySystemRID = 0x4000
+
+// integrityRID is t's integrity level: the last sub-authority of its
+// mandatory label.
+func integrityRID(t windows.Token) (uint32, error) {
+	var n uint32
+	_ = windows.GetTokenInformation(t, windows.TokenIntegrityLevel, nil, 0, &n)
+	if n == 0 {
+		return 0, errors.New("read the token's integrity level: no size")
+	}
+	b := make([]byte, n)
+	if err := windows.GetTokenInformation(t, windows.TokenIntegrityLevel, &b[0], n, &n); err != nil {
+		return 0, fmt.Errorf("read the token's integrity level: %w", err)
+	}
+	sid := (*windows.Tokenmandatorylabel)(unsafe.Pointer(&b[0])).Label.Sid
+	c := sid.SubAuthorityCount()
+	if c == 0 {
+		return 0, errors.New("read the token's integrity level: empty label")
+	}
+	return sid.SubAuthority(uint32(c - 1)), nil
+}
+
+// setIntegrity sets t's mandatory label to the well-known label sid.
+func setIntegrity(t windows.Token, label windows.WELL_KNOWN_SID_TYPE) error {
+	sid, err := windows.CreateWellKnownSid(label)
+	if err != nil {
+		return fmt.Errorf("integrity label: %w", err)
+	}
+	tml := windows.Tokenmandatorylabel{Label: windows.SIDAndAttributes{Sid: sid, Attributes: windows.SE_GROUP_INTEGRITY}}
+	if err := windows.SetTokenInformation(t, windows.TokenIntegrityLevel, (*byte)(unsafe.Pointer(&tml)), tml.Size()); err != nil {
+		return fmt.Errorf("lower the token's integrity level: %w", err)
+	}
+	return nil
 }
 
 // windowsFiles is the real file system, seen as SYSTEM.

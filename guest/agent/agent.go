@@ -48,6 +48,11 @@ type Config struct {
 	// GuardToolConfig makes the configuration in the workspace that the
 	// user's tools run on the host read-only to tasks (toolconfig.go).
 	GuardToolConfig bool
+	// RefuseToolNames keeps tasks from making the names of that
+	// configuration (.git, .envrc, .vscode, .idea) at the workspace's
+	// top where there were none (rename.go): for a workspace whose
+	// changes reach the folder at once, not held for review.
+	RefuseToolNames bool
 	// CgroupRoot holds one cgroup per task; empty disables per-task cgroups
 	// (tasks are then killed by process group only).
 	CgroupRoot string

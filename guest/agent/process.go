@@ -97,11 +97,11 @@ func (s *Server) start(sp *spec) (_ *process, err error) {
 		p.cg, p.report = spare.cg, spare.ctl
 		closeOnErr = append(closeOnErr, spare.ctl)
 	case isolated:
-		// The task's init, in new PID and mount namespaces, starts it
+		// The task's init, in namespaces of its own, starts it
 		// (see TaskInitArg) and reports on its fd 3.
-		args := taskInitArgs("airlock-task-init", sp.tty, s.cfg.UID, s.cfg.GID, s.rulesWorkspace(), sp.dir, sp.path, sp.argv)
+		args := taskInitArgs("airlock-task-init", sp.tty, s.cfg.UID, s.cfg.GID, s.rulesWorkspace(), toolNamesArg(s.cfg.RefuseToolNames), sp.dir, sp.path, sp.argv)
 		cmd = &exec.Cmd{Path: s.cfg.TaskInit, Args: args, Env: sp.env, Dir: "/"}
-		attr.Cloneflags = unix.CLONE_NEWPID | unix.CLONE_NEWNS
+		attr.Cloneflags = taskNamespaces
 		r, w, perr := outputPipe()
 		if perr != nil {
 			return nil, perr

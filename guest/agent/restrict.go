@@ -39,7 +39,9 @@ import (
 //     instead; bind(2) of a unix socket is then not refused.
 //
 // The filter also hands symlink calls to the agent, which checks their
-// targets in the workspace (symlink.go). Without a shared folder tasks run
+// targets in the workspace (symlink.go), rename and hard link calls,
+// which it checks for links moved out of it, and, in direct mode, mkdir
+// calls, for the tool configuration's names (rename.go). Without a shared folder tasks run
 // without any of it: nothing they write reaches the host.
 //
 // World-writable modes are not refused: a filter that cannot see paths or
@@ -54,7 +56,7 @@ func (s *Server) buildRules() (taskRules, error) {
 	if s.workspaceMounted() {
 		ws = s.cfg.WorkspaceDir
 	}
-	r, noLandlock, err := newTaskRules(ws)
+	r, noLandlock, err := newTaskRules(ws, s.cfg.RefuseToolNames)
 	if noLandlock != nil {
 		s.log.Warn("no Landlock: FIFOs, sockets and device nodes are refused by mknod everywhere, and unix sockets can be bound in the workspace", "err", noLandlock)
 	}
@@ -72,9 +74,9 @@ type taskRules struct {
 	// ruleset is the Landlock ruleset's descriptor, or -1 without
 	// Landlock (or without a workspace to guard).
 	ruleset int
-	// links, when set, has the filter hand symlink calls, and chmod calls
-	// with setuid or setgid bits, to the agent (symlink.go), which guards
-	// the workspace ws.
+	// links, when set, has the filter hand symlink, rename and link
+	// calls, and chmod calls with setuid or setgid bits, to the agent
+	// (symlink.go, rename.go), which guards the workspace ws.
 	links bool
 	ws    wsIdentity
 	// rootFilter is the filter for root's tasks when ruleset is set: it
@@ -104,11 +106,12 @@ const landlockSpecial = unix.LANDLOCK_ACCESS_FS_MAKE_CHAR | unix.LANDLOCK_ACCESS
 	unix.LANDLOCK_ACCESS_FS_MAKE_FIFO | unix.LANDLOCK_ACCESS_FS_MAKE_SOCK
 
 // newTaskRules builds the rules for tasks beside workspace ("" when no
-// folder is shared). A kernel without Landlock (or with only its first
+// folder is shared); toolNames has the agent refuse the tool
+// configuration's names at its top (RefuseToolNames). A kernel without Landlock (or with only its first
 // version, which refuses every rename between folders) is no error:
 // noLandlock says why, and the filter then refuses special files
 // everywhere.
-func newTaskRules(workspace string) (r taskRules, noLandlock error, err error) {
+func newTaskRules(workspace string, toolNames bool) (r taskRules, noLandlock error, err error) {
 	r.ruleset = -1
 	if workspace == "" {
 		return r, nil, nil // nothing a task writes reaches the host
@@ -117,11 +120,14 @@ func newTaskRules(workspace string) (r taskRules, noLandlock error, err error) {
 	if err := unix.Stat(workspace, &st); err != nil {
 		return r, nil, fmt.Errorf("workspace: %w", err)
 	}
-	r.links, r.ws = true, wsIdentity{dev: st.Dev, ino: st.Ino}
+	r.links, r.ws = true, wsIdentity{dev: st.Dev, ino: st.Ino, toolNames: toolNames}
+	if err := openLinkLock(); err != nil {
+		return r, nil, fmt.Errorf("the links' lock %s: %w", linkLockPath, err)
+	}
 	r.ruleset, noLandlock = landlockRuleset(workspace)
-	r.filter, err = taskFilter(r.ruleset < 0)
+	r.filter, err = taskFilter(r.ruleset < 0, toolNames)
 	if err == nil && r.ruleset >= 0 {
-		r.rootFilter, err = taskFilter(true)
+		r.rootFilter, err = taskFilter(true, toolNames)
 	}
 	if err != nil && r.ruleset >= 0 {
 		unix.Close(r.ruleset)
@@ -269,9 +275,10 @@ type modeCheck struct {
 
 // taskFilter assembles the seccomp filter. noSpecial refuses mknod of
 // anything but a regular file (no Landlock to refuse them in the
-// workspace only). symlink calls, and chmod calls that set a setuid or
-// setgid bit, go to the agent's listener.
-func taskFilter(noSpecial bool) ([]unix.SockFilter, error) {
+// workspace only). symlink, rename and link calls, and chmod calls that
+// set a setuid or setgid bit, go to the agent's listener; with mkdirs,
+// mkdir calls too (RefuseToolNames).
+func taskFilter(noSpecial, mkdirs bool) ([]unix.SockFilter, error) {
 	if auditArch == 0 {
 		return nil, errors.New("seccomp: no filter for this architecture")
 	}
@@ -287,7 +294,11 @@ func taskFilter(noSpecial bool) ([]unix.SockFilter, error) {
 	for _, nr := range []uint32{unix.SYS_IO_URING_SETUP, unix.SYS_OPENAT2} {
 		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: 1}, retENOSYS)
 	}
-	for _, nr := range []int{unix.SYS_SYMLINKAT, sysSymlink} {
+	notify := []int{unix.SYS_SYMLINKAT, sysSymlink, sysRenameat, unix.SYS_RENAMEAT2, sysRename, unix.SYS_LINKAT, sysLink}
+	if mkdirs {
+		notify = append(notify, unix.SYS_MKDIRAT, sysMkdir)
+	}
+	for _, nr := range notify {
 		if nr >= 0 {
 			prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipFalse: 1}, retNotify)
 		}

@@ -9,9 +9,14 @@ const (
 	// x32Bit marks the x32 ABI's syscall numbers, which reach the same
 	// calls under other numbers: refused.
 	x32Bit = 0x40000000
-	// sysSymlink is symlink(2), beside symlinkat.
-	sysChmod   = unix.SYS_CHMOD
-	sysSymlink = unix.SYS_SYMLINK
+	// sysSymlink, sysRename and sysLink are symlink(2), rename(2) and
+	// link(2), beside the *at calls.
+	sysChmod    = unix.SYS_CHMOD
+	sysSymlink  = unix.SYS_SYMLINK
+	sysRename   = unix.SYS_RENAME
+	sysLink     = unix.SYS_LINK
+	sysMkdir    = unix.SYS_MKDIR
+	sysRenameat = unix.SYS_RENAMEAT // beside renameat2, which newer architectures have alone
 )
 
 // legacyModeChecks are the calls amd64 has beside the *at ones.

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -78,6 +79,32 @@ func init() {
 		os.Mkdir(filepath.Join(d.dir, "b"), 0o755)
 		os.WriteFile(filepath.Join(d.dir, "a", "m"), nil, 0o644)
 		try(d.tag+".rename", sys(unix.Rename(filepath.Join(d.dir, "a", "m"), filepath.Join(d.dir, "b", "m"))))
+		// A link that fits where it is made (pN/q/l -> ../../f), moved or
+		// linked towards the top (EXDEV in the workspace), within its
+		// folder, or deeper; each case with a link of its own.
+		in := func(p string) string { return filepath.Join(d.dir, p) }
+		mk := func(n string) string {
+			os.MkdirAll(in(n+"/q"), 0o755)
+			try(d.tag+".mv.make"+n, sys(unix.Symlink("../../f", in(n+"/q/l"))))
+			return n
+		}
+		try(d.tag+".mv.link.up", sys(unix.Rename(in(mk("p1")+"/q/l"), in("p1/l"))))
+		try(d.tag+".mv.hardlink.up", sys(unix.Link(in(mk("p2")+"/q/l"), in("hl"))))
+		try(d.tag+".mv.hardlink.follow", sys(unix.Linkat(unix.AT_FDCWD, in(mk("p3")+"/q/l"), unix.AT_FDCWD, in("hf"), unix.AT_SYMLINK_FOLLOW)))
+		try(d.tag+".mv.dir.up", sys(unix.Rename(in(mk("p4")+"/q"), in("q4"))))
+		try(d.tag+".mv.dir.same", sys(unix.Rename(in(mk("p5")), in("p5b"))))
+		os.Mkdir(in(mk("p6")+"/x"), 0o755)
+		try(d.tag+".mv.dir.deeper", sys(unix.Rename(in("p6/q"), in("p6/x/q"))))
+		if got, _ := os.Readlink(in("p6/x/q/l")); got != "../../f" {
+			fmt.Printf("%s.mv.dir.deeper.target=%q\n", d.tag, got)
+		}
+		try(d.tag+".mv.link.same", sys(unix.Rename(in(mk("p7")+"/q/l"), in("p7/q/l2"))))
+		os.WriteFile(in("g8"), nil, 0o644)
+		try(d.tag+".mv.exchange.up", sys(unix.Renameat2(unix.AT_FDCWD, in("g8"), unix.AT_FDCWD, in(mk("p8")+"/q/l"), unix.RENAME_EXCHANGE)))
+		try(d.tag+".mv.file", sys(unix.Renameat(unix.AT_FDCWD, in("hf"), unix.AT_FDCWD, in("p3/q/hf"))))
+		try(d.tag+".mv.missing", sys(unix.Rename(in("nothing"), in("p1/nothing"))))
+		try(d.tag+".mv.slash", sys(unix.Rename(in("p5b")+"/", in("p5c")+"/")))
+		try(d.tag+".mv.slashfile", sys(unix.Rename(in("g8")+"/", in("g9"))))
 		for _, l := range []struct{ tag, target, at string }{
 			{"inside", "f", "l1"}, {"up", "../f", "a/l2"}, {"dot", "./a/../f", "l3"},
 			{"abs", "/etc/passwd", "l4"}, {"escape", "../secret", "l5"}, {"deep", "../../../../secret", "a/l6"},
@@ -148,7 +175,7 @@ func testRestrictTask(t *testing.T, uid uint32, forRoot bool) {
 	if other == "" {
 		t.Skip("no file system beside the test's temporary folder's")
 	}
-	rules, noLandlock, err := newTaskRules(ws)
+	rules, noLandlock, err := newTaskRules(ws, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,38 +207,8 @@ func testRestrictTask(t *testing.T, uid uint32, forRoot bool) {
 		os.Chmod(filepath.Dir(ws), 0o755)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
 	}
-	done := make(chan error, 1)
-	served := make(chan struct{})
-	var out []byte
-	var restricted func()
-	restricted = func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-		if unix.Gettid() == unix.Getpid() {
-			// As restrictedStart: the main thread would be wedged, not ended.
-			next := make(chan struct{})
-			go func() { restricted(); close(next) }()
-			<-next
-			runtime.UnlockOSThread()
-			return
-		}
-		listener, err := restrictTask(rules)
-		if err != nil {
-			done <- err
-			return
-		}
-		if listener < 0 {
-			done <- errors.New("no listener for the links")
-			return
-		}
-		go func() {
-			serveCalls(listener, rules.ws)
-			close(served)
-		}()
-		out, err = cmd.CombinedOutput()
-		done <- err
-	}
-	go restricted()
-	if err := <-done; err != nil {
+	out, served, err := runRestricted(rules, cmd)
+	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	got := map[string]string{}
@@ -238,6 +235,19 @@ func testRestrictTask(t *testing.T, uid uint32, forRoot bool) {
 			want[tag+".link."+l] = "ok"
 		}
 		want[tag+".linkat.up"], want[tag+".linkat.escape"] = "ok", "ok"
+		for _, m := range []string{"link.up", "hardlink.up", "hardlink.follow", "dir.up", "dir.same", "dir.deeper",
+			"link.same", "exchange.up", "file", "slash"} {
+			want[tag+".mv."+m] = "ok"
+		}
+		for i := 1; i <= 8; i++ {
+			want[tag+".mv.makep"+strconv.Itoa(i)] = "ok"
+		}
+		want[tag+".mv.missing"], want[tag+".mv.slashfile"] = "ENOENT", "ENOTDIR"
+	}
+	// In the workspace no link moves, or gets a second name, towards the
+	// top where it would climb out: EXDEV, so mv copies and makes it again.
+	for _, m := range []string{"link.up", "hardlink.up", "dir.up", "exchange.up"} {
+		want["ws.mv."+m] = "EXDEV"
 	}
 	// In the workspace, links stay inside it.
 	// A `..` after a name is refused there too: the name may be a link.
@@ -269,4 +279,42 @@ func testRestrictTask(t *testing.T, uid uint32, forRoot bool) {
 	if err := unix.Chmod(f, 0o4755); err != nil {
 		t.Errorf("the restricting goroutine's restrictions reached another thread: %v", err)
 	}
+}
+
+// runRestricted runs cmd as a task restricted by rules, its calls served
+// by serveCalls, and returns its output; served is closed once the
+// listener's server has ended.
+func runRestricted(rules taskRules, cmd *exec.Cmd) (out []byte, served <-chan struct{}, err error) {
+	done := make(chan error, 1)
+	ended := make(chan struct{})
+	var restricted func()
+	restricted = func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		if unix.Gettid() == unix.Getpid() {
+			// As restrictedStart: the main thread would be wedged, not ended.
+			next := make(chan struct{})
+			go func() { restricted(); close(next) }()
+			<-next
+			runtime.UnlockOSThread()
+			return
+		}
+		listener, err := restrictTask(rules)
+		if err != nil {
+			done <- err
+			return
+		}
+		if listener < 0 {
+			done <- errors.New("no listener for the links")
+			return
+		}
+		go func() {
+			serveCalls(listener, rules.ws)
+			close(ended)
+		}()
+		out, err = cmd.CombinedOutput()
+		done <- err
+	}
+	go restricted()
+	err = <-done
+	return out, ended, err
 }

@@ -112,6 +112,10 @@ func Run(ctx context.Context, log *slog.Logger, opts Options) error {
 		// the auto mode).
 		GuardToolConfig: boot.Share != api.ShareNone && (!boot.ShareReadOnly || boot.Changes) && !boot.ToolConfigWritable,
 	}
+	// Held changes are reviewed on the host, which never applies these
+	// names by itself; in direct mode nothing is between a task and the
+	// folder.
+	cfg.RefuseToolNames = cfg.GuardToolConfig && !boot.Changes
 	if boot.Changes {
 		cfg.LayerUpper, cfg.LayerLower, cfg.RefreshLayer = api.LayerUpper, api.LowerDir, dropDentries
 	}

@@ -142,9 +142,9 @@ func (s *Server) startSpare() (_ *spareInit, err error) {
 	}
 	// One P: the init waits and forks, and every thread its runtime
 	// starts costs the guest's CPU while another task runs.
-	cmd := &exec.Cmd{Path: s.cfg.TaskInit, Args: []string{"airlock-task-init", TaskInitArg, spareArg, s.rulesWorkspace()}, Env: []string{"GOMAXPROCS=1"}, Dir: "/",
+	cmd := &exec.Cmd{Path: s.cfg.TaskInit, Args: []string{"airlock-task-init", TaskInitArg, spareArg, s.rulesWorkspace(), toolNamesArg(s.cfg.RefuseToolNames)}, Env: []string{"GOMAXPROCS=1"}, Dir: "/",
 		Stdin: null, Stdout: null, Stderr: null, ExtraFiles: []*os.File{theirs}}
-	attr := &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS, Setsid: true}
+	attr := &syscall.SysProcAttr{Cloneflags: taskNamespaces, Setsid: true}
 	if s.cgroups != nil {
 		if cg, cerr := s.cgroups.create(); cerr != nil {
 			s.log.Warn("task without cgroup", "err", cerr)

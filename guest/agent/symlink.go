@@ -3,10 +3,8 @@
 package agent
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -66,69 +64,149 @@ type seccompNotifResp struct {
 	Flags uint32
 }
 
-// wsIdentity names the workspace's top folder: its device and inode.
+// wsIdentity names the workspace's top folder: its device and inode;
+// toolNames refuses the tool configuration's names there
+// (Config.RefuseToolNames).
 type wsIdentity struct {
-	dev, ino uint64
+	dev, ino  uint64
+	toolNames bool
 }
 
-// serveCalls answers the calls the filter hands over (symlink, and chmod
-// with a setuid or setgid bit) of the tasks whose filter made listener,
-// until none of them is left; it closes listener.
+// serveCalls answers the calls the filter hands over (symlink, chmod
+// with a setuid or setgid bit, rename, hard link, and mkdir when the
+// tool configuration's names are refused) of the tasks whose filter made
+// listener, until none of them is left; it closes listener. It keeps its
+// goroutine on one thread, whose file system credentials it switches to
+// a task's for each call it does for it (asTask).
 func serveCalls(listener int, ws wsIdentity) {
-	if err := unix.SetNonblock(listener, true); err != nil {
-		unix.Close(listener)
+	// The thread waits in poll(2) itself rather than in Go's netpoller: a
+	// goroutine locked to its thread, woken by the netpoller, is handed
+	// from thread to thread, which costs each call more than its work.
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		// The main thread is wedged, not ended, when a goroutine locked
+		// to it exits (as in restrictedStart): serve from another.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			serveCalls(listener, ws)
+		}()
+		<-done
+		runtime.UnlockOSThread()
 		return
 	}
-	f := os.NewFile(uintptr(listener), "seccomp-listener")
-	defer f.Close()
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
+	defer unix.Close(listener)
+	// Never unlocked: the thread's umask and credentials change per call,
+	// and it ends with this goroutine. Its umask is its own (CLONE_FS),
+	// 0, so that a mkdir done for a task gets the task's umask alone.
+	c := &callCtx{listener: listener, ws: ws, self: threadCreds()}
+	if err := unix.Unshare(unix.CLONE_FS); err == nil {
+		unix.Umask(0)
 	}
-	for {
-		var req seccompNotif
-		var hup bool
-		var rerr error
-		err := rc.Read(func(fd uintptr) bool {
-			// The receive blocks whatever the descriptor's flags: wait for
-			// a notification in the poller first.
-			p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			if n, err := unix.Poll(p, 0); err != nil || n == 0 {
-				return err != nil && err != unix.EINTR
+	for !c.tainted {
+		// The receive would wait on even when no task is left: wait for a
+		// notification, or for the last task to end, in poll first.
+		p := []unix.PollFd{{Fd: int32(listener), Events: unix.POLLIN}}
+		if _, err := unix.Poll(p, -1); err != nil {
+			if err == unix.EINTR {
+				continue
 			}
-			if p[0].Revents&unix.POLLIN == 0 {
-				hup = true // no task uses the filter any more
-				return true
-			}
-			req = seccompNotif{}
-			rerr = ioctlPtr(int(fd), unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&req))
-			return true
-		})
-		if err != nil || hup {
 			return
 		}
-		if rerr != nil {
-			if rerr == unix.ENOENT || rerr == unix.EINTR {
+		if p[0].Revents&unix.POLLIN == 0 {
+			return // no task uses the filter any more
+		}
+		var req seccompNotif
+		if err := ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&req)); err != nil {
+			if err == unix.ENOENT || err == unix.EINTR {
 				continue // the task died before its call was received
 			}
 			return
 		}
 		resp := seccompNotifResp{ID: req.ID}
 		var errno unix.Errno
-		switch int(req.Data.Nr) {
-		case unix.SYS_SYMLINKAT, sysSymlink:
-			errno = symlinkFor(listener, &req, ws)
+		// Cases, not constants: the calls an architecture lacks are -1.
+		switch nr := int(req.Data.Nr); {
+		case nr == unix.SYS_SYMLINKAT || nr == sysSymlink:
+			errno = c.asTask(req.PID, func() unix.Errno { return c.symlinkFor(&req) })
+		case nr == sysRenameat || nr == unix.SYS_RENAMEAT2 || nr == sysRename:
+			errno = c.asTask(req.PID, func() unix.Errno { return c.renameFor(&req) })
+		case nr == unix.SYS_LINKAT || nr == sysLink:
+			errno = c.asTask(req.PID, func() unix.Errno { return c.linkFor(&req) })
+		case nr == unix.SYS_MKDIRAT || nr == sysMkdir:
+			errno = c.asTask(req.PID, func() unix.Errno { return c.mkdirFor(&req) })
 		default:
-			errno = chmodFor(listener, &req, ws)
+			errno = c.chmodFor(&req)
 		}
 		if errno != 0 {
 			resp.Error = -int32(errno)
 		}
 		// ENOENT: the task died meanwhile; nothing to answer.
-		_ = rc.Control(func(fd uintptr) {
-			_ = ioctlPtr(int(fd), unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
-		})
+		_ = ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
 	}
+}
+
+// callCtx is what serveCalls's handlers share: the listener, the
+// workspace, and the credentials its thread has of its own.
+type callCtx struct {
+	listener int
+	ws       wsIdentity
+	self     fsIdentity
+	// tainted: the thread's own credentials could not be put back.
+	tainted bool
+	// umask is the task's, while asTask runs for it.
+	umask uint32
+}
+
+// fsIdentity is a thread's file system uid, gid and groups.
+type fsIdentity struct {
+	uid, gid uint32
+	groups   []uint32
+	umask    uint32 // the process's (fsCreds)
+	err      error
+}
+
+// threadCreds reads the calling thread's file system credentials.
+func threadCreds() fsIdentity {
+	// setfsuid and setfsgid with an invalid id change nothing and return
+	// the current one.
+	uid, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0)
+	gid, _, _ := unix.RawSyscall(unix.SYS_SETFSGID, ^uintptr(0), 0, 0)
+	id := fsIdentity{uid: uint32(uid), gid: uint32(gid)}
+	n, _, e := unix.RawSyscall(unix.SYS_GETGROUPS, 0, 0, 0)
+	if e != 0 {
+		id.err = e
+		return id
+	}
+	id.groups = make([]uint32, n)
+	if n > 0 {
+		m, _, e := unix.RawSyscall(unix.SYS_GETGROUPS, n, uintptr(unsafe.Pointer(&id.groups[0])), 0)
+		if e != 0 || m != n {
+			id.err = unix.EAGAIN
+		}
+	}
+	return id
+}
+
+// become gives the calling thread, alone, the credentials id.
+func (id fsIdentity) become() unix.Errno {
+	var list uintptr
+	if len(id.groups) > 0 {
+		list = uintptr(unsafe.Pointer(&id.groups[0]))
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(id.groups)), list, 0); e != 0 {
+		return e
+	}
+	// Each returns the id before; called again with an invalid one, the
+	// id now.
+	unix.RawSyscall(unix.SYS_SETFSGID, uintptr(id.gid), 0, 0)
+	unix.RawSyscall(unix.SYS_SETFSUID, uintptr(id.uid), 0, 0)
+	gid, _, _ := unix.RawSyscall(unix.SYS_SETFSGID, ^uintptr(0), 0, 0)
+	uid, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0)
+	if uint32(uid) != id.uid || uint32(gid) != id.gid {
+		return unix.EPERM
+	}
+	return 0
 }
 
 func ioctlPtr(fd int, req uint, arg unsafe.Pointer) error {
@@ -139,8 +217,10 @@ func ioctlPtr(fd int, req uint, arg unsafe.Pointer) error {
 	return nil
 }
 
-// symlinkFor does the task's symlink call req, or refuses it.
-func symlinkFor(listener int, req *seccompNotif, ws wsIdentity) unix.Errno {
+// symlinkFor does the task's symlink call req, or refuses it. It runs with
+// the task's credentials (asTask), as the rename and link calls do: the
+// folders are opened as the task would open them, the call is the task's.
+func (c *callCtx) symlinkFor(req *seccompNotif) unix.Errno {
 	var target, path string
 	dirfd := int32(unix.AT_FDCWD)
 	var err error
@@ -172,39 +252,67 @@ func symlinkFor(listener int, req *seccompNotif, ws wsIdentity) unix.Errno {
 	if name == "" || name == "." || name == ".." {
 		return unix.EEXIST
 	}
-	pid := strconv.FormatUint(uint64(req.PID), 10)
-	base := "/proc/" + pid + "/cwd"
-	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC}
-	switch {
-	case strings.HasPrefix(path, "/"):
-		base, dir = "/proc/"+pid+"/root", strings.TrimLeft(dir, "/")
-		how.Resolve = unix.RESOLVE_IN_ROOT
-		if dir == "" {
-			dir = "."
-		}
-	case dirfd != unix.AT_FDCWD:
-		base = "/proc/" + pid + "/fd/" + strconv.Itoa(int(dirfd))
-	}
-	bfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return errnoOf(err, unix.ENOENT)
-	}
-	defer unix.Close(bfd)
-	dfd, err := unix.Openat2(bfd, dir, &how)
-	if err != nil {
-		return errnoOf(err, unix.ENOENT)
+	dfd, errno := c.taskDir(req.PID, dirfd, dir)
+	if errno != 0 {
+		return errno
 	}
 	defer unix.Close(dfd)
 	// Read and opened while the call still waited: all of it was the
 	// task's.
-	id := req.ID
-	if ioctlPtr(listener, notifIDValid, unsafe.Pointer(&id)) != nil {
+	if !c.stillWaiting(req) {
 		return unix.ENOENT
 	}
-	if errno := linkAllowed(dfd, target, ws); errno != 0 {
+	if c.toolName(dfd, name) {
+		return unix.EPERM
+	}
+	unlock := lockLinks()
+	defer unlock()
+	if errno := linkAllowed(dfd, target, c.ws); errno != 0 {
 		return errno
 	}
-	return symlinkAs(req.PID, target, dfd, name)
+	return errnoOf(unix.Symlinkat(target, dfd, name), unix.EIO)
+}
+
+// stillWaiting says whether the task's call req still waits for its
+// answer: then its pid was still the task's while the call was read.
+func (c *callCtx) stillWaiting(req *seccompNotif) bool {
+	id := req.ID
+	return ioctlPtr(c.listener, notifIDValid, unsafe.Pointer(&id)) == nil
+}
+
+// taskDir opens the folder dir (a path of the task pid's, resolved from
+// its dirfd, its working folder or, when absolute, its root) O_PATH. Run
+// with the task's credentials, so that its search permissions apply.
+func (c *callCtx) taskDir(pid uint32, dirfd int32, dir string) (int, unix.Errno) {
+	fd, err := openTaskPath(pid, dirfd, dir, unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC})
+	if err != nil {
+		return -1, errnoOf(err, unix.ENOENT)
+	}
+	return fd, 0
+}
+
+// linkUps is how many folders a link to target climbs before it names
+// one; ok is false for a target that may end anywhere whatever folder the
+// link is in: an absolute one, or one with a `..` after a name (which a
+// link of that name could send anywhere).
+func linkUps(target string) (ups int, ok bool) {
+	if strings.HasPrefix(target, "/") {
+		return 0, false
+	}
+	named := false
+	for _, c := range strings.Split(target, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			if named {
+				return 0, false
+			}
+			ups++
+		default:
+			named = true
+		}
+	}
+	return ups, true
 }
 
 // linkAllowed checks a link to target made in the folder dfd.
@@ -216,21 +324,9 @@ func linkAllowed(dfd int, target string, ws wsIdentity) unix.Errno {
 	if st.Dev != ws.dev {
 		return 0 // not in the workspace
 	}
-	if strings.HasPrefix(target, "/") {
+	ups, ok := linkUps(target)
+	if !ok {
 		return unix.EPERM
-	}
-	ups, named := 0, false
-	for _, c := range strings.Split(target, "/") {
-		switch c {
-		case "", ".":
-		case "..":
-			if named {
-				return unix.EPERM
-			}
-			ups++
-		default:
-			named = true
-		}
 	}
 	// Climb ups folders from dfd: the workspace's top must not be among
 	// the folders climbed from.
@@ -259,91 +355,114 @@ func linkAllowed(dfd int, target string, ws wsIdentity) unix.Errno {
 	return 0
 }
 
-// symlinkAs makes the link with the task's file system credentials.
-func symlinkAs(pid uint32, target string, dfd int, name string) unix.Errno {
-	return asTask(pid, func() error { return unix.Symlinkat(target, dfd, name) })
-}
-
-// asTask runs op with the file system uid, gid and groups of the task
-// pid, on a thread of its own that ends afterwards, and returns its errno.
-func asTask(pid uint32, op func() error) unix.Errno {
-	uid, gid, groups, err := fsCreds(pid)
+// asTask runs op on the calling thread, which serveCalls keeps to
+// itself, with the file system uid, gid and groups of the task pid, and
+// returns its errno. The thread's own credentials are put back after.
+func (c *callCtx) asTask(pid uint32, op func() unix.Errno) unix.Errno {
+	if c.self.err != nil {
+		return unix.EIO
+	}
+	task, err := fsCreds(pid)
 	if err != nil {
 		return unix.ENOENT
 	}
-	done := make(chan unix.Errno, 1)
-	go func() {
-		// Never unlocked: the thread's credentials die with it.
-		runtime.LockOSThread()
-		var list uintptr
-		if len(groups) > 0 {
-			list = uintptr(unsafe.Pointer(&groups[0]))
-		}
-		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(groups)), list, 0); e != 0 {
-			done <- e
-			return
-		}
-		unix.RawSyscall(unix.SYS_SETFSGID, uintptr(gid), 0, 0)
-		unix.RawSyscall(unix.SYS_SETFSUID, uintptr(uid), 0, 0)
-		done <- errnoOf(op(), unix.EIO)
-	}()
-	return <-done
+	c.umask = task.umask
+	errno := task.become()
+	if errno == 0 {
+		errno = op()
+	}
+	if c.self.become() != 0 {
+		c.tainted = true
+	}
+	return errno
 }
 
-// fsCreds reads a process's file system uid and gid and its groups.
-func fsCreds(pid uint32) (uid, gid uint32, groups []uint32, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/status")
+// fsCreds reads a process's file system uid and gid, its groups and its
+// umask (0022 when its status has none, before Linux 4.7).
+func fsCreds(pid uint32) (fsIdentity, error) {
+	id := fsIdentity{umask: 0o022}
+	fd, err := unix.Open("/proc/"+strconv.FormatUint(uint64(pid), 10)+"/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return 0, 0, nil, err
+		return id, err
+	}
+	// The status of a process is some 1,500 bytes; the ids come first.
+	buf := make([]byte, 8192)
+	n, err := unix.Read(fd, buf)
+	unix.Close(fd)
+	if err != nil {
+		return id, err
 	}
 	var seen int
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), ":")
+	for _, line := range strings.Split(string(buf[:n]), "\n") {
+		k, v, _ := strings.Cut(line, ":")
 		f := strings.Fields(v)
 		switch {
+		case k == "Umask" && len(f) == 1:
+			n, _ := strconv.ParseUint(f[0], 8, 32)
+			id.umask = uint32(n) & 0o777
 		case k == "Uid" && len(f) == 4:
 			n, _ := strconv.ParseUint(f[3], 10, 32)
-			uid, seen = uint32(n), seen|1
+			id.uid, seen = uint32(n), seen|1
 		case k == "Gid" && len(f) == 4:
 			n, _ := strconv.ParseUint(f[3], 10, 32)
-			gid, seen = uint32(n), seen|2
+			id.gid, seen = uint32(n), seen|2
 		case k == "Groups":
 			for _, g := range f {
 				n, _ := strconv.ParseUint(g, 10, 32)
-				groups = append(groups, uint32(n))
+				id.groups = append(id.groups, uint32(n))
 			}
+			seen |= 4
+		}
+		if seen == 7 {
+			return id, nil
 		}
 	}
-	if seen != 3 {
-		return 0, 0, nil, errors.New("no Uid or Gid in the task's status")
-	}
-	return uid, gid, groups, nil
+	return id, errors.New("no Uid, Gid or Groups in the task's status")
 }
 
 // readString reads a NUL-terminated string of at most pathMax bytes at addr
 // in pid's memory.
 func readString(pid uint32, addr uint64) (string, error) {
-	f, err := os.Open("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/mem")
+	s, err := readStrings(pid, addr)
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	var out []byte
-	buf := make([]byte, 512)
-	for len(out) < pathMax {
-		// Never past a page's end: the next page may not be mapped.
-		n := min(len(buf), 4096-int((addr+uint64(len(out)))%4096))
-		got, err := f.ReadAt(buf[:n], int64(addr)+int64(len(out)))
-		if i := bytes.IndexByte(buf[:got], 0); i >= 0 {
-			return string(append(out, buf[:i]...)), nil
-		}
-		out = append(out, buf[:got]...)
-		if err != nil || got == 0 {
-			return "", unix.EFAULT
-		}
+	return s[0], nil
+}
+
+// readStrings reads a string (as readString) at each of addrs.
+func readStrings(pid uint32, addrs ...uint64) ([]string, error) {
+	fd, err := unix.Open("/proc/"+strconv.FormatUint(uint64(pid), 10)+"/mem", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
 	}
-	return "", unix.ENAMETOOLONG
+	defer unix.Close(fd)
+	out := make([]string, len(addrs))
+	buf := make([]byte, 512)
+	for i, addr := range addrs {
+		var s []byte
+		for {
+			if len(s) >= pathMax {
+				return nil, unix.ENAMETOOLONG
+			}
+			// Never past a page's end: the next page may not be mapped.
+			n := min(len(buf), 4096-int((addr+uint64(len(s)))%4096))
+			got, err := unix.Pread(fd, buf[:n], int64(addr)+int64(len(s)))
+			if got < 0 {
+				got = 0
+			}
+			if j := bytes.IndexByte(buf[:got], 0); j >= 0 {
+				s = append(s, buf[:j]...)
+				break
+			}
+			s = append(s, buf[:got]...)
+			if err != nil || got == 0 {
+				return nil, unix.EFAULT
+			}
+		}
+		out[i] = string(s)
+	}
+	return out, nil
 }
 
 func errnoOf(err error, def unix.Errno) unix.Errno {
@@ -360,8 +479,7 @@ func errnoOf(err error, def unix.Errno) unix.Errno {
 // chmodFor does the task's chmod call req, which sets a setuid or setgid
 // bit: refused for a file in the workspace, done for the task elsewhere
 // (dpkg and install set them on programs in the guest's system).
-func chmodFor(listener int, req *seccompNotif, ws wsIdentity) unix.Errno {
-	pid := strconv.FormatUint(uint64(req.PID), 10)
+func (c *callCtx) chmodFor(req *seccompNotif) unix.Errno {
 	a := req.Data.Args
 	var fd int
 	var err error
@@ -369,10 +487,10 @@ func chmodFor(listener int, req *seccompNotif, ws wsIdentity) unix.Errno {
 	switch int(req.Data.Nr) {
 	case unix.SYS_FCHMOD:
 		mode = uint32(a[1])
-		fd, err = unix.Open("/proc/"+pid+"/fd/"+strconv.Itoa(int(int32(a[0]))), unix.O_PATH|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.ENOENT) {
-			err = unix.EBADF
+		if int32(a[0]) < 0 {
+			return unix.EBADF
 		}
+		fd, err = openFor(req.PID, int32(a[0]), "", unix.AT_EMPTY_PATH)
 	case unix.SYS_FCHMODAT, sysFchmodat2, sysChmod:
 		dirfd, path, flags := int32(a[0]), a[1], uint64(0)
 		mode = uint32(a[2])
@@ -384,7 +502,7 @@ func chmodFor(listener int, req *seccompNotif, ws wsIdentity) unix.Errno {
 		}
 		var p string
 		if p, err = readString(req.PID, path); err == nil {
-			fd, err = openFor(pid, dirfd, p, flags)
+			fd, err = openFor(req.PID, dirfd, p, flags)
 		}
 	default:
 		return unix.ENOSYS
@@ -393,38 +511,46 @@ func chmodFor(listener int, req *seccompNotif, ws wsIdentity) unix.Errno {
 		return errnoOf(err, unix.ENOENT)
 	}
 	defer unix.Close(fd)
-	id := req.ID
-	if ioctlPtr(listener, notifIDValid, unsafe.Pointer(&id)) != nil {
+	if !c.stillWaiting(req) {
 		return unix.ENOENT
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return errnoOf(err, unix.EIO)
 	}
-	if st.Dev == ws.dev {
+	if st.Dev == c.ws.dev {
 		return unix.EPERM
 	}
-	return asTask(req.PID, func() error {
-		return unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), mode&0o7777)
+	return c.asTask(req.PID, func() unix.Errno {
+		return errnoOf(unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), mode&0o7777), unix.EIO)
 	})
 }
 
 // openFor opens path as the task pid would resolve it from dirfd, O_PATH
 // (fchmodat2's AT_SYMLINK_NOFOLLOW and AT_EMPTY_PATH are honoured).
-func openFor(pid string, dirfd int32, path string, flags uint64) (int, error) {
-	base := "/proc/" + pid + "/cwd"
+func openFor(pid uint32, dirfd int32, path string, flags uint64) (int, error) {
 	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC}
 	if flags&unix.AT_SYMLINK_NOFOLLOW != 0 {
 		how.Flags |= unix.O_NOFOLLOW
 	}
-	switch {
-	case path == "" && flags&unix.AT_EMPTY_PATH == 0:
+	if path == "" && flags&unix.AT_EMPTY_PATH == 0 {
 		return -1, unix.ENOENT
+	}
+	return openTaskPath(pid, dirfd, path, how)
+}
+
+// openTaskPath opens path with how as the task pid resolves it: from its
+// dirfd, its working folder or, when absolute, its root ("" is dirfd's
+// own file, as with AT_EMPTY_PATH).
+func openTaskPath(pid uint32, dirfd int32, path string, how unix.OpenHow) (int, error) {
+	p := strconv.FormatUint(uint64(pid), 10)
+	base := "/proc/" + p + "/cwd"
+	switch {
 	case strings.HasPrefix(path, "/"):
-		base, path = "/proc/"+pid+"/root", strings.TrimLeft(path, "/")
-		how.Resolve = unix.RESOLVE_IN_ROOT
+		base, path = "/proc/"+p+"/root", strings.TrimLeft(path, "/")
+		how.Resolve |= unix.RESOLVE_IN_ROOT
 	case dirfd != unix.AT_FDCWD:
-		base = "/proc/" + pid + "/fd/" + strconv.Itoa(int(dirfd))
+		base = "/proc/" + p + "/fd/" + strconv.Itoa(int(dirfd))
 	}
 	if path == "" {
 		path = "."
@@ -437,8 +563,8 @@ func openFor(pid string, dirfd int32, path string, flags uint64) (int, error) {
 		return -1, err
 	}
 	defer unix.Close(bfd)
-	if path == "." {
-		return unix.Dup(bfd)
+	if path == "." && how.Flags&unix.O_DIRECTORY == 0 {
+		return unix.Dup(bfd) // the file itself, whatever it is
 	}
 	return unix.Openat2(bfd, path, &how)
 }

@@ -33,10 +33,19 @@ import (
 // task orphans, and tells the agent how the task started and ended over a
 // pipe (its fd 3).
 //
+// Each such task also has its own IPC namespace and /dev/shm (a tmpfs of
+// its own, gone with the task), so that one task cannot read or change
+// another's shared memory, semaphores or message queues. /tmp and the
+// loopback network stay shared: tasks are the commands of one session,
+// and a server one task starts is what another task's client talks to.
+//
 // Root tasks keep the guest's namespaces: root can undo any of it, and an
 // administrator's root task is where the whole guest is looked at (ps,
 // kill).
 const TaskInitArg = "task-init"
+
+// taskNamespaces are the namespaces a task init starts in.
+const taskNamespaces = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC
 
 // The task init's reports on its fd 3, 8 bytes each (a pipe writes them
 // whole): a kind and a value.
@@ -65,15 +74,24 @@ var initSignals = []os.Signal{
 
 // taskInitArgs is the init's command line after TaskInitArg: mode ("t"
 // with a terminal, "p" without), uid, gid, the workspace whose rules
-// restrict the task (restrict.go; "" for none), working directory,
+// restrict the task (restrict.go; "" for none), whether they refuse the
+// tool configuration's names there (toolNamesArg), working directory,
 // executable, then the task's argv. Its environment is the task's.
-func taskInitArgs(self string, tty bool, uid, gid uint32, ws, dir, path string, argv []string) []string {
+func taskInitArgs(self string, tty bool, uid, gid uint32, ws, names, dir, path string, argv []string) []string {
 	mode := "p"
 	if tty {
 		mode = "t"
 	}
-	args := []string{self, TaskInitArg, mode, strconv.FormatUint(uint64(uid), 10), strconv.FormatUint(uint64(gid), 10), ws, dir, path}
+	args := []string{self, TaskInitArg, mode, strconv.FormatUint(uint64(uid), 10), strconv.FormatUint(uint64(gid), 10), ws, names, dir, path}
 	return append(args, argv...)
+}
+
+// toolNamesArg is RefuseToolNames on a task init's command line.
+func toolNamesArg(refuse bool) string {
+	if refuse {
+		return "names"
+	}
+	return "-"
 }
 
 // rulesWorkspace is the workspace the tasks' rules guard (buildRules): ""
@@ -86,9 +104,9 @@ func (s *Server) rulesWorkspace() string {
 }
 
 // initRules builds, in a task init, the rules the agent built for its
-// tasks (buildRules), for the workspace ws.
-func initRules(ws string) (taskRules, error) {
-	r, _, err := newTaskRules(ws)
+// tasks (buildRules), for the workspace ws; names is toolNamesArg's.
+func initRules(ws, names string) (taskRules, error) {
+	r, _, err := newTaskRules(ws, names == toolNamesArg(true))
 	if err != nil && auditArch == 0 {
 		return r, nil // as buildRules: no filter for this architecture
 	}
@@ -142,18 +160,18 @@ func taskInit(args []string) int {
 
 	var t initTask
 	var rules taskRules
-	if len(args) == 2 && args[0] == spareArg {
+	if len(args) == 3 && args[0] == spareArg {
 		// A spare: its rules are made ahead; the task comes over the
 		// socket, stdio with it.
 		var err error
-		if rules, err = initRules(args[1]); err != nil {
+		if rules, err = initRules(args[1], args[2]); err != nil {
 			return failAs(initSetupFail, err)
 		}
 		if t, err = recvTask(report); err != nil {
 			return failAs(initSetupFail, err)
 		}
 	} else {
-		if len(args) < 7 {
+		if len(args) < 8 {
 			return failAs(initSetupFail, unix.EINVAL)
 		}
 		uid, err1 := strconv.ParseUint(args[1], 10, 32)
@@ -162,10 +180,10 @@ func taskInit(args []string) int {
 			return failAs(initSetupFail, unix.EINVAL)
 		}
 		var err error
-		if rules, err = initRules(args[3]); err != nil {
+		if rules, err = initRules(args[3], args[4]); err != nil {
 			return failAs(initSetupFail, err)
 		}
-		t = initTask{tty: args[0] == "t", uid: uint32(uid), gid: uint32(gid), dir: args[4], path: args[5], argv: args[6:],
+		t = initTask{tty: args[0] == "t", uid: uint32(uid), gid: uint32(gid), dir: args[5], path: args[6], argv: args[7:],
 			env: os.Environ(), stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
 	}
 	tty, uid, gid := t.tty, t.uid, t.gid
@@ -226,15 +244,20 @@ func taskInit(args []string) int {
 }
 
 // mountTaskProc gives the init's mount namespace a /proc of its PID
-// namespace. Mounts below / become slaves first, so this mount never
-// propagates to the guest's own namespace (and hides the agent's /proc
-// there).
+// namespace and a /dev/shm of its own. Mounts below / become slaves
+// first, so these mounts never propagate to the guest's own namespace
+// (and hide the agent's /proc there).
 func mountTaskProc() error {
 	if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make / a slave mount: %w", err)
 	}
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount /proc: %w", err)
+	}
+	// POSIX shared memory lives in /dev/shm: a tmpfs of the task's own,
+	// as its SysV IPC is its IPC namespace's.
+	if err := unix.Mount("tmpfs", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("mount /dev/shm: %w", err)
 	}
 	return nil
 }

@@ -4,7 +4,9 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +21,9 @@ import (
 // TestMain makes the test binary a task init when started as one, as the
 // guest binary is (Config.TaskInit).
 func TestMain(m *testing.M) {
+	// The links' lock beside the tests', not in the host's /run: the
+	// same path for the test and the task inits it starts.
+	linkLockPath = filepath.Join(os.TempDir(), fmt.Sprintf("airlock-agent-test-%d", os.Geteuid()), "links.lock")
 	if len(os.Args) > 1 && os.Args[1] == TaskInitArg {
 		RunTaskInit()
 	}
@@ -130,6 +135,37 @@ func TestTaskIsolation(t *testing.T) {
 			t.Errorf("a root task does not see the victim: %q %q", r.stdout.String(), r.stderr.String())
 		}
 	})
+}
+
+// TestTaskIPCApart: a task's SysV IPC objects and POSIX shared memory
+// (/dev/shm) are its own, while /tmp stays shared between tasks.
+func TestTaskIPCApart(t *testing.T) {
+	e := newIsolatedEnv(t)
+	for _, tool := range []string{"ipcmk", "ipcs"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skip(err)
+		}
+	}
+	marker := "ipc-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	// Made while a second task runs, and left behind by the first.
+	start := &agentv1.ExecStart{Shell: "ipcmk -Q -p 0600 | tr -dc 0-9; echo; echo x > /dev/shm/" + marker + "; echo x > /tmp/" + marker}
+	r := mustRun(t, e, start)
+	id := strings.TrimSpace(r.stdout.String())
+	if r.exit.Code != 0 || id == "" {
+		t.Fatalf("the first task: exit %v, %q %q", r.exit, r.stdout.String(), r.stderr.String())
+	}
+	t.Cleanup(func() {
+		exec.Command("ipcrm", "-q", id).Run()
+		os.Remove("/dev/shm/" + marker)
+		os.Remove("/tmp/" + marker)
+	})
+	r = mustRun(t, e, shell("ipcs -q | awk '{print $2}' | grep -qx "+id+" && echo queue; ls /dev/shm/"+marker+" >/dev/null 2>&1 && echo shm; cat /tmp/"+marker))
+	if got := r.stdout.String(); got != "x\n" {
+		t.Errorf("another task sees %q of the first's queue (queue), /dev/shm (shm) and /tmp (x): want only /tmp's", got)
+	}
+	if _, err := os.Stat("/dev/shm/" + marker); err == nil {
+		t.Error("a task's /dev/shm file is in the guest's /dev/shm")
+	}
 }
 
 // TestTaskInitSemantics: with a task init in between, a task exits,

@@ -66,22 +66,17 @@ const layerWait = diskWait
 
 // mountChanges mounts the share read-only at api.LowerDir, the layer disk
 // (formatted first when blank) at api.LayerDir, and the overlay of the two
-// at api.WorkspaceDir. fd is the connected socket of a 9p-vsock share.
-func mountChanges(log *slog.Logger, cfg api.BootConfig, fd int) error {
+// at api.WorkspaceDir.
+func mountChanges(log *slog.Logger, cfg api.BootConfig) error {
 	if err := os.MkdirAll(airlockRunDir, 0o700); err != nil {
 		return fmt.Errorf("changes layer: %w", err)
 	}
 	if err := os.Chmod(airlockRunDir, 0o700); err != nil {
 		return fmt.Errorf("changes layer: %w", err)
 	}
-	lower, err := workspaceMount(cfg, fd)
-	if err != nil {
-		return err
-	}
 	// The host makes the share read-only; the guest mounts it so too, so a
 	// write fails at once with EROFS rather than at the host.
-	lower.target, lower.flags = api.LowerDir, lower.flags|unix.MS_RDONLY
-	if err := lower.do(); err != nil {
+	if err := mountShare(log, cfg, func(m *mount) { m.target, m.flags = api.LowerDir, m.flags|unix.MS_RDONLY }); err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
 	log.Debug("changes layer: share mounted beneath")

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -133,26 +134,97 @@ func setupCgroups(root string) error {
 // mountWorkspace mounts the shared folder, or with changes held the
 // overlay over it (mountChanges).
 func mountWorkspace(log *slog.Logger, cfg api.BootConfig) error {
-	fd := -1
-	if cfg.Share == api.Share9PVsock {
-		var err error
-		if fd, err = dialVsock(cfg.SharePort); err != nil {
-			return fmt.Errorf("workspace: 9p over vsock port %d: %w", cfg.SharePort, err)
-		}
-		// The kernel holds its own references once mounted.
-		defer unix.Close(fd)
-	}
 	if cfg.Changes {
-		return mountChanges(log, cfg, fd)
+		return mountChanges(log, cfg)
 	}
-	m, err := workspaceMount(cfg, fd)
-	if err != nil {
-		return err
-	}
-	if err := m.do(); err != nil {
+	if err := mountShare(log, cfg, func(*mount) {}); err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
 	return nil
+}
+
+// mountShare mounts cfg's share as workspaceMount says, changed by
+// adjust. A 9p-vsock share is dialled and mounted again for up to
+// shareWait while the host's Plan9 server is not there yet (retryShare).
+func mountShare(log *slog.Logger, cfg api.BootConfig, adjust func(*mount)) error {
+	mountOver := func(fd int) error {
+		m, err := workspaceMount(cfg, fd)
+		if err != nil {
+			return err
+		}
+		adjust(&m)
+		return m.do()
+	}
+	if cfg.Share != api.Share9PVsock {
+		return mountOver(-1)
+	}
+	dial := func() (int, error) {
+		fd, err := dialVsock(cfg.SharePort)
+		if err != nil {
+			return -1, fmt.Errorf("9p over vsock port %d: %w", cfg.SharePort, err)
+		}
+		return fd, nil
+	}
+	return retryShare(log, shareWait, dial, mountOver)
+}
+
+// shareWait bounds how long init retries the workspace's Plan9 connection
+// on HCS. The service adds the share (HcsModifyComputeSystem, with the
+// user's token) only after HcsStartComputeSystem returns, so a guest that
+// boots fast can dial port 564 before the host's Plan9 server serves the
+// share: the connection is refused or times out, or it is made and the
+// attach of a share name not yet known fails. Past this bound, well
+// within the host's boot timeout, a failure is the share's own and the
+// host reports it as hcs.ErrPlan9Mount. QEMU's share is there at boot:
+// its first attempt succeeds and nothing waits.
+const shareWait = 20 * time.Second
+
+// shareRetryable says whether err, from dialling the host's Plan9 server
+// or mounting over the connection, can mean the share is not there yet.
+func shareRetryable(err error) bool {
+	for _, e := range []unix.Errno{
+		unix.ECONNREFUSED, unix.ECONNRESET, unix.ETIMEDOUT, unix.EHOSTUNREACH, unix.ENETUNREACH,
+		unix.ENOENT, unix.EPIPE, unix.EIO,
+	} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// retryShare dials the share and mounts over the connection, again after
+// a short and growing pause while either fails with a shareRetryable
+// error, until wait has passed. The socket is closed after each attempt:
+// a mounted 9p holds its own reference to it.
+func retryShare(log *slog.Logger, wait time.Duration, dial func() (int, error), mountOver func(fd int) error) error {
+	began := time.Now()
+	pause := 10 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		fd, err := dial()
+		if err == nil {
+			err = mountOver(fd)
+			unix.Close(fd)
+		}
+		if err == nil {
+			if attempt > 1 {
+				log.Info("workspace share answered", "attempts", attempt, "after", time.Since(began).Round(time.Millisecond).String())
+			}
+			return nil
+		}
+		if !shareRetryable(err) {
+			return err
+		}
+		left := wait - time.Since(began)
+		if left <= 0 {
+			return fmt.Errorf("%w (still failing after %d attempts in %v)", err, attempt, time.Since(began).Round(time.Millisecond))
+		}
+		if attempt == 1 {
+			log.Info("workspace share not there yet; retrying", "err", err.Error(), "for", wait.String())
+		}
+		time.Sleep(min(pause, left))
+		pause = min(2*pause, 500*time.Millisecond)
+	}
 }
 
 func dialVsock(port uint32) (int, error) {

@@ -16,13 +16,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/guest/api"
 	"github.com/airlock-sandbox/airlock/images/manifest"
-	"github.com/airlock-sandbox/airlock/images/vhd"
 )
 
 // The standard image: the minimal image's kernel and initramfs plus a
@@ -31,7 +29,7 @@ import (
 const (
 	// StandardVersion names the recipe (package list, customisation).
 	// Change it whenever the root disk would differ for the same inputs.
-	StandardVersion = "standard/1"
+	StandardVersion = "standard/2"
 	// RootLabel is the ext4 label the guest finds the root disk by.
 	RootLabel = api.RootLabel
 	// RootDiskFile is the root disk's artifact name: raw ext4 with a
@@ -64,7 +62,6 @@ func standardDir(minDir string) string {
 // standardTools are the host programs the standard image needs.
 var standardTools = map[string]string{
 	"debootstrap": "debootstrap",
-	"mkfs.ext4":   "e2fsprogs",
 	"dpkg-query":  "dpkg",
 }
 
@@ -216,7 +213,7 @@ func buildRootDisk(ctx context.Context, opts Options, arch, dir string, tools ma
 	disk := filepath.Join(dir, "."+RootDiskFile+".tmp")
 	defer os.Remove(disk)
 	t = time.Now()
-	size, err := makeExt4(ctx, tools["mkfs.ext4"], root, disk, key)
+	size, err := writeRootDisk(root, disk, key)
 	if err != nil {
 		return nil, err
 	}
@@ -424,72 +421,6 @@ func emptyDir(dir string, drop func(rel string, d fs.DirEntry) bool) error {
 		return fmt.Errorf("images: standard image: tidy %s: %w", dir, err)
 	}
 	return nil
-}
-
-// treeUsage sums the space the files under root need on ext4 with 4 KiB
-// blocks, and counts their inodes.
-func treeUsage(root string) (bytes, inodes int64, err error) {
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		inodes++
-		if d.Type().IsRegular() || d.Type()&fs.ModeSymlink != 0 || d.IsDir() {
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			bytes += (fi.Size() + 4095) &^ 4095
-		}
-		return nil
-	})
-	return bytes, inodes, err
-}
-
-// makeExt4 writes root as an ext4 file system into the file disk (with
-// mkfs.ext4 -d: no loop mount, no privileges beyond reading root), then
-// appends the fixed-VHD footer. It returns the size of the raw disk.
-// The file system has no journal (it is mounted read-only) and no reserved
-// blocks; its UUID and hash seed come from key so rebuilds are alike.
-func makeExt4(ctx context.Context, mkfs, root, disk, key string) (int64, error) {
-	used, inodes, err := treeUsage(root)
-	if err != nil {
-		return 0, fmt.Errorf("images: standard image: %w", err)
-	}
-	// Metadata (inode tables, bitmaps, directories' slack) and 64 MiB of
-	// headroom, rounded up to whole MiB.
-	size := used + used/8 + inodes*256 + 64<<20
-	size = (size + 1<<20 - 1) &^ (1<<20 - 1)
-	if err := os.Truncate(disk, 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return 0, fmt.Errorf("images: %w", err)
-	}
-	f, err := os.Create(disk)
-	if err != nil {
-		return 0, fmt.Errorf("images: %w", err)
-	}
-	if err := f.Truncate(size); err != nil {
-		f.Close()
-		return 0, fmt.Errorf("images: %w", err)
-	}
-	f.Close()
-	uuid := key[0:8] + "-" + key[8:12] + "-4" + key[13:16] + "-8" + key[17:20] + "-" + key[20:32]
-	env := append(os.Environ(), "E2FSPROGS_FAKE_TIME=1", "MKE2FS_DEVICE_SECTSIZE=512")
-	if _, err := run(ctx, "", env, mkfs, "-q", "-F", "-t", "ext4", "-b", "4096",
-		"-L", RootLabel, "-U", uuid, "-m", "0",
-		"-N", strconv.FormatInt(inodes+inodes/4+1024, 10),
-		"-O", "^has_journal,^metadata_csum,^resize_inode",
-		"-E", "root_owner=0:0,hash_seed="+uuid+",nodiscard",
-		"-d", root, disk); err != nil {
-		return 0, fmt.Errorf("images: standard image: %w", err)
-	}
-	var id [16]byte
-	b, _ := hex.DecodeString(key[:32])
-	copy(id[:], b)
-	n, err := vhd.Append(disk, id)
-	if err != nil {
-		return 0, fmt.Errorf("images: standard image: %w", err)
-	}
-	return n, nil
 }
 
 // linkOrCopy makes dst the same file as src: a hard link when both are on

@@ -1,67 +1,14 @@
 package builder
 
 import (
-	"bytes"
-	"context"
-	"encoding/binary"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/guest/api"
 	"github.com/airlock-sandbox/airlock/images/manifest"
-	"github.com/airlock-sandbox/airlock/images/vhd"
 )
-
-// TestMakeExt4 builds a real (small) root disk with mkfs.ext4 -d and
-// checks what the guest and Hyper-V rely on: the ext4 superblock with the
-// label init looks for, the files, and the fixed-VHD footer.
-func TestMakeExt4(t *testing.T) {
-	mkfs, err := lookTool("mkfs.ext4")
-	if err != nil {
-		t.Skip("mkfs.ext4 not installed (apt: e2fsprogs)")
-	}
-	root := filepath.Join(t.TempDir(), "root")
-	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
-	os.WriteFile(filepath.Join(root, "etc", "passwd"), []byte("root:x:0:0::/root:/bin/sh\n"), 0o644)
-	if err := customiseRoot(root, rootCustomisation()); err != nil {
-		t.Fatal(err)
-	}
-	disk := filepath.Join(t.TempDir(), "root.vhd")
-	key := strings.Repeat("0123456789abcdef", 4)
-	size, err := makeExt4(context.Background(), mkfs, root, disk, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(disk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fi, _ := f.Stat()
-	if got, err := vhd.ReadFooter(f, fi.Size()); err != nil || got != size || size%(1<<20) != 0 {
-		t.Fatalf("footer: size %d (disk %d), %v", got, size, err)
-	}
-	sb := make([]byte, 1024)
-	f.ReadAt(sb, 1024)
-	if binary.LittleEndian.Uint16(sb[0x38:]) != 0xEF53 || string(bytes.TrimRight(sb[0x78:0x88], "\x00")) != api.RootLabel {
-		t.Fatalf("superblock: magic %#x, label %q", binary.LittleEndian.Uint16(sb[0x38:]), sb[0x78:0x88])
-	}
-	// The file system holds the customised files, owned as they should be.
-	if _, err := exec.LookPath("debugfs"); err == nil {
-		out, err := exec.Command("debugfs", "-R", "stat /home/agent", disk).CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "User:  1000") {
-			t.Fatalf("debugfs stat /home/agent: %v\n%s", err, out)
-		}
-		out, _ = exec.Command("debugfs", "-R", "cat /etc/passwd", disk).CombinedOutput()
-		if !strings.Contains(string(out), "agent:x:1000:1000:agent:/home/agent:/bin/bash") {
-			t.Fatalf("/etc/passwd on the disk:\n%s", out)
-		}
-	}
-}
 
 func TestCustomiseRoot(t *testing.T) {
 	root := t.TempDir()

@@ -60,8 +60,12 @@ SIIT, Teredo and ` + "`" + `3fff::/20` + "`" + ` addresses; setuid/setgid files 
 and the folder's tool configuration (` + "`" + `.git/config` + "`" + `, hooks, ` + "`" + `.envrc` + "`" + `, ` + "`" + `.vscode` + "`" + `,
 ` + "`" + `.idea` + "`" + `) planted through the share; io_uring; one connection writing the decision log without
 bound; a page on another loopback port driving the UI with its cookie; terminal escapes in names
-the guest chose; a task reading another's environment and open files, killing it, or holding every
-proxy connection. A secret's host echoing the value back is an e2e test (TestCredentialsStayOnTheHost).
+the guest chose; a task reading another's environment, open files or shared memory, killing it,
+or holding every proxy connection; in ` + "`" + `direct` + "`" + ` mode, a link that fits where it is made moved,
+hard-linked or swapped (with its folder or alone) towards the top, where it climbs out, and a task
+making the tool configuration where there was none (a new repository and hook, one moved, copied or
+linked into place, a new ` + "`" + `.vscode` + "`" + `). A secret's host echoing the value back is an e2e test
+(TestCredentialsStayOnTheHost).
 FIFOs and sockets in the folder were refused by QEMU 7.2's 9p server already; the guest now
 refuses them too, for the file servers of the other platforms.
 
@@ -70,7 +74,9 @@ of scope: what a host program does with a file the agent wrote, once the user ru
 (the folder's tool configuration, setuid bits, FIFOs, devices and escaping links are refused at the
 source; an ordinary script or document is the user's to open); guest root unmounting the
 read-only binds over the folder's tool configuration (root is asked for per task); side channels
-between sandboxes on one CPU.
+between sandboxes on one CPU. Tasks of one sandbox share ` + "`" + `/tmp` + "`" + ` and the guest's loopback on
+purpose: they are the commands of one session, and a server one task starts is what another
+task's client talks to.
 `
 
 func (r report) count(family string) (attempts, blocked, through, holes, errs int) {

@@ -208,20 +208,29 @@ func ownerIDs(dir string) (int, int) {
 // anywhere in the guest outside it, keep working.
 func TestShareLinks(t *testing.T) {
 	t.Parallel()
-	probe(t)
-	// Controls: what npm, git and tar do.
+	p := probe(t)
+	// Controls: what npm, git and tar do; a link moved, its folder moved,
+	// deeper or within its folder.
 	r := user(t, "mkdir -p /workspace/lk/node_modules/.bin /workspace/lk/node_modules/tsc/bin && cd /workspace/lk && "+
 		"echo x > node_modules/tsc/bin/tsc && ln -s ../tsc/bin/tsc node_modules/.bin/tsc && cat node_modules/.bin/tsc && "+
-		"ln -sf node_modules top && ls top/.bin/ && ln -s /etc/passwd /tmp/lk-abs && ln -s ../../.. /tmp/lk-up && stat -c %u /tmp/lk-abs && rm /tmp/lk-abs /tmp/lk-up")
-	if want := "x\ntsc\n" + strconv.Itoa(taskUID()) + "\n"; r.Stdout != want {
+		"ln -sf node_modules top && ls top/.bin/ && mkdir -p deep/er && mv node_modules/.bin deep/er/bin && mv deep/er/bin/tsc deep/er/bin/tsc2 && "+
+		"mv deep/er/bin node_modules/.bin && mv node_modules/.bin/tsc2 node_modules/.bin/tsc && ln node_modules/.bin/tsc node_modules/.bin/tsc3 && "+
+		"cat node_modules/.bin/tsc3 && rm -r deep && ln -s /etc/passwd /tmp/lk-abs && ln -s ../../.. /tmp/lk-up && stat -c %u /tmp/lk-abs && rm /tmp/lk-abs /tmp/lk-up")
+	if want := "x\ntsc\nx\n" + strconv.Itoa(taskUID()) + "\n"; r.Stdout != want {
 		t.Fatalf("control: links inside the folder and in /tmp: %s (want stdout %q)", r, want)
 	}
-	cases := []struct{ name, cmd string }{
-		{"an absolute link to a host path", "cd /workspace && ln -s " + secret + " lk-abs; ln -s /etc lk-etc; ls -l"},
-		{"a relative link climbing out of the folder", "cd /workspace && ln -s ../secret.txt lk-rel; mkdir -p lk-d && ln -s ../../secret.txt lk-d/lk-rel2; ls -l"},
-		{"a link with .. after a name", "cd /workspace && mkdir -p lk-x && ln -s lk-x/../../secret.txt lk-after; ls -l"},
-		{"a link made by tar", "cd /tmp && rm -rf tl && mkdir tl && ln -s " + secret + " tl/lk-tar && tar -cf tl.tar -C tl lk-tar && tar -xf tl.tar -C /workspace; ls -l /workspace/lk-tar"},
-		{"a relative link moved towards the top", "cd /workspace && mkdir -p lk-m && ln -s ../secret.txt lk-m/l && mv lk-m/l lk-moved; ls -l"},
+	// made is a link an attack makes first, which must then be there: the
+	// attack ran.
+	cases := []struct{ name, cmd, made string }{
+		{"an absolute link to a host path", "cd /workspace && ln -s " + secret + " lk-abs; ln -s /etc lk-etc; ls -l", ""},
+		{"a relative link climbing out of the folder", "cd /workspace && ln -s ../secret.txt lk-rel; mkdir -p lk-d && ln -s ../../secret.txt lk-d/lk-rel2; ls -l", ""},
+		{"a link with .. after a name", "cd /workspace && mkdir -p lk-x && ln -s lk-x/../../secret.txt lk-after; ls -l", ""},
+		{"a link made by tar", "cd /tmp && rm -rf tl && mkdir tl && ln -s " + secret + " tl/lk-tar && tar -cf tl.tar -C tl lk-tar && tar -xf tl.tar -C /workspace; ls -l /workspace/lk-tar", ""},
+		{"a relative link moved towards the top", "cd /workspace && mkdir -p lk-m && ln -s ../secret.txt lk-m/l && mv lk-m/l lk-moved; ls -l", "lk-m/l"},
+		{"a folder of relative links moved towards the top", "cd /workspace && mkdir -p lk-f/b && ln -s ../../secret.txt lk-f/b/l && mv lk-f/b lk-fm; ls -lR lk-fm", "lk-f/b/l"},
+		{"a folder of relative links moved towards the top from deeper", "cd /workspace && mkdir -p lk-g/a/b && ln -s ../../../secret.txt lk-g/a/b/l && mv lk-g/a lk-ga; ls -lR lk-ga", "lk-g/a/b/l"},
+		{"a relative link hard-linked towards the top", "cd /workspace && mkdir -p lk-h && ln -s ../secret.txt lk-h/l && ln lk-h/l lk-hard; ls -l", "lk-h/l"},
+		{"a relative link swapped towards the top (RENAME_EXCHANGE)", "cd /workspace && mkdir -p lk-x2 && ln -s ../secret.txt lk-x2/l && touch lk-swap && " + p + " exchange lk-swap lk-x2/l; ls -l", "lk-x2/l"},
 	}
 	for _, who := range []struct {
 		tag string
@@ -229,8 +238,18 @@ func TestShareLinks(t *testing.T) {
 	}{{"the task user", user}, {"guest root", root}} {
 		for _, c := range cases {
 			attack(t, wsFamily, who.tag+" plants "+c.name, func(a *Attack) {
+				old, _ := filepath.Glob(filepath.Join(sharedWS, "lk-*"))
+				for _, o := range old {
+					os.RemoveAll(o)
+				}
 				r := who.run(a, c.cmd)
-				for _, n := range []string{"lk-abs", "lk-etc", "lk-rel", "lk-d/lk-rel2", "lk-after", "lk-tar", "lk-moved"} {
+				if c.made != "" {
+					if _, err := os.Lstat(filepath.Join(sharedWS, c.made)); err != nil {
+						a.Fatalf("the attack's link %s was not made, or went: %s", c.made, r)
+					}
+				}
+				for _, n := range []string{"lk-abs", "lk-etc", "lk-rel", "lk-d/lk-rel2", "lk-after", "lk-tar", "lk-moved",
+					"lk-fm/l", "lk-ga/b/l", "lk-hard", "lk-swap"} {
 					host := filepath.Join(sharedWS, n)
 					target, err := os.Readlink(host)
 					if err != nil {

@@ -129,3 +129,32 @@ func allowedPort() string {
 	_, port, _ := strings.Cut(allowedAddr, ":")
 	return port
 }
+
+// TestTaskIPC29: one task cannot read what another put in SysV shared
+// memory or in /dev/shm (POSIX shared memory): each task has its own IPC
+// namespace and /dev/shm, though both run as the same user. /tmp stays
+// shared (a control): tasks are the commands of one session.
+func TestTaskIPC29(t *testing.T) {
+	t.Parallel()
+	p := probe(t)
+	marker := fmt.Sprintf("ipc29-%d", time.Now().UnixNano())
+	key := fmt.Sprintf("%#x", 0x29000000+time.Now().UnixNano()%0xffffff)
+	first, _ := background(t, client.Spec{Argv: []string{"sh", "-c",
+		"echo " + marker + " > /dev/shm/" + marker + " && echo " + marker + " > /tmp/" + marker + " && " + p + " shmput " + key + " " + marker + " && exec sleep 1000"}})
+	if first != "ok: put" {
+		t.Fatalf("the victim task: %q", first)
+	}
+	if r := user(t, "cat /tmp/"+marker); !strings.Contains(r.Stdout, marker) {
+		t.Fatalf("control: /tmp is no longer shared between tasks: %s", r)
+	}
+	for _, c := range []struct{ name, cmd string }{
+		{"read another task's SysV shared memory", p + " shmget " + key},
+		{"read another task's POSIX shared memory (/dev/shm)", "cat /dev/shm/" + marker + "; ls /dev/shm"},
+	} {
+		attack(t, privFamily, c.name, func(a *Attack) {
+			if r := user(a, c.cmd); strings.Contains(r.Stdout, marker) {
+				a.breach("%s: %s", c.cmd, r)
+			}
+		})
+	}
+}

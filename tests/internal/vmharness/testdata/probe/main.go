@@ -26,6 +26,9 @@
 //	probe setxattr FILE                set user.airlock on FILE
 //	probe euid                         print the effective uid (run setuid on the host)
 //	probe rename OLD NEW | rmdir DIR    the syscalls alone (busybox mv falls back to copy and delete)
+//	probe exchange A B                 renameat2(2) RENAME_EXCHANGE of A and B
+//	probe shmput KEY TEXT | shmget KEY  put TEXT in a SysV shared memory segment of KEY (kept after
+//	                                   exit) | print what that segment holds
 //	probe rawread FILE                 read 512 bytes of FILE (a device node)
 //	probe creat FILE MODE              open(2) FILE with O_CREAT and octal MODE (0o4755: setuid)
 //	probe chmod FILE MODE              chmod(2) with octal MODE
@@ -212,6 +215,30 @@ func main() {
 	case "rename":
 		check("rename", unix.Rename(arg(2), arg(3)))
 		fmt.Println("ok: renamed")
+	case "exchange":
+		check("renameat2", unix.Renameat2(unix.AT_FDCWD, arg(2), unix.AT_FDCWD, arg(3), unix.RENAME_EXCHANGE))
+		fmt.Println("ok: exchanged")
+	case "shmput", "shmget":
+		key, err := strconv.ParseInt(arg(2), 0, 32)
+		check("key", err)
+		flags := 0
+		if os.Args[1] == "shmput" {
+			flags = unix.IPC_CREAT | 0o600
+		}
+		id, err := unix.SysvShmGet(int(key), 4096, flags)
+		check("shmget", err)
+		b, err := unix.SysvShmAttach(id, 0, 0)
+		check("shmat", err)
+		if os.Args[1] == "shmput" {
+			copy(b, arg(3)+"\x00")
+			fmt.Println("ok: put")
+			return
+		}
+		n := 0
+		for n < len(b) && b[n] != 0 {
+			n++
+		}
+		fmt.Printf("ok: %q\n", b[:n])
 	case "rmdir":
 		check("rmdir", unix.Rmdir(arg(2)))
 		fmt.Println("ok: removed")

@@ -47,7 +47,8 @@ const (
 	ReasonAllowedByAsk Reason = "allowed-by-ask"
 	// ReasonDeniedByRule: a deny entry matched the name, address or port.
 	ReasonDeniedByRule Reason = "denied-by-rule"
-	// ReasonNoMatchingRule: nothing matched and no Decider is attached.
+	// ReasonNoMatchingRule: nothing matched and no Decider is attached, or
+	// the Decider had no one to ask (ErrNobodyToAsk).
 	ReasonNoMatchingRule Reason = "no-matching-rule"
 	// ReasonPrivateAddress: the target is or resolved to a loopback,
 	// private, link-local, CGNAT, multicast, unspecified, broadcast or

@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/app/egress"
-	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/session"
 	"github.com/airlock-sandbox/airlock/app/tasks"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
@@ -52,12 +51,15 @@ func (s *Service) Run(_ context.Context, req RunRequest) (tasks.Task, error) {
 			return tasks.Task{}, fmt.Errorf("%w: %s", ErrOverQuota, reason)
 		}
 	}
+	// The values are read outside the lock: a keychain may be slow.
 	s.mu.Lock()
-	secretEnv, err := secrets.Env(s.settings.Secrets, req.Secrets)
+	list := slices.Clone(s.settings.Secrets)
+	s.mu.Unlock()
+	secretEnv, err := s.vault.Env(list, req.Secrets)
 	if err != nil {
-		s.mu.Unlock()
 		return tasks.Task{}, err
 	}
+	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return tasks.Task{}, ErrClosed

@@ -137,12 +137,12 @@ func Open(cfg Config) (*Service, error) {
 	s.vault = secrets.NewStore(cfg.Keychain, cfg.Getenv)
 	values, verr := s.vault.ForGate(st.Secrets)
 	if verr != nil {
-		s.log.Warn("some secrets are not available; tasks reaching their hosts get the placeholder only", "err", verr)
+		s.log.Warn("some secrets are not available; a task given one is refused until it is set again", "err", verr)
 	}
 	s.gate, err = egress.New(egress.Config{
 		Allow: st.Allow, Deny: st.Deny, MapHosts: st.MapHosts,
 		LogFile: filepath.Join(cfg.StateDir, "egress.jsonl"), LogMaxBytes: int64(st.EgressLogMaxMiB) << 20, Logger: cfg.Logger,
-		Decider: askDecider{s}, AskTimeout: AskTimeout,
+		Decider: askDecider{s}, AskTimeout: AskTimeout, Service: true,
 		CA: s.ca, Secrets: values, Inspect: st.Inspect, UpstreamRoots: roots, UpstreamProxy: st.UpstreamProxy,
 	})
 	if err != nil {

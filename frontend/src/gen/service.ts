@@ -27,7 +27,8 @@ export interface Ask {
   more?: string[];
   /**
    * Verdict is set on the "ask-answered" event: allow-once,
-   * allow-always, deny or timeout.
+   * allow-always, deny, timeout, or no-window (the last window that
+   * could answer closed).
    */
   verdict?: string;
 }

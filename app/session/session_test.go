@@ -498,7 +498,7 @@ func TestCheckAgentTakesUpARestartAtOnce(t *testing.T) {
 	noLeaks(t)
 	f := &fakeVMs{}
 	cfg := testConfig(t, f)
-	cfg.Health.Interval = time.Hour // only CheckAgent checks
+	cfg.Health.Interval = time.Hour             // only CheckAgent checks
 	cfg.Health.Timeout = 250 * time.Millisecond // an answer under a loaded CI host still fits
 	lost := make(chan error, 4)
 	cfg.OnLost = func(gen int, err error) { lost <- err }

@@ -247,7 +247,8 @@ check-comments:
 .PHONY: tsgen check-tsgen
 API := github.com/airlock-sandbox/airlock/app/api
 TSGEN_ROOTS := github.com/airlock-sandbox/airlock/app/service.Core \
-	$(addprefix $(API).,LogPage WorkspaceRequest ImageRequest RuleRequest AnswerRequest ApplyRequest DiscardRequest DiscardResult UndoRequest) \
+	$(addprefix $(API).,LogPage WorkspaceRequest ImageRequest MachineRequest RuleRequest AnswerRequest ApplyRequest DiscardRequest DiscardResult UndoRequest TerminalControl TerminalInput TerminalResize) \
+	github.com/airlock-sandbox/airlock/app/service.TerminalRequest github.com/airlock-sandbox/airlock/app/service.TerminalOutput \
 	github.com/airlock-sandbox/airlock/app/agents.Status github.com/airlock-sandbox/airlock/app/agents.Result
 tsgen:
 	$(GO) run ./build/tsgen -out frontend/src/gen $(TSGEN_ROOTS)

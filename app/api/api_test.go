@@ -55,6 +55,7 @@ func (f *fakeCore) Task(_ context.Context, id string) (tasks.Task, error) {
 }
 
 func (f *fakeCore) SetImage(context.Context, string, bool) error { return nil }
+func (f *fakeCore) SetMachine(context.Context, int, int) error   { return nil }
 func (f *fakeCore) ResetDisk(context.Context) error              { return nil }
 
 func (f *fakeCore) SetWorkspace(_ context.Context, dir string, _ bool, _ changes.Mode) error {

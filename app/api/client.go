@@ -168,6 +168,11 @@ func (c *Client) SetImage(ctx context.Context, image string, keepDisk bool) erro
 	return c.do(ctx, "PUT", "/v1/image", ImageRequest{Image: image, KeepDisk: keepDisk}, nil)
 }
 
+// SetMachine implements service.Core.
+func (c *Client) SetMachine(ctx context.Context, cpus, memoryMiB int) error {
+	return c.do(ctx, "PUT", "/v1/machine", MachineRequest{CPUs: cpus, MemoryMiB: memoryMiB}, nil)
+}
+
 // ResetDisk implements service.Core.
 func (c *Client) ResetDisk(ctx context.Context) error {
 	return c.do(ctx, "POST", "/v1/disk/reset", nil, nil)

@@ -45,6 +45,7 @@ func Handler(core service.Core, log *slog.Logger, opts ...Option) http.Handler {
 	m.HandleFunc("POST /v1/vm/{action}", h.vm)
 	m.HandleFunc("PUT /v1/workspace", h.workspace)
 	m.HandleFunc("PUT /v1/image", h.image)
+	m.HandleFunc("PUT /v1/machine", h.machine)
 	m.HandleFunc("POST /v1/disk/reset", h.resetDisk)
 	m.HandleFunc("POST /v1/tasks", h.run)
 	m.HandleFunc("GET /v1/tasks", h.tasks)
@@ -69,6 +70,12 @@ func Handler(core service.Core, log *slog.Logger, opts ...Option) http.Handler {
 	m.HandleFunc("POST /v1/checkpoints/undo", h.undo)
 	m.HandleFunc("GET /v1/agents", h.listAgents)
 	m.HandleFunc("POST /v1/agents/{name}/{action}", h.changeAgent)
+	m.HandleFunc("POST /v1/terminals", h.openTerminal)
+	m.HandleFunc("GET /v1/terminals/{id}/attach", h.attachTerminal)
+	m.HandleFunc("DELETE /v1/terminals/{id}", h.closeTerminal)
+	m.HandleFunc("GET /v1/terminals/{id}/output", h.terminalOutput)
+	m.HandleFunc("POST /v1/terminals/{id}/input", h.terminalInputRequest)
+	m.HandleFunc("POST /v1/terminals/{id}/resize", h.resizeTerminal)
 	return m
 }
 
@@ -98,7 +105,9 @@ func (h *handler) fail(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, tasks.ErrNotFound), errors.Is(err, service.ErrNoSuchAsk), errors.Is(err, fs.ErrNotExist):
 		status, code = http.StatusNotFound, codeNotFound
-	case errors.Is(err, errNoAgents):
+	case errors.Is(err, service.ErrNotTerminal):
+		status, code = http.StatusNotFound, codeNotFound
+	case errors.Is(err, errNoAgents), errors.Is(err, errNoTerminals):
 		status, code = http.StatusNotImplemented, codeInternal
 	case errors.Is(err, workspace.ErrRefused):
 		status, code = http.StatusBadRequest, codeRefused
@@ -211,6 +220,24 @@ func (h *handler) image(w http.ResponseWriter, r *http.Request) {
 	}
 	err := h.core.SetImage(r.Context(), req.Image, req.KeepDisk)
 	if errors.Is(err, service.ErrBadImage) {
+		err = invalid(err)
+	}
+	h.statusAfter(w, r, err)
+}
+
+// MachineRequest is the body of PUT /v1/machine.
+type MachineRequest struct {
+	CPUs      int `json:"cpus"`
+	MemoryMiB int `json:"memory_mib"`
+}
+
+func (h *handler) machine(w http.ResponseWriter, r *http.Request) {
+	var req MachineRequest
+	if !h.decode(w, r, &req) {
+		return
+	}
+	err := h.core.SetMachine(r.Context(), req.CPUs, req.MemoryMiB)
+	if errors.Is(err, service.ErrBadSize) {
 		err = invalid(err)
 	}
 	h.statusAfter(w, r, err)

@@ -5,6 +5,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -168,5 +169,30 @@ func TestReportDenialsPinnedPort(t *testing.T) {
 		"airlock: egress: refused rebind.test:80 (private-address); allow it with --allow 127.0.0.1 or --map-host rebind.test=127.0.0.1\n"
 	if !strings.HasSuffix(b.String(), want) {
 		t.Fatalf("got:\n%s", b.String())
+	}
+}
+
+// A task ended by `airlock cancel` (or by the service, with its reason)
+// says so on stderr and exits 128+signal, as README documents.
+func TestTaskExitCancelled(t *testing.T) {
+	for _, tc := range []struct {
+		task tasks.Task
+		code int
+		want string
+	}{
+		{tasks.Task{ID: "t1", State: tasks.Killed, Reason: "cancelled", Exit: tasks.Exit{Signal: 15}}, 143, "airlock: task t1 was cancelled (airlock cancel)\n"},
+		{tasks.Task{ID: "t2", State: tasks.Killed, Reason: "cancelled"}, 137, "airlock: task t2 was cancelled (airlock cancel)\n"},
+		{tasks.Task{ID: "t3", State: tasks.Killed, Reason: "the workspace is over its quota\x1b[2J", Exit: tasks.Exit{Signal: 9}}, 137,
+			"airlock: task t3 was ended: the workspace is over its quota\\x1b[2J\n"},
+	} {
+		var errb bytes.Buffer
+		err := taskExit(Stdio{Err: &errb}, tc.task, 0)
+		var ee exitError
+		if !errors.As(err, &ee) || ee.code != tc.code {
+			t.Errorf("%s: %v, want exit %d", tc.task.ID, err, tc.code)
+		}
+		if errb.String() != tc.want {
+			t.Errorf("%s: stderr %q, want %q", tc.task.ID, errb.String(), tc.want)
+		}
 	}
 }

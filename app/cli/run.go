@@ -395,6 +395,10 @@ type denialReport struct {
 	w    io.Writer
 	seen map[string]bool
 	more bool // said that further refusals go unreported
+	// service: the task runs in the service's sandbox, whose rules
+	// `airlock egress allow` changes; otherwise in a VM of its own, which
+	// run's flags shape.
+	service bool
 }
 
 func (r *denialReport) add(d egress.Decision) {
@@ -421,16 +425,23 @@ func (r *denialReport) add(d egress.Decision) {
 		fmt.Fprintf(r.w, "airlock: egress: refused %s (%s)\n", dest, d.Reason)
 		return
 	}
-	hint := "--allow " + host
+	allow := "--allow "
+	if r.service {
+		allow = "airlock egress allow "
+	}
+	hint := allow + host
 	switch {
 	case (d.Reason == egress.ReasonPrivateAddress || d.Reason == egress.ReasonMetadataAddress) && strings.HasPrefix(d.Rule, "map-host "):
 		// A pinned name on a port no rule allows: the pin is there.
-		hint = "--allow " + dest
+		hint = allow + dest
 	case d.Reason == egress.ReasonPrivateAddress || d.Reason == egress.ReasonMetadataAddress:
 		// A name that resolves inside the host's networks needs the
 		// address itself allowed (or a pin), not just the name.
 		if ip, err := netip.ParseAddr(d.Addr); err == nil && d.Host != ip.String() {
-			hint = "--allow " + ip.String() + " or --map-host " + host + "=" + ip.String()
+			hint = allow + ip.String()
+			if !r.service {
+				hint += " or --map-host " + host + "=" + ip.String()
+			}
 		}
 	}
 	fmt.Fprintf(r.w, "airlock: egress: refused %s (%s); allow it with %s\n", dest, printable.String(string(d.Reason)), hint)

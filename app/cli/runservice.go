@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/app/api"
 	"github.com/airlock-sandbox/airlock/app/service"
 	"github.com/airlock-sandbox/airlock/app/tasks"
+	"github.com/airlock-sandbox/airlock/internal/printable"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -52,9 +55,36 @@ func runViaService(ctx context.Context, stdio Stdio, c *api.Client, f runFlags, 
 			req.Stdin = b
 		}
 	}
+	// The service's events are followed from before the task exists, so
+	// that none of its refusals or questions is missed.
+	ectx, stopEvents := context.WithCancel(ctx)
+	defer stopEvents()
+	events, eventsErr := c.Events(ectx, false)
 	t, err := c.Run(ctx, req)
 	if err != nil {
 		return err
+	}
+	report := newTaskReport(stdio.Err, t.ID)
+	reported := make(chan struct{})
+	go func() {
+		defer close(reported)
+		if eventsErr == nil {
+			for e := range events {
+				report.event(e)
+			}
+		}
+	}()
+	defer func() { stopEvents(); <-reported }()
+	// endReport stops following and names the refusals the stream has
+	// not delivered yet: the log has every decision the task caused.
+	endReport := func() {
+		stopEvents()
+		<-reported
+		if ds, err := c.EgressLog(ctx); err == nil {
+			for _, d := range ds {
+				report.event(service.Event{Kind: "egress", Egress: &d})
+			}
+		}
 	}
 	logs, err := c.FollowLogs(ctx, t.ID, 0)
 	if err != nil {
@@ -76,12 +106,45 @@ func runViaService(ctx context.Context, stdio Stdio, c *api.Client, f runFlags, 
 	if t, err = c.Wait(ctx, id); err != nil {
 		return serviceLost(ctx, c, id, err)
 	}
+	endReport()
 	// The service pulled what the task changed before it said the task
 	// ended: say when some of it waits for review.
 	if l, err := c.Changes(ctx); err == nil && len(l.Entries) > 0 {
 		fmt.Fprintf(stdio.Err, "airlock: %d change(s) wait for review; see them with: airlock changes\n", len(l.Entries))
 	}
 	return taskExit(stdio, t, f.timeout)
+}
+
+// taskReport tells the user, on stderr, what the service's gate refused
+// one task and which of its connections wait for an answer in the Airlock
+// window: through the service the gate is not in this process, and the
+// task itself often hides why its network failed.
+type taskReport struct {
+	task   string
+	denied denialReport
+	asked  map[string]bool // IDs of the questions told
+	now    func() time.Time
+}
+
+func newTaskReport(w io.Writer, task string) *taskReport {
+	return &taskReport{
+		task: task, denied: denialReport{w: w, seen: map[string]bool{}, service: true},
+		asked: map[string]bool{}, now: time.Now,
+	}
+}
+
+func (r *taskReport) event(e service.Event) {
+	switch {
+	case e.Kind == "egress" && e.Egress != nil && e.Egress.Task == r.task:
+		r.denied.add(*e.Egress)
+	case e.Kind == "ask" && e.Ask != nil && e.Ask.Task == r.task && !r.asked[e.Ask.ID] && len(r.asked) < maxReported:
+		// One line per question: what the task asks for while it waits is
+		// added to it, and answered with it.
+		r.asked[e.Ask.ID] = true
+		left := min(max(service.AskTimeout-r.now().Sub(e.Ask.Time), 0), service.AskTimeout).Round(time.Second)
+		dest := net.JoinHostPort(printable.String(e.Ask.Host), strconv.Itoa(int(e.Ask.Port)))
+		fmt.Fprintf(r.denied.w, "airlock: egress: %s waits for an answer in the Airlock window (%s left)\n", dest, left)
+	}
 }
 
 // serviceLost says, when err came from a service that no longer answers,
@@ -108,6 +171,13 @@ func taskExit(stdio Stdio, t tasks.Task, timeout time.Duration) error {
 	case tasks.Lost:
 		return errors.New("task " + t.ID + " was lost: " + t.Reason)
 	case tasks.Killed:
+		// Said on stderr: an exit code of 143 alone reads as the command's
+		// own failure.
+		if t.Reason == "" || t.Reason == "cancelled" {
+			fmt.Fprintf(stdio.Err, "airlock: task %s was cancelled (airlock cancel)\n", t.ID)
+		} else {
+			fmt.Fprintf(stdio.Err, "airlock: task %s was ended: %s\n", t.ID, oneLine(t.Reason))
+		}
 		if t.Exit.Signal != 0 {
 			return exitError{code: 128 + t.Exit.Signal}
 		}

@@ -61,6 +61,10 @@ any other host is refused and logged. Values are never shown.`,
 		Short: "Add or replace a secret; the value is read from stdin unless --from-env or --from-file",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// The arguments are checked before the value is asked for.
+			if err := secrets.CheckSpec(args[0], hosts, header); err != nil {
+				return err
+			}
 			req := service.SecretRequest{Name: args[0], Hosts: hosts, Header: header, FromEnv: fromEnv}
 			if fromFile != "" {
 				req.FromFile = absPath(fromFile)
@@ -196,18 +200,14 @@ func (f runFlags) ephemeralCredentials() (egress.Config, []string, error) {
 			return cfg, nil, err
 		}
 	}
-	env, err := secrets.Env(st.Secrets, f.secrets)
+	vault := secrets.NewStore(secrets.OSKeychain{}, nil)
+	env, err := vault.Env(st.Secrets, f.secrets)
 	if err != nil {
 		return cfg, nil, err
 	}
-	vault := secrets.NewStore(secrets.OSKeychain{}, nil)
-	var skipped error
-	cfg.Secrets, skipped = vault.ForGate(st.Secrets)
-	for _, n := range f.secrets {
-		if skipped != nil && strings.Contains(skipped.Error(), "secret "+n+":") {
-			return cfg, nil, skipped
-		}
-	}
+	// Secrets this run did not ask for, and cannot read, are left out:
+	// their placeholders are in no task's environment.
+	cfg.Secrets, _ = vault.ForGate(st.Secrets)
 	cfg.UpstreamRoots, err = intercept.UpstreamRoots(append(st.UpstreamCAs, f.upstreamCAs...))
 	if err != nil {
 		return cfg, nil, err

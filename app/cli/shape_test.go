@@ -34,6 +34,7 @@ func (shapeCore) SetWorkspace(context.Context, string, bool, changes.Mode) error
 	return nil
 }
 func (shapeCore) SetImage(context.Context, string, bool) error          { return nil }
+func (shapeCore) SetMachine(context.Context, int, int) error            { return nil }
 func (shapeCore) Tasks(context.Context) ([]tasks.Task, error)           { return nil, nil }
 func (shapeCore) EgressLog(context.Context) ([]egress.Decision, error)  { return nil, nil }
 func (shapeCore) Secrets(context.Context) ([]service.SecretInfo, error) { return nil, nil }

@@ -39,10 +39,12 @@ func TestAsk(t *testing.T) {
 		second   Reason
 		asked    int32
 		secondOK bool
+		detail   string
 	}{
 		{name: "allow once", verdict: AllowOnce, host: "pub.test", first: ReasonAllowedByAsk, second: ReasonAllowedByAsk, asked: 2},
 		{name: "allow always", verdict: AllowAlways, host: "pub.test", first: ReasonAllowedByAsk, second: ReasonAllowedByRule, asked: 1},
 		{name: "deny", verdict: Deny, host: "pub.test", first: ReasonAskDenied, second: ReasonAskDenied, asked: 2},
+		{name: "nobody to ask", err: ErrNobodyToAsk, host: "pub.test", first: ReasonNoMatchingRule, second: ReasonNoMatchingRule, asked: 2, detail: "denied (no window to ask)"},
 		{name: "error", err: errors.New("ui gone"), host: "pub.test", first: ReasonAskFailed, second: ReasonAskFailed, asked: 2},
 		{name: "timeout", block: true, host: "pub.test", first: ReasonAskTimeout, second: ReasonAskTimeout, asked: 2},
 		{name: "ask never opens private", verdict: AllowAlways, host: "private.test", first: ReasonPrivateAddress, second: ReasonPrivateAddress, asked: 1},
@@ -71,8 +73,8 @@ func TestAsk(t *testing.T) {
 					t.Fatalf("request %d: %s; want %s", i, resp.Status, want)
 				}
 				d := waitDecision(t, tg.Gate, func(d Decision) bool { return d.Seq > uint64(seq) && d.Host == tt.host })
-				if d.Reason != want || d.Task != "task-q" {
-					t.Fatalf("request %d: decision %+v; want %s", i, d, want)
+				if d.Reason != want || d.Task != "task-q" || !strings.Contains(d.Detail, tt.detail) {
+					t.Fatalf("request %d: decision %+v; want %s %q", i, d, want, tt.detail)
 				}
 			}
 			if n := dec.calls.Load(); n != tt.asked {

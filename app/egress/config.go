@@ -43,6 +43,11 @@ type Config struct {
 	LogMaxBytes int64
 	// Decider is asked when no rule matches; nil means deny.
 	Decider Decider
+	// Service says the gate serves the sandbox of `airlock serve`, whose
+	// rules `airlock egress allow` changes: refusals suggest that command.
+	// Otherwise it serves one run with a VM of its own, and refusals
+	// suggest that run's flags (`airlock run --allow`).
+	Service bool
 	// AskTimeout bounds one Decide call; 0 means DefaultAskTimeout.
 	AskTimeout time.Duration
 	// RequireCredential refuses connections that carry no credential.

@@ -52,10 +52,16 @@ type Request struct {
 
 // Decider answers for connections no rule matches: the service asks the
 // user through the UIs attached to it (app/service's askDecider). Decide
-// must return by the context's deadline; an error denies.
+// must return by the context's deadline; an error denies. ErrNobodyToAsk
+// says no one could be asked: the refusal then says so, not that the user
+// denied it.
 type Decider interface {
 	Decide(ctx context.Context, req Request) (Verdict, error)
 }
+
+// ErrNobodyToAsk is a Decider's error when no window is open to ask the
+// user (or the last one closed while the question waited).
+var ErrNobodyToAsk = errors.New("no window to ask")
 
 // asker coalesces identical open questions so that a client opening six
 // connections at once asks once.
@@ -101,6 +107,8 @@ func (g *Gate) ask(ctx context.Context, req Request) (Verdict, Reason, error) {
 			switch {
 			case g.ctx.Err() != nil:
 				c.reason = ReasonShutdown
+			case errors.Is(c.err, ErrNobodyToAsk):
+				c.reason = ReasonNoMatchingRule
 			case c.err != nil && (errors.Is(c.err, context.DeadlineExceeded) || actx.Err() != nil):
 				c.reason = ReasonAskTimeout
 			case c.err != nil:
@@ -150,6 +158,12 @@ func (g *Gate) decide(ctx context.Context, task string, proto Protocol, t policy
 		}
 		v, r, err := g.ask(ctx, Request{Task: task, Protocol: proto, Host: t.Host, Port: t.Port})
 		switch {
+		case errors.Is(err, ErrNobodyToAsk):
+			detail := "denied (no window to ask)"
+			if m.Detail != "" {
+				detail = m.Detail + "; " + detail
+			}
+			return plan{reason: ReasonNoMatchingRule, rule: m.Rule, detail: detail}
 		case r != "":
 			return plan{reason: r, detail: fmt.Sprintf("asking about %s: %v", t, err)}
 		case v == AllowOnce || v == AllowAlways:

@@ -69,6 +69,9 @@
 // reason and detail) is counted instead, one summary Decision (Repeated)
 // per RepeatInterval, and the file is rotated (LogKeep old files) before it
 // passes Config.LogMaxBytes: a guest cannot make the log fill the disk.
+// A gate that opens an existing log reads its last decisions back (from
+// the end, across the rotated files) into the ring and numbers on after
+// them, so history and Seq survive a restart.
 //
 // Limits bounds what the guest can make the gate hold: request head size,
 // head and handshake deadlines (slow clients are cut off), keep-alive idle

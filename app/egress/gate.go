@@ -26,6 +26,7 @@ type Gate struct {
 	tls      *inspection
 	logger   *slog.Logger
 	now      func() time.Time
+	service  bool // refusals suggest `airlock egress`, not run's flags
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -49,6 +50,7 @@ func New(cfg Config) (*Gate, error) {
 		tls:      &inspection{ca: cfg.CA, roots: cfg.UpstreamRoots},
 		logger:   cfg.Logger,
 		now:      cfg.Now,
+		service:  cfg.Service,
 		live:     newTracker(),
 	}
 	if err := g.SetSecrets(cfg.Secrets); err != nil {

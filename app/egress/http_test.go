@@ -443,7 +443,30 @@ func TestHTTPSlowlorisBytewise(t *testing.T) {
 
 func TestRefusalGolden(t *testing.T) {
 	d := Decision{Host: "blocked.example", Port: 443, Reason: ReasonNoMatchingRule, Detail: "no allow rule matches blocked.example:443"}
-	checkGolden(t, "refusal-no-matching-rule.txt", refusalText(d))
+	checkGolden(t, "refusal-no-matching-rule.txt", refusalText(d, false))
 	d = Decision{Host: "internal.example", Port: 80, Addr: "10.1.2.3", Reason: ReasonPrivateAddress, Detail: "internal.example resolved to private address 10.1.2.3"}
-	checkGolden(t, "refusal-private-address.txt", refusalText(d))
+	checkGolden(t, "refusal-private-address.txt", refusalText(d, false))
+}
+
+// Through the service a refusal names `airlock egress`, which changes that
+// sandbox's rules: `airlock run --allow` would boot another VM.
+func TestRefusalThroughService(t *testing.T) {
+	for _, d := range []Decision{
+		{Host: "blocked.example", Port: 443, Reason: ReasonNoMatchingRule, Detail: "no allow rule matches blocked.example:443"},
+		{Host: "blocked.example", Port: 443, Reason: ReasonNoMatchingRule, Detail: "denied (no window to ask)"},
+		{Host: "blocked.example", Port: 443, Reason: ReasonAskDenied, Detail: "denied when asked"},
+		{Host: "internal.example", Port: 80, Addr: "10.1.2.3", Reason: ReasonPrivateAddress},
+		{Host: "pinned.example", Port: 8080, Addr: "10.1.2.3", Reason: ReasonPrivateAddress, Rule: "map-host pinned.example=10.1.2.3"},
+		{Host: "x.example", Port: 443, Reason: ReasonDeniedByRule, Rule: "x.example"},
+		{Host: "x.example", Port: 443, Reason: ReasonUpstreamCert},
+	} {
+		text := refusalText(d, true)
+		if strings.Contains(text, "airlock run") || strings.Contains(text, "--map-host") {
+			t.Errorf("%s: through the service the fix is a run flag:\n%s", d.Reason, text)
+		}
+		if d.Reason != ReasonUpstreamCert && !strings.Contains(text, "airlock egress ") {
+			t.Errorf("%s: no airlock egress command:\n%s", d.Reason, text)
+		}
+	}
+	checkGolden(t, "refusal-service-no-window.txt", refusalText(Decision{Host: "blocked.example", Port: 443, Reason: ReasonNoMatchingRule, Detail: "denied (no window to ask)"}, true))
 }

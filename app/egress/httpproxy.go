@@ -111,7 +111,7 @@ func (h *httpConn) connect(pr *proxyRequest, d Decision) {
 		return
 	}
 	if g.tls.intercepts(pr.target) {
-		g.intercept(c, br, pr.target, pl, d, httpTunnelReply(c))
+		g.intercept(c, br, pr.target, pl, d, httpTunnelReply(c, g.service))
 		return
 	}
 	uc, addr, err := g.dial(g.ctx, pl, pr.target.Port)
@@ -327,7 +327,7 @@ func statusFor(r Reason) int {
 // the X-Airlock-Decision header, and records the decision.
 func (h *httpConn) refuse(d Decision, status int, keep bool) {
 	h.g.record(d)
-	body := refusalText(d)
+	body := refusalText(d, h.g.service)
 	var b strings.Builder
 	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
 	b.WriteString("Content-Type: text/plain; charset=utf-8\r\n")
@@ -355,8 +355,10 @@ func decisionHeader(d Decision) string {
 	return string(a) + "; reason=" + string(d.Reason)
 }
 
-// refusalText says what was blocked and what to do about it.
-func refusalText(d Decision) string {
+// refusalText says what was blocked and what to do about it, in the
+// commands of the path the guest's owner is on: `airlock egress` for the
+// service's sandbox, run's flags for a run with a VM of its own.
+func refusalText(d Decision, service bool) string {
 	t := d.Host
 	if d.Port != 0 {
 		if strings.Contains(t, ":") {
@@ -373,29 +375,42 @@ func refusalText(d Decision) string {
 		b.WriteString(": " + d.Detail)
 	}
 	b.WriteString(".\n")
-	switch d.Reason {
-	case ReasonNoMatchingRule, ReasonAskDenied, ReasonAskTimeout:
+	switch {
+	case (d.Reason == ReasonNoMatchingRule || d.Reason == ReasonAskDenied || d.Reason == ReasonAskTimeout) && service:
+		fmt.Fprintf(&b, "To allow it: airlock egress allow %s\n", d.Host)
+	case d.Reason == ReasonNoMatchingRule || d.Reason == ReasonAskDenied || d.Reason == ReasonAskTimeout:
 		fmt.Fprintf(&b, "To allow it: airlock run --allow %s ...\n", d.Host)
-	case ReasonPrivateAddress, ReasonMetadataAddress:
-		if strings.HasPrefix(d.Rule, "map-host ") && d.Port != 0 {
-			// A pinned name: the pin is there, the port is not allowed.
-			fmt.Fprintf(&b, "A pin says where a name goes, not which ports are open. To allow this port: airlock run --allow %s ...\n", t)
-			break
+	case (d.Reason == ReasonPrivateAddress || d.Reason == ReasonMetadataAddress) && strings.HasPrefix(d.Rule, "map-host ") && d.Port != 0:
+		// A pinned name: the pin is there, the port is not allowed.
+		b.WriteString("A pin says where a name goes, not which ports are open. To allow this port: ")
+		if service {
+			fmt.Fprintf(&b, "airlock egress allow %s\n", t)
+		} else {
+			fmt.Fprintf(&b, "airlock run --allow %s ...\n", t)
 		}
+	case d.Reason == ReasonPrivateAddress || d.Reason == ReasonMetadataAddress:
 		a := d.Addr
 		if a == "" {
 			a = d.Host
 		}
-		fmt.Fprintf(&b, "This address is refused unless allowed explicitly: airlock run --allow %s ... (or --map-host NAME=%s)\n", a, a)
-	case ReasonDeniedByRule:
+		if service {
+			fmt.Fprintf(&b, "This address is refused unless allowed explicitly: airlock egress allow %s\n", a)
+		} else {
+			fmt.Fprintf(&b, "This address is refused unless allowed explicitly: airlock run --allow %s ... (or --map-host NAME=%s)\n", a, a)
+		}
+	case d.Reason == ReasonDeniedByRule && service:
+		fmt.Fprintf(&b, "The deny rule %s wins over any allow rule; to allow this: airlock egress remove %s\n", d.Rule, d.Rule)
+	case d.Reason == ReasonDeniedByRule:
 		fmt.Fprintf(&b, "The deny rule %s wins over any allow rule; remove it to allow this.\n", d.Rule)
-	case ReasonAuthFailed:
+	case d.Reason == ReasonAuthFailed:
 		b.WriteString("Use the proxy URL (with its credential) from HTTP_PROXY / HTTPS_PROXY.\n")
-	case ReasonHostMismatch:
+	case d.Reason == ReasonHostMismatch:
 		b.WriteString("The Host header must name the same host and port as the request target.\n")
-	case ReasonPlaceholder:
+	case d.Reason == ReasonPlaceholder:
 		b.WriteString("Secret placeholders are replaced only in HTTPS requests to the secret's hosts (airlock secret list).\n")
-	case ReasonUpstreamCert:
+	case d.Reason == ReasonUpstreamCert && service:
+		b.WriteString("Airlock verifies this server's certificate itself. If a corporate proxy or private CA signs it, add that CA to upstream_cas in the settings.\n")
+	case d.Reason == ReasonUpstreamCert:
 		b.WriteString("Airlock verifies this server's certificate itself. If a corporate proxy or private CA signs it, add that CA: airlock run --upstream-ca FILE (or upstream_cas in the settings).\n")
 	}
 	return b.String()

@@ -237,7 +237,7 @@ func (x *exchange) refuse(r Reason, status int, detail string) {
 	d.Reason, d.Detail, d.BytesUp, d.BytesDown, d.Secrets = r, detail, 0, 0, nil
 	x.g.record(d)
 	x.d.Detail = "TLS inspected; ended: " + string(r)
-	body := refusalText(d)
+	body := refusalText(d, x.g.service)
 	var b strings.Builder
 	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nX-Airlock-Decision: %s\r\nConnection: close\r\n\r\n%s",
 		status, http.StatusText(status), len(body), decisionHeader(d), body)
@@ -246,11 +246,11 @@ func (x *exchange) refuse(r Reason, status int, detail string) {
 }
 
 // httpTunnelReply is the CONNECT answer for intercept.
-func httpTunnelReply(c net.Conn) tunnelReply {
+func httpTunnelReply(c net.Conn, service bool) tunnelReply {
 	return func(d Decision, ok bool) error {
 		if !ok {
 			// httpConn.refuse records; intercept records too, so answer only.
-			body := refusalText(d)
+			body := refusalText(d, service)
 			status := statusFor(d.Reason)
 			_, err := io.WriteString(c, "HTTP/1.1 "+strconv.Itoa(status)+" "+http.StatusText(status)+
 				"\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "+strconv.Itoa(len(body))+

@@ -3,6 +3,7 @@ package egress
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -46,7 +47,8 @@ const (
 	ReasonAllowedByAsk Reason = "allowed-by-ask"
 	// ReasonDeniedByRule: a deny entry matched the name, address or port.
 	ReasonDeniedByRule Reason = "denied-by-rule"
-	// ReasonNoMatchingRule: nothing matched and no Decider is attached.
+	// ReasonNoMatchingRule: nothing matched and no Decider is attached, or
+	// the Decider had no one to ask (ErrNobodyToAsk).
 	ReasonNoMatchingRule Reason = "no-matching-rule"
 	// ReasonPrivateAddress: the target is or resolved to a loopback,
 	// private, link-local, CGNAT, multicast, unspecified, broadcast or
@@ -102,8 +104,9 @@ func (r Reason) allowed() bool { return r == ReasonAllowedByRule || r == ReasonA
 // plain HTTP, one request). It is recorded once, when the connection ends
 // or is refused, so it carries the byte counts and duration.
 type Decision struct {
-	// Seq numbers decisions from 1 in the order they were recorded; a
-	// subscriber that sees a gap has missed some and can call Recent.
+	// Seq numbers decisions from 1 in the order they were recorded, going
+	// on after the last one in the log file when a gate opens an existing
+	// log; a subscriber that sees a gap has missed some and can call Recent.
 	Seq uint64 `json:"seq"`
 	// Time is when the attempt started.
 	Time time.Time `json:"time"`
@@ -204,7 +207,7 @@ type journal struct {
 }
 
 // newJournal opens path (if not empty) for appending, rotating it past
-// maxBytes.
+// maxBytes, and keeps the last size decisions already in it as recent.
 func newJournal(path string, maxBytes int64, size int, interval time.Duration, logger *slog.Logger) (*journal, error) {
 	if interval <= 0 {
 		interval = DefaultRepeatInterval
@@ -215,6 +218,20 @@ func newJournal(path string, maxBytes int64, size int, interval time.Duration, l
 	j := &journal{logger: logger, interval: interval, ring: make([]Decision, size),
 		subs: map[chan Decision]struct{}{}, repeats: map[repeatKind]*repeat{}}
 	if path != "" {
+		// The log is the history: what it holds is recent again, and
+		// numbering goes on after it, across restarts.
+		old, err := loadTail(path, size)
+		if err != nil {
+			return nil, fmt.Errorf("egress: read decision log: %w", err)
+		}
+		for _, d := range old {
+			j.seq = max(j.seq, d.Seq)
+			j.ring[j.next] = d
+			j.next = (j.next + 1) % len(j.ring)
+			if j.next == 0 {
+				j.full = true
+			}
+		}
 		f, err := openLogFile(path, maxBytes, logger)
 		if err != nil {
 			return nil, err

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -343,5 +344,78 @@ func TestDecisionLogBoundWhenRotationFails(t *testing.T) {
 	j.close()
 	if fi, err := os.Stat(path); err != nil || fi.Size() > max || fi.Size() == 0 {
 		t.Fatalf("log: %v, %v; want 1 to %d bytes", fi, err, max)
+	}
+}
+
+// A journal that opens an existing log (a restarted service) has its last
+// decisions as recent, across rotated files, and numbers on after them; a
+// line cut short by a crash and foreign lines are skipped.
+func TestJournalReadsHistoryBack(t *testing.T) {
+	const max = 4 << 10
+	dir := t.TempDir()
+	path := filepath.Join(dir, "egress.jsonl")
+	j, err := newJournal(path, max, 10, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		j.record(Decision{Time: time.Now(), Protocol: ProtoSOCKS, Host: fmt.Sprintf("h%d.test", i), Port: 443,
+			Action: ActionAllow, Reason: ReasonAllowedByRule})
+	}
+	if err := j.close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(readLogLines(t, path)); n >= 40 {
+		t.Fatalf("the newest file holds %d decisions; the test wants fewer than 40", n)
+	}
+	// The newest file ends with a foreign line and a cut one.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("not json\n{\"seq\":101,\"time\":\"2026-")
+	f.Close()
+
+	// More than the newest file holds: the rest comes from FILE.1.
+	j, err = newJournal(path, max, 40, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.close()
+	got := j.recent()
+	if len(got) != 40 || got[0].Seq != 61 || got[39].Seq != 100 || got[39].Host != "h99.test" {
+		t.Fatalf("recent after reopening: %d decisions (%+v); want 40, seq 61..100", len(got), got)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Seq != got[i-1].Seq+1 {
+			t.Fatalf("recent is not in order: %d then %d", got[i-1].Seq, got[i].Seq)
+		}
+	}
+	if d := j.record(Decision{Time: time.Now(), Protocol: ProtoSOCKS, Host: "next.test", Action: ActionAllow, Reason: ReasonAllowedByRule}); d.Seq != 101 {
+		t.Errorf("the first decision after reopening has seq %d, want 101", d.Seq)
+	}
+}
+
+// Reading back is bounded by what is asked for and copes with lines longer
+// than a block, and a missing log is an empty history.
+func TestLoadTailLongLinesAndMissing(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "egress.jsonl")
+	if ds, err := loadTail(path, 10); err != nil || len(ds) != 0 {
+		t.Fatalf("missing log: %v, %v", ds, err)
+	}
+	var b []byte
+	for i := 1; i <= 5; i++ {
+		line, _ := json.Marshal(Decision{Seq: uint64(i), Detail: strings.Repeat("x", 40<<10)})
+		b = append(append(b, line...), '\n')
+	}
+	b = append(b, strings.Repeat("y", 200<<10)...) // over-long, unterminated
+	b = append(b, '\n')
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := loadTail(path, 3)
+	if err != nil || len(ds) != 3 || ds[0].Seq != 3 || ds[2].Seq != 5 {
+		t.Fatalf("got %d decisions (%v), want seq 3..5", len(ds), err)
 	}
 }

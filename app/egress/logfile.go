@@ -1,11 +1,14 @@
 package egress
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -135,6 +138,98 @@ func (l *logFile) close() error {
 	l.f = nil
 	if err != nil {
 		return fmt.Errorf("egress: close decision log: %w", err)
+	}
+	return nil
+}
+
+// tailBlock is how much of a log file is read back at a time.
+const tailBlock = 64 << 10
+
+// maxTailLine bounds a line read back from the log; a longer one is not a
+// decision this package wrote, and is skipped.
+const maxTailLine = 64 << 10
+
+// loadTail reads back the last n decisions of the log at path and its
+// rotated files (newest file first), oldest first, so a gate that opens an
+// existing log keeps its history and goes on numbering after it. Lines
+// that do not parse (a line cut short by a crash, a foreign line) are
+// skipped. A missing file ends the search without error.
+func loadTail(path string, n int) ([]Decision, error) {
+	var rev []Decision // newest first
+	for i := 0; i <= LogKeep && len(rev) < n; i++ {
+		name := path
+		if i > 0 {
+			name = path + "." + strconv.Itoa(i)
+		}
+		err := eachLineBackwards(name, func(line []byte) bool {
+			var d Decision
+			if json.Unmarshal(line, &d) == nil && d.Seq > 0 {
+				rev = append(rev, d)
+			}
+			return len(rev) < n
+		})
+		if errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	slices.Reverse(rev)
+	return rev, nil
+}
+
+// eachLineBackwards calls fn with the lines of the file at name, last
+// first, until fn returns false. It reads the file from its end, one block
+// at a time, so a long log costs only the lines wanted.
+func eachLineBackwards(name string, fn func([]byte) bool) error {
+	f, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	var (
+		off  = fi.Size()
+		rest []byte // the start of the line cut by the previous block
+		skip bool   // rest belongs to an over-long line
+		buf  = make([]byte, tailBlock)
+	)
+	for off > 0 {
+		k := int64(len(buf))
+		if off < k {
+			k = off
+		}
+		off -= k
+		if _, err := f.ReadAt(buf[:k], off); err != nil {
+			return err
+		}
+		chunk := append(append([]byte(nil), buf[:k]...), rest...)
+		for {
+			i := bytes.LastIndexByte(chunk, '\n')
+			if i < 0 {
+				break
+			}
+			line := chunk[i+1:]
+			chunk = chunk[:i]
+			if skip {
+				skip = false
+				continue
+			}
+			if len(bytes.TrimSpace(line)) > 0 && !fn(line) {
+				return nil
+			}
+		}
+		rest = chunk
+		if len(rest) > maxTailLine {
+			rest, skip = nil, true
+		}
+	}
+	if !skip && len(bytes.TrimSpace(rest)) > 0 {
+		fn(rest)
 	}
 	return nil
 }

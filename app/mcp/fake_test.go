@@ -287,6 +287,7 @@ func (f *fakeCore) StartVM(context.Context) error                { return f.forb
 func (f *fakeCore) StopVM(context.Context) error                 { return f.forbid("StopVM") }
 func (f *fakeCore) RestartVM(context.Context) error              { return f.forbid("RestartVM") }
 func (f *fakeCore) SetImage(context.Context, string, bool) error { return nil }
+func (f *fakeCore) SetMachine(context.Context, int, int) error   { return nil }
 func (f *fakeCore) ResetDisk(context.Context) error              { return nil }
 
 func (f *fakeCore) SetWorkspace(context.Context, string, bool, changes.Mode) error {

@@ -50,24 +50,8 @@ var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 // name, at least one host in the egress entry grammar, a header template
 // with {} once, a known source, and a well-formed placeholder.
 func Validate(s settings.Secret) error {
-	var errs []error
+	errs := specErrors(s.Name, s.Hosts, s.Header)
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if !nameRE.MatchString(s.Name) {
-		bad("name %q: use letters, digits and _ (an environment variable name, at most 64 characters)", s.Name)
-	}
-	if len(s.Hosts) == 0 {
-		bad("no host: say where the secret may be sent (--host api.example.com)")
-	}
-	for _, h := range s.Hosts {
-		if _, err := policy.ParseEntry(h); err != nil {
-			bad("host: %v", err)
-		}
-	}
-	if s.Header != "" {
-		if _, _, _, err := intercept.ParseHeaderTemplate(s.Header); err != nil {
-			bad("%v", err)
-		}
-	}
 	switch {
 	case s.Source == SourceKeychain, s.Source == SourceSession:
 	case strings.HasPrefix(s.Source, PrefixEnv) && nameRE.MatchString(strings.TrimPrefix(s.Source, PrefixEnv)):
@@ -82,6 +66,39 @@ func Validate(s settings.Secret) error {
 		return fmt.Errorf("secret %s: %w: %w", s.Name, ErrInvalid, err)
 	}
 	return nil
+}
+
+// CheckSpec checks what a user gives when setting a secret: the name, the
+// hosts and the header template. It runs before the value is read, so a
+// mistake is reported without asking for the value first; the source and
+// placeholder Validate also checks are Airlock's own choices.
+func CheckSpec(name string, hosts []string, header string) error {
+	if err := errors.Join(specErrors(name, hosts, header)...); err != nil {
+		return fmt.Errorf("secret %s: %w: %w", name, ErrInvalid, err)
+	}
+	return nil
+}
+
+func specErrors(name string, hosts []string, header string) []error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if !nameRE.MatchString(name) {
+		bad("name %q: use letters, digits and _ (an environment variable name, at most 64 characters)", name)
+	}
+	if len(hosts) == 0 {
+		bad("no host: say where the secret may be sent (--host api.example.com)")
+	}
+	for _, h := range hosts {
+		if _, err := policy.ParseEntry(h); err != nil {
+			bad("host: %v", err)
+		}
+	}
+	if header != "" {
+		if _, _, _, err := intercept.ParseHeaderTemplate(header); err != nil {
+			bad("%v", err)
+		}
+	}
+	return errs
 }
 
 // NewPlaceholder returns a fresh placeholder for a secret: recognisable,
@@ -167,30 +184,30 @@ func (st *Store) Value(s settings.Secret) ([]byte, error) {
 		v, ok := st.session[s.Name]
 		st.mu.Unlock()
 		if !ok {
-			return nil, fmt.Errorf("secret %s: %w: it was kept in memory by an earlier run; set it again", s.Name, ErrNoValue)
+			return nil, fmt.Errorf("secret %s: %w: its value was kept in memory by an Airlock service that has stopped since; set it again (%s), or keep it across restarts with --from-env VAR or --from-file FILE", s.Name, ErrNoValue, setAgain(s))
 		}
 		return v, nil
 	case s.Source == SourceKeychain:
 		if st.keychain == nil {
-			return nil, fmt.Errorf("secret %s: %w: no OS keychain here", s.Name, ErrNoValue)
+			return nil, fmt.Errorf("secret %s: %w: it is kept in the OS keychain and none is reachable here; set it again with --from-env VAR or --from-file FILE (%s)", s.Name, ErrNoValue, setAgain(s))
 		}
 		v, err := st.keychain.Get(s.Name)
 		if err != nil {
-			return nil, fmt.Errorf("secret %s: %w: keychain: %v", s.Name, ErrNoValue, err)
+			return nil, fmt.Errorf("secret %s: %w: the OS keychain did not give its value (%v); set it again (%s)", s.Name, ErrNoValue, err, setAgain(s))
 		}
 		return CheckValue([]byte(v))
 	case strings.HasPrefix(s.Source, PrefixEnv):
 		name := strings.TrimPrefix(s.Source, PrefixEnv)
 		v := st.getenv(name)
 		if v == "" {
-			return nil, fmt.Errorf("secret %s: %w: $%s is not set in Airlock's environment", s.Name, ErrNoValue, name)
+			return nil, fmt.Errorf("secret %s: %w: $%s is not set in the environment of the Airlock that reads it (the service, or this command for a run with a VM of its own); set it there and start that again", s.Name, ErrNoValue, name)
 		}
 		return CheckValue([]byte(v))
 	case strings.HasPrefix(s.Source, PrefixFile):
 		path := strings.TrimPrefix(s.Source, PrefixFile)
 		f, err := os.Open(path)
 		if err != nil {
-			return nil, fmt.Errorf("secret %s: %w: %v", s.Name, ErrNoValue, err)
+			return nil, fmt.Errorf("secret %s: %w: %v; put the value in that file, or set the secret again (%s)", s.Name, ErrNoValue, err, setAgain(s))
 		}
 		defer f.Close()
 		b := make([]byte, MaxValue+3)
@@ -202,6 +219,19 @@ func (st *Store) Value(s settings.Secret) ([]byte, error) {
 		return v, nil
 	}
 	return nil, fmt.Errorf("secret %s: %w: unknown source %q", s.Name, ErrInvalid, s.Source)
+}
+
+// setAgain is the command that sets secret s again, value from stdin.
+func setAgain(s settings.Secret) string {
+	var b strings.Builder
+	b.WriteString("airlock secret set " + s.Name)
+	for _, h := range s.Hosts {
+		b.WriteString(" --host " + h)
+	}
+	if s.Header != "" {
+		b.WriteString(" --header '" + s.Header + "'")
+	}
+	return b.String()
 }
 
 // Forget removes a value Airlock keeps itself (keychain or memory); env and
@@ -236,7 +266,40 @@ func (st *Store) ForGate(list []settings.Secret) ([]intercept.Secret, error) {
 }
 
 // Env returns NAME=PLACEHOLDER for each named secret, for a task's
-// environment. An unknown name is an error.
+// environment. An unknown name is an error, and so is a secret whose value
+// cannot be read now: the task would send its placeholder where the value
+// belongs. Each such secret gets one error saying how to provide it;
+// secrets not asked for are not looked at.
+func (st *Store) Env(list []settings.Secret, names []string) ([]string, error) {
+	env, err := Env(list, names)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	seen := map[string]bool{}
+	for _, n := range names {
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		for _, s := range list {
+			if s.Name == n {
+				if _, err := st.Value(s); err != nil {
+					errs = append(errs, err)
+				}
+				break
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+// Env returns NAME=PLACEHOLDER for each named secret, for a task's
+// environment, without reading their values (Store.Env does). An unknown
+// name is an error.
 func Env(list []settings.Secret, names []string) ([]string, error) {
 	var env []string
 	for _, n := range names {

@@ -119,3 +119,43 @@ func TestStoreSources(t *testing.T) {
 		t.Fatal("unknown secret name accepted")
 	}
 }
+
+// Store.Env refuses a secret it cannot read, once, saying how to provide
+// it; secrets not asked for are not looked at.
+func TestStoreEnvRefusesUnavailable(t *testing.T) {
+	st := NewStore(nil, func(k string) string { return map[string]string{"TOK": "v"}[k] })
+	list := []settings.Secret{meta("OK", "env:TOK"), meta("GONE", SourceSession), meta("OTHER", "env:MISSING")}
+	if env, err := st.Env(list, []string{"OK"}); err != nil || len(env) != 1 {
+		t.Fatalf("an available secret, beside unavailable ones not asked for: %v %v", env, err)
+	}
+	_, err := st.Env(list, []string{"OK", "GONE", "GONE"})
+	if !errors.Is(err, ErrNoValue) {
+		t.Fatalf("unavailable secret: %v", err)
+	}
+	msg := err.Error()
+	if strings.Count(msg, "secret GONE:") != 1 || strings.Contains(msg, "OTHER") || !strings.Contains(msg, "airlock secret set GONE --host api.example.com") {
+		t.Fatalf("message %q: want one error, for GONE only, saying how to set it", msg)
+	}
+}
+
+// CheckSpec says what is wrong with what the user gave, and nothing about
+// the placeholder Airlock derives from the name.
+func TestCheckSpec(t *testing.T) {
+	if err := CheckSpec("GITHUB_TOKEN", []string{"api.github.com"}, "Authorization: Bearer {}"); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		name, header string
+		hosts        []string
+		want         string
+	}{
+		"no host":    {name: "A", want: "--host"},
+		"bad name":   {name: "my.key", hosts: []string{"a.com"}, want: "name"},
+		"bad header": {name: "A", hosts: []string{"a.com"}, header: "Authorization Bearer", want: "{}"},
+	} {
+		err := CheckSpec(c.name, c.hosts, c.header)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "placeholder") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

@@ -50,7 +50,8 @@ type Ask struct {
 	// the same ID.
 	More []string `json:"more,omitempty"`
 	// Verdict is set on the "ask-answered" event: allow-once,
-	// allow-always, deny or timeout.
+	// allow-always, deny, timeout, or no-window (the last window that
+	// could answer closed).
 	Verdict string `json:"verdict,omitempty"`
 }
 
@@ -60,6 +61,11 @@ const (
 	VerdictAllowAlways = "allow-always"
 	VerdictDeny        = "deny"
 )
+
+// verdictNoWindow ends a question when the last window that could answer
+// it closes: nobody is left to ask, so it is refused as such at once
+// rather than when it times out.
+const verdictNoWindow = "no-window"
 
 // asks holds the questions waiting for an answer and who can answer them.
 // A task has at most one question open: what else it asks for while that
@@ -83,8 +89,9 @@ type pendingAsk struct {
 // ErrNoSuchAsk means the question is not pending.
 var ErrNoSuchAsk = errors.New("no such question")
 
-// askDecider is the gate's Decider: it asks the attached UIs, and denies
-// at once when none is attached (a CLI user is never kept waiting).
+// askDecider is the gate's Decider: it asks the attached UIs, and refuses
+// at once when none is attached (a CLI user is never kept waiting), or
+// when the last one goes while the question waits.
 type askDecider struct{ s *Service }
 
 func (d askDecider) Decide(ctx context.Context, req egress.Request) (egress.Verdict, error) {
@@ -93,7 +100,7 @@ func (d askDecider) Decide(ctx context.Context, req egress.Request) (egress.Verd
 	a.mu.Lock()
 	if a.answerers == 0 {
 		a.mu.Unlock()
-		return egress.Deny, nil
+		return egress.Deny, egress.ErrNobodyToAsk
 	}
 	p := a.byTask[req.Task]
 	switch {
@@ -143,6 +150,8 @@ func (d askDecider) Decide(ctx context.Context, req egress.Request) (egress.Verd
 		return egress.AllowOnce, nil
 	case VerdictAllowAlways:
 		return egress.AllowAlways, nil // Answer kept it in the settings
+	case verdictNoWindow:
+		return egress.Deny, egress.ErrNobodyToAsk
 	}
 	return egress.Deny, nil
 }
@@ -200,6 +209,11 @@ func (a *asks) subscribe(ctx context.Context, answer bool) <-chan Event {
 			time.AfterFunc(answererGrace, func() {
 				a.mu.Lock()
 				a.answerers--
+				if a.answerers == 0 {
+					for _, p := range a.pending {
+						a.closeLocked(p, verdictNoWindow)
+					}
+				}
 				a.mu.Unlock()
 			})
 		}

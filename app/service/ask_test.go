@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -85,4 +86,40 @@ func waitAsks(t *testing.T, s *Service, ok func([]Ask) bool) {
 	}
 	as, _ := s.Asks(context.Background())
 	t.Fatalf("pending questions: %d", len(as))
+}
+
+// With no window open nobody is asked, and the refusal says so; a question
+// waiting when the last window closes is refused then, not when it times
+// out a minute later.
+func TestAskNeedsAWindow(t *testing.T) {
+	s := &Service{log: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithTimeout(context.Background(), AskTimeout)
+	defer cancel()
+	d := askDecider{s}
+	req := egress.Request{Task: "t", Protocol: egress.ProtoConnect, Host: "a.test", Port: 443}
+	if v, err := d.Decide(ctx, req); v != egress.Deny || !errors.Is(err, egress.ErrNobodyToAsk) {
+		t.Fatalf("no window: %v, %v", v, err)
+	}
+
+	ui, closeUI := context.WithCancel(ctx)
+	s.asks.subscribe(ui, true)
+	type result struct {
+		v   egress.Verdict
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { v, err := d.Decide(ctx, req); done <- result{v, err} }()
+	waitAsks(t, s, func(as []Ask) bool { return len(as) == 1 })
+	start := time.Now()
+	closeUI()
+	r := <-done
+	if r.v != egress.Deny || !errors.Is(r.err, egress.ErrNobodyToAsk) {
+		t.Fatalf("window closed: %v, %v", r.v, r.err)
+	}
+	if waited := time.Since(start); waited > answererGrace+5*time.Second {
+		t.Fatalf("released %s after the window closed", waited)
+	}
+	if as, _ := s.Asks(ctx); len(as) != 0 {
+		t.Fatalf("%d questions left with no window", len(as))
+	}
 }

@@ -26,6 +26,9 @@ type Core interface {
 	// one).
 	SetWorkspace(ctx context.Context, dir string, readOnly bool, mode changes.Mode) error
 	SetImage(ctx context.Context, image string, keepDisk bool) error
+	// SetMachine sets the VM's CPUs and memory (MiB), within Status's
+	// Limits, from its next start.
+	SetMachine(ctx context.Context, cpus, memoryMiB int) error
 	ResetDisk(ctx context.Context) error
 
 	Run(ctx context.Context, req RunRequest) (tasks.Task, error)
@@ -100,10 +103,12 @@ type SecretRequest struct {
 
 // Status is a snapshot of the service.
 type Status struct {
-	Session      session.Status    `json:"session"`
-	Settings     settings.Settings `json:"settings"`
-	RunningTasks int               `json:"running_tasks"`
-	StateDir     string            `json:"state_dir"`
+	Session  session.Status    `json:"session"`
+	Settings settings.Settings `json:"settings"`
+	// Limits are the machine sizes this host allows (SetMachine).
+	Limits       MachineLimits `json:"limits"`
+	RunningTasks int           `json:"running_tasks"`
+	StateDir     string        `json:"state_dir"`
 	// CacheDir holds what Airlock can rebuild: the machine templates
 	// (templates/), the last console log and image checksums.
 	CacheDir     string `json:"cache_dir"`

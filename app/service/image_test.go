@@ -110,3 +110,45 @@ func TestSetImage(t *testing.T) {
 		t.Fatalf("the disk after a reset starts %q, want a blank disk", b)
 	}
 }
+
+// TestSetMachine: a size outside the host's limits is refused and changes
+// nothing; one inside is saved and applies from the VM's next start, a
+// running VM keeping its size until then.
+func TestSetMachine(t *testing.T) {
+	w := newWorld(t)
+	s := w.service
+	s.limits = limitsFor(2, 4096)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.StartVM(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][2]int{{3, 1024}, {1, 128}, {1, 4096}} {
+		if err := s.SetMachine(ctx, bad[0], bad[1]); !errors.Is(err, ErrBadSize) {
+			t.Errorf("SetMachine(%d, %d) = %v, want ErrBadSize", bad[0], bad[1], err)
+		}
+	}
+	if st, _ := s.Settings(ctx); st.CPUs != settings.DefaultCPUs || st.MemoryMiB != settings.DefaultMemoryMiB {
+		t.Fatalf("a refused size changed the settings: %d CPUs, %d MiB", st.CPUs, st.MemoryMiB)
+	}
+	if err := s.SetMachine(ctx, 1, 768); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.Status(ctx)
+	if st.Settings.CPUs != 1 || st.Settings.MemoryMiB != 768 || st.Session.CPUs != settings.DefaultCPUs || st.Session.Generation != 1 {
+		t.Fatalf("after SetMachine: settings %d/%d, running VM %d CPUs, generation %d", st.Settings.CPUs, st.Settings.MemoryMiB, st.Session.CPUs, st.Session.Generation)
+	}
+	if st.Limits.MaxCPUs != 2 || st.Limits.MaxMemoryMiB != 3072 {
+		t.Errorf("status limits %+v", st.Limits)
+	}
+	saved, err := settings.Load(filepath.Join(w.dir, "settings.json"), settings.Validators{})
+	if err != nil || saved.CPUs != 1 || saved.MemoryMiB != 768 {
+		t.Fatalf("saved settings %+v, %v", saved, err)
+	}
+	if err := s.RestartVM(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.Status(ctx); st.Session.CPUs != 1 || st.Session.MemoryMiB != 768 {
+		t.Fatalf("after a restart the VM has %d CPUs, %d MiB; want 1, 768", st.Session.CPUs, st.Session.MemoryMiB)
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/app/egress"
-	"github.com/airlock-sandbox/airlock/app/secrets"
 	"github.com/airlock-sandbox/airlock/app/session"
 	"github.com/airlock-sandbox/airlock/app/tasks"
 	agentv1 "github.com/airlock-sandbox/airlock/guest/api/agent/v1"
@@ -31,6 +30,7 @@ type runningTask struct {
 	started    bool // the guest started the process: from then on a dead VM means lost
 	cancelled  bool
 	done       chan struct{}
+	term       *terminal // an interactive task's terminal, else nil
 }
 
 // Run creates a task and runs it in the background (booting the VM when
@@ -51,12 +51,15 @@ func (s *Service) Run(_ context.Context, req RunRequest) (tasks.Task, error) {
 			return tasks.Task{}, fmt.Errorf("%w: %s", ErrOverQuota, reason)
 		}
 	}
+	// The values are read outside the lock: a keychain may be slow.
 	s.mu.Lock()
-	secretEnv, err := secrets.Env(s.settings.Secrets, req.Secrets)
+	list := slices.Clone(s.settings.Secrets)
+	s.mu.Unlock()
+	secretEnv, err := s.vault.Env(list, req.Secrets)
 	if err != nil {
-		s.mu.Unlock()
 		return tasks.Task{}, err
 	}
+	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return tasks.Task{}, ErrClosed
@@ -127,6 +130,9 @@ func (s *Service) execute(ctx context.Context, id string, req RunRequest, secret
 	stdio := client.Stdio{
 		Stdout: s.store.Stdout(id), Stderr: s.store.Stderr(id), Signal: r.signal,
 		Started: func(int) { s.mu.Lock(); r.started = true; s.mu.Unlock() },
+	}
+	if r.term != nil {
+		r.term.connect(&spec, &stdio)
 	}
 	lastGen, lastRestarts := 0, 0
 	for attempt := 0; ; attempt++ {

@@ -38,6 +38,9 @@ func (s *Service) secretInfo(sec settings.Secret, note string) SecretInfo {
 // its placeholder, so tasks already given it go on working. The value (or
 // its source) is checked before anything is saved; the gate uses it at once.
 func (s *Service) SetSecret(_ context.Context, req SecretRequest) (SecretInfo, error) {
+	if err := secrets.CheckSpec(req.Name, req.Hosts, req.Header); err != nil {
+		return SecretInfo{}, err
+	}
 	sources := 0
 	for _, v := range []string{req.Value, req.FromEnv, req.FromFile} {
 		if v != "" {

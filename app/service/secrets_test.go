@@ -72,3 +72,26 @@ func TestSecretsNeverShowTheirValue(t *testing.T) {
 		t.Fatalf("second remove: %v", err)
 	}
 }
+
+// A value kept only in memory is gone after a restart: a task given that
+// secret is refused, saying how to set it again, instead of running with
+// the placeholder where the value belongs.
+func TestSecretInMemoryRefusedAfterRestart(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	info, err := w.service.SetSecret(ctx, SecretRequest{Name: "API_TOKEN", Hosts: []string{"api.example.com"}, Value: "v"})
+	if err != nil || info.Source != secrets.SourceSession {
+		t.Fatalf("set: %+v %v", info, err)
+	}
+	w.service.Close(ctx)
+	w.open()
+	_, err = w.service.Run(ctx, RunRequest{Shell: "true", Secrets: []string{"API_TOKEN", "API_TOKEN"}})
+	if !errors.Is(err, secrets.ErrNoValue) {
+		t.Fatalf("run with a secret whose value is gone: %v", err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "airlock secret set API_TOKEN --host api.example.com") || strings.Contains(msg, info.Placeholder) ||
+		strings.Count(msg, "API_TOKEN:") != 1 || strings.Contains(msg, "\n") {
+		t.Fatalf("message %q: want one line saying how to set it again", msg)
+	}
+}

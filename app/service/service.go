@@ -67,8 +67,10 @@ type Service struct {
 	store *tasks.Store
 	gate  *egress.Gate
 	valid settings.Validators
-	ca    *intercept.CA
-	vault *secrets.Store
+	// limits bound the machine sizes SetMachine accepts.
+	limits MachineLimits
+	ca     *intercept.CA
+	vault  *secrets.Store
 
 	asks  asks
 	quota quotaWatch
@@ -100,7 +102,7 @@ func Open(cfg Config) (*Service, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("service: state folder: %w", err)
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, running: map[string]*runningTask{}}
+	s := &Service{cfg: cfg, log: cfg.Logger, running: map[string]*runningTask{}, limits: machineLimits()}
 	s.valid = settings.Validators{
 		Workspace: func(dir string) (string, error) {
 			f, err := cfg.Resolve(dir)
@@ -135,12 +137,12 @@ func Open(cfg Config) (*Service, error) {
 	s.vault = secrets.NewStore(cfg.Keychain, cfg.Getenv)
 	values, verr := s.vault.ForGate(st.Secrets)
 	if verr != nil {
-		s.log.Warn("some secrets are not available; tasks reaching their hosts get the placeholder only", "err", verr)
+		s.log.Warn("some secrets are not available; a task given one is refused until it is set again", "err", verr)
 	}
 	s.gate, err = egress.New(egress.Config{
 		Allow: st.Allow, Deny: st.Deny, MapHosts: st.MapHosts,
 		LogFile: filepath.Join(cfg.StateDir, "egress.jsonl"), LogMaxBytes: int64(st.EgressLogMaxMiB) << 20, Logger: cfg.Logger,
-		Decider: askDecider{s}, AskTimeout: AskTimeout,
+		Decider: askDecider{s}, AskTimeout: AskTimeout, Service: true,
 		CA: s.ca, Secrets: values, Inspect: st.Inspect, UpstreamRoots: roots, UpstreamProxy: st.UpstreamProxy,
 	})
 	if err != nil {
@@ -202,7 +204,7 @@ func (s *Service) Status(context.Context) (Status, error) {
 	st := s.settings
 	running := len(s.running)
 	s.mu.Unlock()
-	return Status{Session: s.sess.Status(), Settings: st, RunningTasks: running, StateDir: s.cfg.StateDir,
+	return Status{Session: s.sess.Status(), Settings: st, Limits: s.limits, RunningTasks: running, StateDir: s.cfg.StateDir,
 		CacheDir: CacheDir(), SettingsPath: s.cfg.SettingsPath, Version: s.cfg.Version}, nil
 }
 

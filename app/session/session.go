@@ -192,6 +192,7 @@ const (
 	opRestart
 	opWorkspace
 	opImage
+	opSize
 	opClose
 )
 
@@ -202,6 +203,8 @@ type command struct {
 	ro      bool
 	image   sandbox.Image // opImage
 	diskDir string        // opImage
+	cpus    int           // opSize
+	mem     int           // opSize, MiB
 	reply   chan error
 }
 
@@ -285,6 +288,17 @@ func (s *Session) SetImage(ctx context.Context, img sandbox.Image, diskDir strin
 	}
 	_, _, err := s.await(ctx, false)
 	return err
+}
+
+// SetSize sets the CPUs and memory (MiB) of the VMs booted from now on; a
+// running VM keeps its size until it next starts (Restart, or after a
+// crash), since neither can change under a running guest. Status reports
+// the running VM's size, or the new one while none runs.
+func (s *Session) SetSize(ctx context.Context, cpus, memoryMiB int) error {
+	if cpus < 1 || memoryMiB < 1 {
+		return fmt.Errorf("session: size: %d CPUs, %d MiB", cpus, memoryMiB)
+	}
+	return s.do(ctx, command{op: opSize, cpus: cpus, mem: memoryMiB})
 }
 
 // Close stops the VM, ends every subscription and releases the session.

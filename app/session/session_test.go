@@ -498,8 +498,8 @@ func TestCheckAgentTakesUpARestartAtOnce(t *testing.T) {
 	noLeaks(t)
 	f := &fakeVMs{}
 	cfg := testConfig(t, f)
-	cfg.Health.Interval = time.Hour // only CheckAgent checks
-	cfg.Health.Timeout = 20 * time.Millisecond
+	cfg.Health.Interval = time.Hour             // only CheckAgent checks
+	cfg.Health.Timeout = 250 * time.Millisecond // an answer under a loaded CI host still fits
 	lost := make(chan error, 4)
 	cfg.OnLost = func(gen int, err error) { lost <- err }
 	s := newSession(t, cfg)
@@ -539,5 +539,42 @@ func TestCheckAgentTakesUpARestartAtOnce(t *testing.T) {
 	case err := <-lost:
 		t.Fatalf("lost: %v", err)
 	default:
+	}
+}
+
+// SetSize leaves a running VM alone and sizes the next one booted; while
+// none runs, Status shows the new size at once.
+func TestSetSizeAppliesOnNextStart(t *testing.T) {
+	noLeaks(t)
+	f := &fakeVMs{}
+	s := newSession(t, testConfig(t, f))
+	if err := s.Start(ctxGuard(t)); err != nil {
+		t.Fatal(err)
+	}
+	before := s.Status()
+	if err := s.SetSize(ctxGuard(t), 3, 768); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Status(); st.State != StateRunning || st.Generation != 1 || st.CPUs != before.CPUs || st.MemoryMiB != before.MemoryMiB || f.count() != 1 {
+		t.Fatalf("SetSize touched the running VM: %+v, %d machines", st, f.count())
+	}
+	if err := s.Restart(ctxGuard(t)); err != nil {
+		t.Fatal(err)
+	}
+	m2, _ := f.machine(t, 2)
+	if c := m2.Config(); c.CPUs != 3 || c.MemoryMiB != 768 {
+		t.Fatalf("the next VM has %d CPUs, %d MiB; want 3, 768", c.CPUs, c.MemoryMiB)
+	}
+	if st := s.Status(); st.CPUs != 3 || st.MemoryMiB != 768 {
+		t.Fatalf("status after the restart: %d CPUs, %d MiB", st.CPUs, st.MemoryMiB)
+	}
+	if err := s.Stop(ctxGuard(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetSize(ctxGuard(t), 1, 512); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Status(); st.CPUs != 1 || st.MemoryMiB != 512 {
+		t.Fatalf("status while stopped: %d CPUs, %d MiB; want the new size", st.CPUs, st.MemoryMiB)
 	}
 }

@@ -139,6 +139,12 @@ func (l *supervisor) handle(c command) error {
 		if err != nil {
 			l.s.log.Warn("image change: the previous VM did not stop cleanly", "err", err)
 		}
+	case opSize:
+		l.tmpl.CPUs, l.tmpl.MemoryMiB = c.cpus, c.mem
+		if l.sb == nil && l.boot == nil {
+			l.s.update(func(sn *snapshot) { sn.cpus, sn.mem = c.cpus, c.mem })
+		}
+		l.s.log.Info("size set", "cpus", c.cpus, "memory_mib", c.mem, "applies", "next start")
 	case opStop, opClose:
 		l.want = false
 		err := l.teardown(c.ctx, StateStopping)
@@ -172,6 +178,7 @@ func (l *supervisor) startBoot() {
 	l.s.update(func(sn *snapshot) {
 		sn.state, sn.phase, sn.since, sn.attempt = StateStarting, PhasePreparing, b.began, b.attempt
 		sn.retryAt, sn.consoleLog = time.Time{}, opts.ConsoleLog
+		sn.cpus, sn.mem = l.tmpl.CPUs, l.tmpl.MemoryMiB
 	})
 	l.s.log.Info("booting", "attempt", b.attempt, "workspace", opts.Workspace)
 	if err != nil {

@@ -28,6 +28,8 @@ export type Task = tasks.Task;
 export type Decision = egress.Decision;
 export type Ask = service.Ask;
 export type RunRequest = service.RunRequest;
+export type TerminalRequest = service.TerminalRequest;
+export type TerminalControl = apiTypes.TerminalControl;
 export type ChangesMode = changes.Mode;
 export type ChangeKind = changes.Kind;
 /** ChangeEntry is one pending change; every string in it is the guest's. */
@@ -209,7 +211,10 @@ function b64(s: string): Uint8Array {
 }
 
 function utf8ToBase64(s: string): string {
-  const bytes = new TextEncoder().encode(s);
+  return bytesToBase64(new TextEncoder().encode(s));
+}
+
+function bytesToBase64(bytes: Uint8Array): string {
   let bin = "";
   for (const b of bytes) bin += String.fromCharCode(b);
   return btoa(bin);
@@ -301,6 +306,7 @@ export const api = {
   vm: (action: "start" | "stop" | "restart") => call<Status>("POST", `/v1/vm/${action}`),
   setWorkspace: (dir: string, readOnly: boolean, changes?: ChangesMode) => call<Status>("PUT", "/v1/workspace", { dir, read_only: readOnly, changes } satisfies apiTypes.WorkspaceRequest),
   setImage: (image: string, keepDisk: boolean) => call<Status>("PUT", "/v1/image", { image, keep_disk: keepDisk } satisfies apiTypes.ImageRequest),
+  setMachine: (cpus: number, memoryMiB: number) => call<Status>("PUT", "/v1/machine", { cpus, memory_mib: memoryMiB } satisfies apiTypes.MachineRequest),
   resetDisk: () => call<Status>("POST", "/v1/disk/reset"),
 
   run: (req: RunRequest) => call<Task>("POST", "/v1/tasks", req),
@@ -319,6 +325,31 @@ export const api = {
     return { chunks: (p.chunks ?? []).map(chunk), next: p.next };
   },
   followLog,
+
+  openTerminal: (req: TerminalRequest) => call<Task>("POST", "/v1/terminals", req),
+  closeTerminal: (id: string) => call<void>("DELETE", `/v1/terminals/${encodeURIComponent(id)}`),
+  /**
+   * terminalOutput reads a terminal's output from offset (-1: the recent
+   * screen), waiting for some: how a window that cannot hold a WebSocket
+   * (the desktop webview) follows it.
+   */
+  async terminalOutput(id: string, offset: number, signal: AbortSignal): Promise<{ data: Uint8Array; offset: number; next: number; ended: boolean }> {
+    const o = await call<service.TerminalOutput>("GET", `/v1/terminals/${encodeURIComponent(id)}/output?offset=${offset}&follow=1`, undefined, signal);
+    return { data: b64(o.data ?? ""), offset: o.offset, next: o.next, ended: !!o.ended };
+  },
+  terminalInput: (id: string, data: Uint8Array) =>
+    call<void>("POST", `/v1/terminals/${encodeURIComponent(id)}/input`, { data: bytesToBase64(data) } satisfies apiTypes.TerminalInput),
+  terminalResize: (id: string, rows: number, cols: number) =>
+    call<void>("POST", `/v1/terminals/${encodeURIComponent(id)}/resize`, { rows, cols } satisfies apiTypes.TerminalResize),
+  /**
+   * terminalURL is the WebSocket of terminal id. A WebSocket carries no
+   * Authorization header: the page's cookie (same origin) is its credential.
+   */
+  terminalURL: (id: string) => {
+    const u = new URL(`${base()}/v1/terminals/${encodeURIComponent(id)}/attach`, window.location.href);
+    u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
+    return u.toString();
+  },
 
   egressLog: () => call<Decision[]>("GET", "/v1/egress/log"),
   rule: (action: "allow" | "deny" | "remove", pattern: string) => call<Settings>("POST", "/v1/egress/rules", { action, pattern } satisfies apiTypes.RuleRequest),

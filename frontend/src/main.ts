@@ -12,6 +12,7 @@ import { machineBadge, machineView } from "./views/machine";
 import { networkView } from "./views/network";
 import { settingsView } from "./views/settings";
 import { tasksView } from "./views/tasks";
+import { terminalView } from "./views/terminal";
 import { workspaceView } from "./views/workspace";
 
 declare global {
@@ -24,7 +25,7 @@ declare global {
 takeTokenFromURL();
 
 const ws = workspaceView();
-const views: View[] = [ws, tasksView(), changesView(), networkView(), machineView(), settingsView()];
+const views: View[] = [ws, tasksView(), terminalView(), changesView(), networkView(), machineView(), settingsView()];
 const asks = askPanel();
 
 const nav = h("nav", { class: "nav", "aria-label": "Screens" });

@@ -153,7 +153,7 @@ test("machine: start from the UI, boot progress, then ready with CPUs and memory
   assert.match(await page.getByTestId("vm-memory").innerText(), /GB|MB/);
   assert.match(await page.getByTestId("vm-console-log").innerText(), /console\.log$/);
   // The image card: minimal by default, so there is no disk to keep or reset.
-  assert.equal(await page.getByTestId("vm-image").inputValue(), "minimal");
+  assert.equal(await page.getByTestId("vm-image").getAttribute("data-value"), "minimal");
   assert.equal(await page.getByTestId("vm-keep-disk").isDisabled(), true);
   assert.equal(await page.getByTestId("vm-reset-disk").isDisabled(), true);
   await screenshot(page, "03-machine");

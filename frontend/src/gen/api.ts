@@ -53,6 +53,14 @@ export interface LogPage {
 }
 
 /**
+ * MachineRequest is the body of PUT /v1/machine.
+ */
+export interface MachineRequest {
+  cpus: number;
+  memory_mib: number;
+}
+
+/**
  * RuleRequest is the body of POST /v1/egress/rules.
  */
 export interface RuleRequest {
@@ -61,6 +69,32 @@ export interface RuleRequest {
    */
   action: string;
   pattern: string;
+}
+
+/**
+ * TerminalControl is a text message on a terminal's WebSocket.
+ */
+export interface TerminalControl {
+  resize?: {
+    rows: number;
+    cols: number;
+  };
+}
+
+/**
+ * TerminalInput is the body of POST /v1/terminals/{id}/input: bytes
+ * for the shell (base64 in JSON), at most MaxTerminalMessage.
+ */
+export interface TerminalInput {
+  data: string | null;
+}
+
+/**
+ * TerminalResize is the body of POST /v1/terminals/{id}/resize.
+ */
+export interface TerminalResize {
+  rows: number;
+  cols: number;
 }
 
 /**

@@ -13,8 +13,9 @@ export type Action = "allow" | "deny";
  */
 export interface Decision {
   /**
-   * Seq numbers decisions from 1 in the order they were recorded; a
-   * subscriber that sees a gap has missed some and can call Recent.
+   * Seq numbers decisions from 1 in the order they were recorded, going
+   * on after the last one in the log file when a gate opens an existing
+   * log; a subscriber that sees a gap has missed some and can call Recent.
    */
   seq: number;
   /**

@@ -27,7 +27,8 @@ export interface Ask {
   more?: string[];
   /**
    * Verdict is set on the "ask-answered" event: allow-once,
-   * allow-always, deny or timeout.
+   * allow-always, deny, timeout, or no-window (the last window that
+   * could answer closed).
    */
   verdict?: string;
 }
@@ -68,6 +69,29 @@ export interface Event {
   egress?: egress.Decision;
   ask?: Ask;
   pending?: number;
+}
+
+/**
+ * MachineLimits are the sizes this host lets the VM have.
+ */
+export interface MachineLimits {
+  /**
+   * MaxCPUs is the host's CPU count (at most settings.MaxCPUs).
+   */
+  max_cpus: number;
+  /**
+   * MinMemoryMiB is the least memory the guest boots with.
+   */
+  min_memory_mib: number;
+  /**
+   * MaxMemoryMiB is the host's memory less what the host keeps for
+   * itself (settings.MaxMemoryMiB when the host's is unknown).
+   */
+  max_memory_mib: number;
+  /**
+   * HostMemoryMiB is the host's physical memory, 0 when unknown.
+   */
+  host_memory_mib?: number;
 }
 
 /**
@@ -140,6 +164,10 @@ export interface SecretRequest {
 export interface Status {
   session: session.Status;
   settings: settings.Settings;
+  /**
+   * Limits are the machine sizes this host allows (SetMachine).
+   */
+  limits: MachineLimits;
   running_tasks: number;
   state_dir: string;
   /**
@@ -149,4 +177,28 @@ export interface Status {
   cache_dir: string;
   settings_path: string;
   version?: string;
+}
+
+/**
+ * TerminalOutput is a terminal's output from an offset: Data begins at
+ * Offset (later than asked when what was asked for is no longer kept, or
+ * the start of the recent screen when a negative offset was asked), and
+ * Next is where the next read goes on. Ended: the shell is over and Data
+ * is the last of it.
+ */
+export interface TerminalOutput {
+  data: string | null;
+  offset: number;
+  next: number;
+  ended?: boolean;
+}
+
+/**
+ * TerminalRequest asks for a terminal.
+ */
+export interface TerminalRequest {
+  rows: number;
+  cols: number;
+  root?: boolean;
+  cwd?: string;
 }

@@ -6,6 +6,7 @@ import { duration, memory, sessionLabel } from "../format";
 import { store } from "../store";
 import { badge, busy, button, card, header, pathLine, type Tone, type View } from "../ui";
 import { imageCard } from "./image";
+import { sizeForm } from "./size";
 
 // The boot phases in order (app/session/status.go).
 const PHASES = ["preparing", "creating machine", "starting machine", "waiting for guest", "connecting to agent"];
@@ -43,6 +44,7 @@ export function machineView(): View {
   const restart = button("Restart", { icon: "restart", testid: "vm-restart", onClick: () => void act("restart", restart) });
   const consoleBox = h("div");
   const image = imageCard();
+  const size = sizeForm();
 
   async function act(action: "start" | "stop" | "restart", btn: HTMLButtonElement): Promise<void> {
     await busy(btn, async () => store.setStatus(await api.vm(action)));
@@ -56,6 +58,7 @@ export function machineView(): View {
     const s = store.session;
     if (!s) return;
     image.render();
+    size.render();
     const tone = stateTone(s);
     const starting = s.state === "starting";
     const idx = starting ? Math.max(0, PHASES.indexOf(s.phase ?? "")) : s.state === "running" ? PHASES.length : 0;
@@ -145,7 +148,7 @@ export function machineView(): View {
     { class: "page", "data-testid": "screen-machine" },
     header("Machine", "The private Linux computer your tasks run in. Airlock starts and stops it for you.", start, stop, restart),
     card(null, hero, errorBox),
-    h("div", { class: "grid-2" }, card("Size", facts, h("p", { class: "hint" }, "Change the size in the settings file; it applies on the next start.")), card("Console log", consoleBox)),
+    h("div", { class: "grid-2" }, card("Size", facts, size.el), card("Console log", consoleBox)),
     image.el,
   );
   render();

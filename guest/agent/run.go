@@ -148,6 +148,8 @@ func Run(ctx context.Context, log *slog.Logger, opts Options) error {
 		}
 		log.Debug("init done")
 	}
+	// After init mounted the workspace: the mark is on its top folder.
+	srv.guardTopFiles()
 
 	served := make(chan error, 1)
 	go func() { served <- srv.ServeAgent(l) }()

@@ -64,7 +64,8 @@ the guest chose; a task reading another's environment, open files or shared memo
 or holding every proxy connection; in ` + "`" + `direct` + "`" + ` mode, a link that fits where it is made moved,
 hard-linked or swapped (with its folder or alone) towards the top, where it climbs out, and a task
 making the tool configuration where there was none (a new repository and hook, one moved, copied or
-linked into place, a new ` + "`" + `.vscode` + "`" + `). A secret's host echoing the value back is an e2e test
+linked into place, a new ` + "`" + `.vscode` + "`" + `, a ` + "`" + `.git` + "`" + ` file naming a prepared repository or an
+` + "`" + `.envrc` + "`" + ` written in place). A secret's host echoing the value back is an e2e test
 (TestCredentialsStayOnTheHost).
 FIFOs and sockets in the folder were refused by QEMU 7.2's 9p server already; the guest now
 refuses them too, for the file servers of the other platforms.

@@ -92,9 +92,20 @@ func TestTerminal(t *testing.T) {
 
 	// The same terminal by request, as a window that cannot hold a
 	// connection open uses it: the recent screen, then output by offset.
-	o, err := w.service.ReadTerminal(ctx, task.ID, -1)
-	if err != nil || !strings.Contains(string(o.Data), "back-7") || o.Next != o.Offset+int64(len(o.Data)) {
-		t.Fatalf("read the screen: %+v, %v", o, err)
+	// The shell writes its prompt after back-7, when it likes: read the
+	// screen once it has been still for a moment.
+	var o TerminalOutput
+	for settled, prev := false, int64(-1); !settled; {
+		if o, err = w.service.ReadTerminal(ctx, task.ID, -1); err != nil {
+			t.Fatal(err)
+		}
+		settled, prev = o.Next == prev, o.Next
+		if !settled {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	if !strings.Contains(string(o.Data), "back-7") || o.Next != o.Offset+int64(len(o.Data)) {
+		t.Fatalf("read the screen: %+v", o)
 	}
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	if idle, err := w.service.ReadTerminal(short, task.ID, o.Next); err != nil || len(idle.Data) != 0 || idle.Next != o.Next {

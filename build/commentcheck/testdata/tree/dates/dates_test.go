@@ -1,3 +1,0 @@
-package dates
-
-// Since 2024 this test exists.

@@ -1,2 +1,0 @@
-// Package nodoc's doc in a test file does not count.
-package nodoc

@@ -1,2 +1,0 @@
-// Package twodocs says so twice.
-package twodocs

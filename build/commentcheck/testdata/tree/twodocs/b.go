@@ -1,2 +1,0 @@
-// Package twodocs says so again.
-package twodocs

@@ -313,6 +313,11 @@ func TestReportIsCurrent(t *testing.T) {
 	if want := strconv.Itoa(holes) + " known holes"; holes > 0 && !strings.Contains(string(readme), want) {
 		t.Errorf("README.md does not say %q (the report's open holes)", want)
 	}
+	if none := "no hole is known"; holes == 0 && !strings.Contains(string(readme), none) {
+		t.Errorf("README.md does not say %q (the report lists none)", none)
+	} else if holes > 0 && strings.Contains(string(readme), none) {
+		t.Errorf("README.md says %q, the report lists %d", none, holes)
+	}
 	if !strings.Contains(string(readme), "docs/security-report.md") {
 		t.Error("README.md does not link docs/security-report.md")
 	}
